@@ -1,0 +1,60 @@
+// mlaconf: GGUF v3 writer (little-endian), the layout llama.cpp's gguf-py writes: header, KV pairs,
+// tensor infos, padding to general.alignment, tensors densely packed in info order, each padded.
+//
+// Files are written to "<path>.tmp.<pid>" and renamed into place, so an interrupted write leaves no
+// half-written GGUF under the final name.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/gguf.h"
+
+namespace mlaconf {
+
+class GgufWriter {
+ public:
+  explicit GgufWriter(uint64_t alignment = 32) : alignment_(alignment) {}
+
+  void set_u32(const std::string& key, uint32_t v);
+  void set_i32(const std::string& key, int32_t v);
+  void set_u64(const std::string& key, uint64_t v);
+  void set_f32(const std::string& key, float v);
+  void set_bool(const std::string& key, bool v);
+  void set_string(const std::string& key, const std::string& v);
+  void set_array_string(const std::string& key, const std::vector<std::string>& v);
+  void set_array_i32(const std::string& key, const std::vector<int32_t>& v);
+  void set_array_f32(const std::string& key, const std::vector<float>& v);
+  void set_array_bool(const std::string& key, const std::vector<bool>& v);
+  // A value copied from another file (used to carry a tokenizer across).
+  void set_value(const std::string& key, const GgufValue& v);
+
+  // Adds a tensor; `data` must hold exactly row_bytes(type, ne[0]) * rows bytes.
+  void add_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& ne, std::vector<uint8_t> data);
+
+  // The serialized file.
+  std::vector<uint8_t> bytes() const;
+  // Writes atomically (temporary name, then rename). Throws InputError on I/O failure.
+  void write(const std::string& path) const;
+
+ private:
+  struct Kv {
+    std::string key;
+    std::vector<uint8_t> encoded;  // type id + value, already encoded
+  };
+  struct Tensor {
+    std::string name;
+    GgmlType type;
+    std::vector<int64_t> ne;
+    std::vector<uint8_t> data;
+  };
+  void put_kv(const std::string& key, std::vector<uint8_t> enc);
+  uint64_t alignment_;
+  std::vector<Kv> kv_;
+  std::vector<Tensor> tensors_;
+};
+
+// Writes `data` to `path` atomically: "<path>.tmp.<pid>", fsync, rename. Shared by every writer.
+void write_file_atomic(const std::string& path, const void* data, size_t n);
+
+}  // namespace mlaconf

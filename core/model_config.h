@@ -1,0 +1,92 @@
+// mlaconf: the glm-dsa / deepseek32 hyperparameters, read from GGUF metadata into one struct.
+//
+// Both the reference and the CUDA pipeline size everything from this struct; nothing in the project
+// may hard-code the tiny model's (or GLM-5's) dimensions.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mlaconf {
+
+class GgufFile;
+
+enum class Arch { GlmDsa, DeepSeek32 };
+
+// expert_gating_func values (llama.cpp LLAMA_EXPERT_GATING_FUNC_TYPE_*).
+enum class GatingFunc : int { Softmax = 1, Sigmoid = 2 };
+
+struct ModelConfig {
+  Arch arch = Arch::GlmDsa;
+  std::string arch_name = "glm-dsa";  // the GGUF general.architecture string (key prefix)
+
+  int64_t n_layer = 0;          // block_count (includes nextn/MTP layers)
+  int64_t n_nextn_layer = 0;    // nextn_predict_layers (MTP layers at the end, not run)
+  int64_t n_ctx_train = 0;      // context_length
+  int64_t n_embd = 0;           // embedding_length (hidden)
+  int64_t n_ff = 0;             // feed_forward_length (dense MLP intermediate)
+  int64_t n_vocab = 0;
+
+  // Attention (MLA).
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;        // 1: llama.cpp treats absorbed MLA as MQA
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t key_length = 0;       // kv_lora + rope = 576 for GLM-5 (the absorbed head size)
+  int64_t value_length = 0;     // kv_lora = 512
+  int64_t key_length_mla = 0;   // qk_nope + qk_rope = 256
+  int64_t value_length_mla = 0; // v_head_dim = 256
+  int64_t n_rot = 0;            // rope.dimension_count = qk_rope
+  double rope_freq_base = 10000.0;
+  double rms_eps = 1e-6;        // attention.layer_norm_rms_epsilon: every RMSNorm uses it
+
+  // YaRN (deepseek32 only; absent for GLM-5). factor 0 means no scaling.
+  double rope_scaling_factor = 0.0;
+  int64_t rope_scaling_orig_ctx = 0;
+  double rope_yarn_log_multiplier = 0.0;
+
+  // DSA lightning indexer.
+  int64_t indexer_n_head = 0;
+  int64_t indexer_head_size = 0;
+  int64_t indexer_top_k = 0;
+  std::vector<bool> indexer_full;  // per layer: true = the layer computes its own top-k
+
+  // MoE.
+  int64_t n_layer_dense_lead = 0;
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_expert_shared = 0;
+  int64_t n_ff_exp = 0;
+  double expert_weights_scale = 1.0;
+  bool expert_weights_norm = false;
+  GatingFunc gating = GatingFunc::Sigmoid;
+  int64_t n_expert_groups = 1;
+  int64_t n_group_used = 1;
+
+  // Derived.
+  int64_t qk_rope() const { return n_rot; }
+  int64_t qk_nope() const { return key_length_mla - n_rot; }
+  int64_t qk_head() const { return key_length_mla; }
+  int64_t v_head() const { return value_length_mla; }
+  int64_t n_layer_run() const { return n_layer - n_nextn_layer; }  // layers the forward pass runs
+  bool is_moe_layer(int64_t l) const { return l >= n_layer_dense_lead; }
+  bool indexer_neox() const { return arch == Arch::DeepSeek32; }  // indexer RoPE style
+  int64_t latent_dim() const { return kv_lora_rank + n_rot; }     // 576: one latent cache row
+  // Layer whose top-k a layer uses (itself if full; else the previous full layer).
+  int64_t indexer_source_layer(int64_t l) const;
+
+  // Reads and validates every key; a missing or out-of-range key raises InputError naming it.
+  static ModelConfig from_gguf(const GgufFile& f);
+  // Consistency checks (positive sizes, key_length == kv_lora + rope, ...); throws InputError.
+  void validate(const std::string& where) const;
+  // The embedded default model: the tiny glm-dsa dims used by `mlaconf synth` and the README.
+  static ModelConfig tiny_default();
+  // JSON object of every field (stable key names: fixtures store it, scripts read it).
+  std::string to_json(int indent = 2) const;
+  // A short multi-line human summary.
+  std::string summary() const;
+};
+
+const char* arch_string(Arch a);
+
+}  // namespace mlaconf

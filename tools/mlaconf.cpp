@@ -1,0 +1,58 @@
+// mlaconf: one program, many subcommands (see `mlaconf --help`).
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <vector>
+
+#include "core/error.h"
+#include "tools/command.h"
+
+namespace mlaconf::cli {
+namespace {
+struct Entry {
+  int order;
+  CommandSetup setup;
+};
+std::vector<Entry>& registry() {
+  static std::vector<Entry> r;
+  return r;
+}
+int g_exit = kExitOk;
+}  // namespace
+
+CommandRegistration::CommandRegistration(int order, CommandSetup setup) { registry().push_back({order, std::move(setup)}); }
+void set_exit_code(int code) { g_exit = code; }
+
+}  // namespace mlaconf::cli
+
+int main(int argc, char** argv) {
+  using namespace mlaconf;
+  CLI::App app{
+      "mlaconf: reference-vs-optimized conformance for the GLM-5 (glm-dsa) attention stack.\n"
+      "MLA, the DSA lightning indexer, MoE and GGUF dequantization: a CPU reference, a CUDA pipeline,\n"
+      "and HDF5 fixtures any implementation can answer. Exit codes: 0 pass, 1 fail, 2 bad input,\n"
+      "3 not supported.",
+      "mlaconf"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "mlaconf 0.1.0");
+  auto& reg = cli::registry();
+  std::stable_sort(reg.begin(), reg.end(), [](const auto& a, const auto& b) { return a.order < b.order; });
+  for (auto& e : reg) e.setup(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitBadInput;
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "mlaconf: error: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "mlaconf: error: out of memory\n");
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mlaconf: internal error: %s\n", e.what());
+    return 4;
+  }
+  std::fflush(stdout);
+  return cli::g_exit;
+}
