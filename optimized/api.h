@@ -1,0 +1,136 @@
+// mlaconf optimized: the C++ API of the CUDA kernels, usable from translation units compiled without
+// nvcc (tests, tools). All pointers named d_* are device pointers; halves travel as uint16_t bits.
+//
+// Every launcher checks its arguments (InputError for bad shapes or types), checks every CUDA return
+// code (CudaError naming the call) and runs on the legacy default stream; results are complete
+// after synchronize().
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/ggml_types.h"
+
+namespace mlaconf::cuda {
+
+class CudaError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// True when a CUDA device can be used; otherwise why_not says why ("no CUDA device", driver error).
+bool cuda_available(std::string* why_not);
+void synchronize();  // cudaDeviceSynchronize, checked
+
+// Device memory, owned. Newly allocated buffers are poisoned (0xFF bytes: NaN in f16 and f32) so a
+// kernel that forgets to write an output is caught.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* get() const { return p_; }
+  template <class T>
+  T* as() const { return static_cast<T*>(p_); }
+  size_t bytes() const { return n_; }
+  void upload(const void* host, size_t bytes, size_t offset = 0);
+  void download(void* host, size_t bytes, size_t offset = 0) const;
+  void fill(uint8_t byte);  // memset
+
+ private:
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+template <class T>
+DeviceBuffer to_device(const std::vector<T>& v) {
+  DeviceBuffer b(v.size() * sizeof(T));
+  if (!v.empty()) b.upload(v.data(), v.size() * sizeof(T));
+  return b;
+}
+template <class T>
+std::vector<T> to_host(const DeviceBuffer& b, size_t count) {
+  std::vector<T> v(count);
+  if (count) b.download(v.data(), count * sizeof(T));
+  return v;
+}
+
+// Host-side half conversions (round to nearest even), for tests and uploads.
+uint16_t float_to_half_bits(float f);
+float half_bits_to_float_host(uint16_t h);
+
+// ---- dequantization (optimized/dequant.cu) ------------------------------------------------------
+// Every type of core's weight_types().
+bool can_dequantize(GgmlType t);
+// n values (a multiple of the block size) from raw ggml blocks at d_src.
+void dequantize_f32(GgmlType t, const void* d_src, int64_t n, float* d_dst);
+void dequantize_f16(GgmlType t, const void* d_src, int64_t n, uint16_t* d_dst);
+// The very same formulas run on the CPU (no device needed): lets CI check the formulas.
+void dequantize_host(GgmlType t, const uint8_t* src, int64_t n, float* dst);
+
+// ---- fused dequant GEMV and prefill GEMM (optimized/gemv.cu) --------------------------------------
+// y[b][r] = sum_c W_b[r][c] * x[b][c].  W_b: n_rows rows of ncols values of type t, read directly as
+// ggml blocks, at d_w + b * w_batch_stride bytes; x_b = d_x + b * x_stride (f32), y_b = d_y + b * y_stride.
+void gemv(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const float* d_x, float* d_y,
+          int64_t batch = 1, int64_t w_batch_stride = 0, int64_t x_stride = 0, int64_t y_stride = 0);
+// Y [T, n_rows] f32 = X [T, ncols] f16 times W^T, W [n_rows, ncols] f16 row-major: cuBLAS, fp32 accumulate.
+void gemm_f16(const uint16_t* d_x, const uint16_t* d_w, int64_t T, int64_t n_rows, int64_t ncols, float* d_y);
+// Prefill linear: dequantize W to an fp16 scratch buffer, then gemm_f16.
+void linear_prefill(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const uint16_t* d_x, int64_t T,
+                    float* d_y, DeviceBuffer* scratch);
+
+// ---- small ops (optimized/ops.cu) ---------------------------------------------------------------
+// y[t] = w * x[t] / sqrt(mean(x[t]^2) + eps).  x, y [T, D] f32 (row stride ld for x and y), w [D] f32.
+void rmsnorm(const float* d_x, const float* d_w, int64_t T, int64_t D, int64_t ld, float eps, float* d_y);
+// LayerNorm with bias, biased variance.
+void layernorm(const float* d_x, const float* d_w, const float* d_b, int64_t T, int64_t D, float eps, float* d_y);
+// In-place RoPE on x [T, n_vec, stride] f32: values [col0, col0 + dim) of each vector, position pos[t].
+// Angles pos * theta^(-2i/dim) in double. neox = false: pairs (2i, 2i+1); true: pairs (i, i + dim/2).
+void rope(float* d_x, int64_t T, int64_t n_vec, int64_t stride, int64_t col0, int64_t dim, const int32_t* d_pos,
+          double theta, bool neox);
+// out = silu(gate) * up, elementwise, n values.
+void silu_gate(const float* d_gate, const float* d_up, int64_t n, float* d_out);
+// f32 -> f16 bits, n values.
+void to_half(const float* d_x, int64_t n, uint16_t* d_y);
+// Counts non-finite values of x[0..n) (returns the count; synchronizes).
+int64_t count_nonfinite(const float* d_x, int64_t n);
+
+// ---- sparse MLA, absorbed form (optimized/sparse_mla.cu) ------------------------------------------
+// q [T, H, d_qk] f16; cache [L, d_qk] f16 (shared latent rows; 64-bit offsets); idx [T, top_k] i32,
+// -1 = no token (skipped), otherwise < L. out [T, H, d_v] f32 = softmax(scale * q . k) over the listed
+// rows times their first d_v values. A query with no valid index gives zeros. Split-K over the index
+// list (chunks of `split` entries, 0 = automatic) with a log-sum-exp merge.
+// q_pos [T] (may be null) is each query's position: only the fault "dense-attention" reads it.
+struct SparseMlaArgs {
+  const uint16_t* q = nullptr;
+  const uint16_t* cache = nullptr;
+  int64_t L = 0;
+  const int32_t* idx = nullptr;
+  const int32_t* q_pos = nullptr;
+  int64_t T = 0, H = 0, d_qk = 0, d_v = 0, top_k = 0;
+  float scale = 0;
+  int64_t split = 0;
+  float* out = nullptr;
+};
+void sparse_mla(const SparseMlaArgs& a);
+// out_v [T, H, v] = per head W_UV[h] (v x d_v, type t, ggml blocks, head stride in bytes) times latent [T, H, d_v].
+void apply_wuv(GgmlType t, const void* d_wuv, int64_t v, int64_t d_v, const float* d_latent, int64_t T, int64_t H,
+               float* d_out);
+
+// ---- DSA lightning indexer (optimized/indexer.cu) ------------------------------------------------
+// scores [T, L] f32: sum_h w[t,h] * relu(q[t,h] . k[s]) for s <= q_pos[t], -inf above.
+// q [T, Hi, Di] f16, k [L, Di] f16, w [T, Hi] f32 (already scaled).
+void indexer_scores(const uint16_t* d_q, const uint16_t* d_k, const float* d_w, const int32_t* d_qpos, int64_t T,
+                    int64_t Hi, int64_t Di, int64_t L, float* d_scores);
+// Per row of scores [T, L]: the k largest finite entries (ties to the lower index), written ascending,
+// -1 padded when a row has fewer than k finite entries. Radix select, no sort. out [T, k] i32.
+void topk_rows(const float* d_scores, int64_t T, int64_t L, int64_t k, int32_t* d_out);
+
+}  // namespace mlaconf::cuda

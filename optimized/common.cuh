@@ -1,0 +1,68 @@
+// mlaconf optimized: helpers shared by the .cu files (CUDA error checks, exact float ops, raw loads).
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "optimized/api.h"
+
+namespace mlaconf::cuda {
+
+// Every CUDA runtime call goes through this: a failure becomes CudaError naming the call and the place.
+[[noreturn]] void throw_cuda(cudaError_t e, const char* what, const char* file, int line);
+#define MLACONF_CUDA_CHECK(call)                                                   \
+  do {                                                                             \
+    cudaError_t e_ = (call);                                                       \
+    if (e_ != cudaSuccess) ::mlaconf::cuda::throw_cuda(e_, #call, __FILE__, __LINE__); \
+  } while (0)
+// After a launch: launch-configuration errors now, execution errors at the next sync.
+#define MLACONF_CUDA_LAUNCH_CHECK(name) MLACONF_CUDA_CHECK(cudaPeekAtLastError())
+
+// Exact (never contracted into FMA) arithmetic, identical on the host and the device, so the dequant
+// formulas give the same bits as the scalar CPU reference (which gcc does not contract on x86-64).
+#if defined(__CUDA_ARCH__)
+#define MUL_RN(a, b) __fmul_rn((a), (b))
+#define ADD_RN(a, b) __fadd_rn((a), (b))
+#define SUB_RN(a, b) __fsub_rn((a), (b))
+#else
+#define MUL_RN(a, b) ((float)(a) * (float)(b))
+#define ADD_RN(a, b) ((float)(a) + (float)(b))
+#define SUB_RN(a, b) ((float)(a) - (float)(b))
+#endif
+
+__host__ __device__ __forceinline__ uint16_t ld_u16(const uint8_t* p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+__host__ __device__ __forceinline__ uint32_t ld_u32(const uint8_t* p) {
+  return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+__host__ __device__ __forceinline__ float bits_to_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+// IEEE half -> float, exactly (subnormals, inf, NaN), by bit manipulation so host and device agree.
+__host__ __device__ __forceinline__ float half_bits_to_float(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t man = h & 0x3ffu;
+  if (exp == 0x1f) return bits_to_float(sign | 0x7f800000u | (man << 13));
+  if (exp == 0) {
+    if (man == 0) return bits_to_float(sign);
+    // subnormal: normalise
+    int e = -1;
+    do { man <<= 1; ++e; } while ((man & 0x400u) == 0);
+    man &= 0x3ffu;
+    return bits_to_float(sign | ((uint32_t)(127 - 15 - e) << 23) | (man << 13));
+  }
+  return bits_to_float(sign | ((exp + 127 - 15) << 23) | (man << 13));
+}
+__host__ __device__ __forceinline__ float ld_f16(const uint8_t* p) { return half_bits_to_float(ld_u16(p)); }
+
+inline unsigned ceil_div(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
+
+}  // namespace mlaconf::cuda

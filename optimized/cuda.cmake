@@ -1,0 +1,18 @@
+# mlaconf_optimized: the CUDA pipeline. Few .cu files (two architectures on two cores compile slowly).
+# Only core/ is linked: optimized/ shares no math with reference/.
+# CMake 3.25 predates nvcc's C++20 flag: teach it (nvcc 12+ accepts -std=c++20).
+if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
+endif()
+file(GLOB MLACONF_OPT_SRCS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cu ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+add_library(mlaconf_optimized STATIC ${MLACONF_OPT_SRCS})
+target_include_directories(mlaconf_optimized PUBLIC ${PROJECT_SOURCE_DIR})
+target_link_libraries(mlaconf_optimized PUBLIC mlaconf_core CUDA::cudart_static CUDA::cublas)
+target_compile_options(mlaconf_optimized PRIVATE
+  $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo --expt-relaxed-constexpr -Xcompiler=-Wall,-Wno-unused-parameter>)
+# Kernel code must never contract a*b+c where the reference rounds twice (dequant is bit-exact);
+# kernels that want FMA use fmaf explicitly.
+target_compile_options(mlaconf_optimized PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--fmad=true>)
+target_compile_definitions(mlaconf_optimized PUBLIC MLACONF_HAVE_CUDA=1)

@@ -1,0 +1,88 @@
+// mlaconf optimized: dequantization kernels (ggml blocks -> f32 / f16), one thread per output value.
+#include <cuda_fp16.h>
+
+#include "core/error.h"
+#include "optimized/api.h"
+#include "optimized/dequant_elem.cuh"
+
+namespace mlaconf::cuda {
+
+// The IQ lattices: a device copy (read through L1) and a host copy (dequantize_host).
+#define MLACONF_GRID_QUAL __device__
+#define MLACONF_GRID_NAME(x) d_##x
+#include "optimized/iq_grids.inc"
+#undef MLACONF_GRID_QUAL
+#undef MLACONF_GRID_NAME
+#define MLACONF_GRID_QUAL static
+#define MLACONF_GRID_NAME(x) h_##x
+#include "optimized/iq_grids.inc"
+#undef MLACONF_GRID_QUAL
+#undef MLACONF_GRID_NAME
+
+__device__ IqGrids device_grids() {
+  return IqGrids{d_kIq2xxsGrid, d_kIq2xsGrid, d_kIq2sGrid, d_kIq3xxsGrid, d_kIq3sGrid, d_kIq1sGrid};
+}
+static IqGrids host_grids() {
+  return IqGrids{h_kIq2xxsGrid, h_kIq2xsGrid, h_kIq2sGrid, h_kIq3xxsGrid, h_kIq3sGrid, h_kIq1sGrid};
+}
+
+bool can_dequantize(GgmlType t) {
+  for (GgmlType w : weight_types())
+    if (w == t) return true;
+  return false;
+}
+
+static void check_args(GgmlType t, int64_t n, const char* who) {
+  if (!can_dequantize(t)) throw InputError(std::string(who) + ": cannot dequantize type " + type_name(t));
+  if (n < 0 || n % traits(t).block_size != 0)
+    throw InputError(std::string(who) + ": " + std::to_string(n) + " values is not a multiple of the " + type_name(t) +
+                     " block size " + std::to_string(traits(t).block_size));
+}
+
+template <class Out>
+__device__ __forceinline__ void store(Out* p, float v);
+template <>
+__device__ __forceinline__ void store<float>(float* p, float v) { *p = v; }
+template <>
+__device__ __forceinline__ void store<__half>(__half* p, float v) { *p = __float2half_rn(v); }
+
+template <class Out>
+__global__ void dequant_kernel(int type, const uint8_t* __restrict__ src, int64_t n, int bs, int ts, Out* __restrict__ dst) {
+  const IqGrids g = device_grids();
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t blk = e / bs;
+    store(dst + e, dq_elem(type, src + blk * ts, (int)(e - blk * bs), g));
+  }
+}
+
+template <class Out>
+static void launch(GgmlType t, const void* src, int64_t n, Out* dst) {
+  if (n == 0) return;
+  const auto& tr = traits(t);
+  const int threads = 256;
+  const unsigned blocks = (unsigned)std::min<int64_t>(ceil_div(n, threads), 65535 * 8);
+  dequant_kernel<Out><<<blocks, threads>>>((int)t, static_cast<const uint8_t*>(src), n, (int)tr.block_size,
+                                           (int)tr.type_size, dst);
+  MLACONF_CUDA_LAUNCH_CHECK("dequant_kernel");
+}
+
+void dequantize_f32(GgmlType t, const void* d_src, int64_t n, float* d_dst) {
+  check_args(t, n, "cuda::dequantize_f32");
+  launch<float>(t, d_src, n, d_dst);
+}
+void dequantize_f16(GgmlType t, const void* d_src, int64_t n, uint16_t* d_dst) {
+  check_args(t, n, "cuda::dequantize_f16");
+  launch<__half>(t, d_src, n, reinterpret_cast<__half*>(d_dst));
+}
+
+void dequantize_host(GgmlType t, const uint8_t* src, int64_t n, float* dst) {
+  check_args(t, n, "cuda::dequantize_host");
+  const auto& tr = traits(t);
+  const IqGrids g = host_grids();
+  for (int64_t e = 0; e < n; ++e) {
+    const int64_t blk = e / tr.block_size;
+    dst[e] = dq_elem((int)t, src + blk * tr.type_size, (int)(e - blk * tr.block_size), g);
+  }
+}
+
+}  // namespace mlaconf::cuda

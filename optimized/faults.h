@@ -1,0 +1,31 @@
+// mlaconf optimized: named fault injections, for negative controls.
+//
+// A suite switches one on (ScopedFault) to prove that its conformance check catches the bug the fault
+// reproduces. Nothing in production turns them on; `mlaconf ... --fault NAME` may.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace mlaconf::cuda {
+
+enum class Fault {
+  None,
+  DenseAttention,   // "dense-attention": sparse MLA attends to every causal row, ignoring the index list
+  TopkUpperTie,     // "topk-upper-tie": top-k ties go to the higher index
+  NoLseMerge,       // "no-lse-merge": split-K partials summed without rescaling to a common max
+};
+
+// Names, for the CLI and the report: "dense-attention" ("dense attention in place of sparse"), ...
+std::vector<std::string> fault_names();
+// Throws InputError for an unknown name. "" or "none" clears.
+void set_fault(const std::string& name);
+void set_fault(Fault f);
+Fault active_fault();
+
+struct ScopedFault {
+  explicit ScopedFault(Fault f) : prev(active_fault()) { set_fault(f); }
+  ~ScopedFault() { set_fault(prev); }
+  Fault prev;
+};
+
+}  // namespace mlaconf::cuda
