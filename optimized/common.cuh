@@ -50,7 +50,8 @@ __host__ __device__ __forceinline__ float half_bits_to_float(uint16_t h) {
   const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1f;
   uint32_t man = h & 0x3ffu;
-  if (exp == 0x1f) return bits_to_float(sign | 0x7f800000u | (man << 13));
+  // inf; NaN keeps sign and payload and comes out quiet (bit 22), as ggml's F16C / CUDA conversions do
+  if (exp == 0x1f) return bits_to_float(sign | 0x7f800000u | (man << 13) | (man ? 0x00400000u : 0u));
   if (exp == 0) {
     if (man == 0) return bits_to_float(sign);
     // subnormal: normalise
