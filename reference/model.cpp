@@ -1,0 +1,417 @@
+// mlaconf reference: the GLM-5 forward pass (see model.h). One function per step of a layer, in the
+// order of the paper: attention input norm, MLA projections, DSA indexer, sparse attention, output
+// projection, residual, FFN norm, dense MLP or MoE, residual.
+#include "reference/model.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "core/error.h"
+#include "core/weight_layout.h"
+#include "reference/indexer.h"
+#include "reference/moe.h"
+#include "reference/weights.h"
+
+namespace mlaconf::ref {
+
+namespace {
+
+// Records a row-major matrix (any shape whose product is its size) as double.
+template <class S>
+void rec(Trace* tr, int64_t layer, const char* name, const Mat<S>& m, std::vector<int64_t> shape) {
+  if (!tr || !tr->wants(static_cast<int>(layer), name)) return;
+  std::vector<double> d(static_cast<size_t>(m.size()));
+  for (Eigen::Index r = 0, k = 0; r < m.rows(); ++r)
+    for (Eigen::Index c = 0; c < m.cols(); ++c) d[k++] = static_cast<double>(m(r, c));
+  tr->record(static_cast<int>(layer), name, d.data(), shape);
+}
+void rec_i32(Trace* tr, int64_t layer, const char* name, const MatI& m) {
+  if (!tr || !tr->wants(static_cast<int>(layer), name)) return;
+  std::vector<int32_t> d(static_cast<size_t>(m.size()));
+  for (Eigen::Index r = 0, k = 0; r < m.rows(); ++r)
+    for (Eigen::Index c = 0; c < m.cols(); ++c) d[k++] = m(r, c);
+  tr->record_i32(static_cast<int>(layer), name, d.data(), {m.rows(), m.cols()});
+}
+void rec_vec(Trace* tr, int64_t layer, const char* name, const std::vector<double>& v) {
+  if (!tr || !tr->wants(static_cast<int>(layer), name)) return;
+  tr->record(static_cast<int>(layer), name, v.data(), {static_cast<int64_t>(v.size())});
+}
+void rec_vec_i32(Trace* tr, int64_t layer, const char* name, const std::vector<uint8_t>& v) {
+  if (!tr || !tr->wants(static_cast<int>(layer), name)) return;
+  std::vector<int32_t> d(v.begin(), v.end());
+  tr->record_i32(static_cast<int>(layer), name, d.data(), {static_cast<int64_t>(v.size())});
+}
+
+std::string blk(int64_t l, const char* s) { return wname::blk(l, s); }
+
+}  // namespace
+
+template <class S>
+int32_t argmax_lower(const Eigen::Ref<const Vec<S>>& row, double* margin) {
+  int32_t best = -1, second = -1;
+  for (Eigen::Index i = 0; i < row.size(); ++i) {
+    if (best < 0 || row[i] > row[best]) {  // strictly greater: ties keep the lower id
+      second = best;
+      best = static_cast<int32_t>(i);
+    } else if (second < 0 || row[i] > row[second]) {
+      second = static_cast<int32_t>(i);
+    }
+  }
+  if (margin) *margin = second < 0 ? 0.0 : static_cast<double>(row[best]) - static_cast<double>(row[second]);
+  return best;
+}
+
+template <class S>
+struct Model<S>::Impl {
+  struct LayerCache {
+    RowCache<S> latent;     // [n, kv_lora + rope]: [c | k_pe (roped)]
+    RowCache<S> index_key;  // [n, Di]: indexer keys after LayerNorm and RoPE (full layers only)
+  };
+  Weights<S> w;
+  std::vector<LayerCache> caches;
+  Eigen::VectorXd inv_freq;
+  double attn_scale = 0;
+
+  Impl(const GgufFile& f, const ModelConfig& c, const ModelOptions& o) : w(f, c, o.expert_cache_bytes) {}
+};
+
+template <class S>
+Model<S>::Model(const GgufFile& f, const ModelConfig& c, ModelOptions opt) : c_(c), opt_(opt) {
+  c_.validate(f.path());
+  validate_weights(f, c_);
+  impl_ = std::make_unique<Impl>(f, c_, opt_);
+  RopeParams rp;
+  rp.dim = c_.n_rot;
+  rp.theta = c_.rope_freq_base;
+  rp.yarn_factor = c_.rope_scaling_factor;
+  rp.yarn_orig_ctx = c_.rope_scaling_orig_ctx;
+  impl_->inv_freq = rope_inv_freq(rp);
+  // softmax scale 1/sqrt(qk_nope + qk_rope); DeepSeek YaRN multiplies it by mscale².
+  double scale = 1.0 / std::sqrt(static_cast<double>(c_.qk_head()));
+  if (c_.rope_scaling_factor > 1.0 && c_.rope_yarn_log_multiplier > 0.0) {
+    double m = 1.0 + c_.rope_yarn_log_multiplier * std::log(c_.rope_scaling_factor);
+    scale *= m * m;
+  }
+  impl_->attn_scale = scale;
+  impl_->caches.resize(static_cast<size_t>(c_.n_layer_run()));
+  for (auto& lc : impl_->caches) {
+    lc.latent = RowCache<S>(c_.latent_dim());
+    lc.index_key = RowCache<S>(c_.indexer_head_size);
+  }
+}
+
+template <class S>
+Model<S>::~Model() = default;
+template <class S>
+Model<S>::Model(Model&&) noexcept = default;
+
+template <class S>
+Weights<S>& Model<S>::weights() {
+  return impl_->w;
+}
+
+template <class S>
+Mat<S> Model<S>::latent_cache(int64_t layer) const {
+  return impl_->caches.at(static_cast<size_t>(layer)).latent.copy();
+}
+
+template <class S>
+void Model<S>::reset() {
+  for (auto& lc : impl_->caches) {
+    lc.latent.clear();
+    lc.index_key.clear();
+  }
+  n_past_ = 0;
+}
+
+template <class S>
+Mat<S> Model<S>::embed(std::span<const int32_t> ids) {
+  return impl_->w.embed_rows(ids.data(), static_cast<int64_t>(ids.size()));
+}
+
+template <class S>
+Mat<S> Model<S>::head(const Mat<S>& hidden, Trace* trace) {
+  Weights<S>& W = impl_->w;
+  Mat<S> fn = rmsnorm<S>(hidden, W.vec(wname::kOutputNorm), c_.rms_eps);  // [T, E]
+  rec<S>(trace, -1, op::kFinalNorm, fn, {fn.rows(), fn.cols()});
+  const char* out_name = W.has(wname::kOutput) ? wname::kOutput : wname::kTokenEmbd;  // tied fallback
+  Mat<S> logits = linear<S>(fn, W.mat(out_name));  // [T, vocab]
+  rec<S>(trace, -1, op::kLogits, logits, {logits.rows(), logits.cols()});
+  return logits;
+}
+
+// ---- one decoder layer ----------------------------------------------------------------------------
+namespace {
+
+template <class S>
+struct LayerCtx {
+  const ModelConfig& c;
+  const ModelOptions& opt;
+  Weights<S>& W;
+  const Eigen::VectorXd& inv_freq;
+  double scale;
+  Trace* tr;
+  int64_t l;
+  int64_t pos0;
+  std::vector<int64_t> pos;  // absolute positions of the T rows
+};
+
+// MLA projections: returns q [T, H*(nope+rope)] (q_pe roped), appends [c | k_pe] to the latent cache.
+template <class S>
+Mat<S> mla_project(LayerCtx<S>& L, const Mat<S>& x, const Mat<S>& cq, RowCache<S>& latent) {
+  const ModelConfig& c = L.c;
+  const int64_t T = x.rows(), H = c.n_head, dn = c.qk_nope(), R = c.qk_rope(), dq = c.qk_head(), dl = c.kv_lora_rank;
+  Mat<S> q = linear<S>(cq, L.W.mat(blk(L.l, wname::kQB)));  // [T, H*dq], per head [nope | rope]
+  rec<S>(L.tr, L.l, op::kQB, q, {T, H, dq});
+  for (int64_t h = 0; h < H; ++h) rope_inplace<S>(q, h * dq + dn, L.pos.data(), L.inv_freq, RopeStyle::Interleaved);
+  if (L.tr && L.tr->wants(static_cast<int>(L.l), op::kQPeRope)) {
+    Mat<S> qpe(T, H * R);
+    for (int64_t h = 0; h < H; ++h) qpe.middleCols(h * R, R) = q.middleCols(h * dq + dn, R);
+    rec<S>(L.tr, L.l, op::kQPeRope, qpe, {T, H, R});
+  }
+  Mat<S> kva = linear<S>(x, L.W.mat(blk(L.l, wname::kKvA)));  // [T, kv_lora + rope] = [latent | k_pe]
+  rec<S>(L.tr, L.l, op::kKvA, kva, {T, dl + R});
+  Mat<S> lat(T, dl + R);
+  lat.leftCols(dl) = rmsnorm<S>(kva.leftCols(dl), L.W.vec(blk(L.l, wname::kKvANorm)), c.rms_eps);
+  lat.rightCols(R) = kva.rightCols(R);
+  rope_inplace<S>(lat, dl, L.pos.data(), L.inv_freq, RopeStyle::Interleaved);
+  rec<S>(L.tr, L.l, op::kKvLatent, Mat<S>(lat.leftCols(dl)), {T, dl});
+  rec<S>(L.tr, L.l, op::kKPeRope, Mat<S>(lat.rightCols(R)), {T, R});
+  rec<S>(L.tr, L.l, op::kLatentCache, lat, {T, dl + R});
+  latent.append(lat);
+  return q;
+}
+
+// DSA lightning indexer of a full layer: appends the keys to the key cache and selects the top-k.
+template <class S>
+TopK indexer_select(LayerCtx<S>& L, const Mat<S>& x, const Mat<S>& cq, RowCache<S>& keys) {
+  const ModelConfig& c = L.c;
+  const int64_t T = x.rows(), Hi = c.indexer_n_head, Di = c.indexer_head_size, R = c.qk_rope();
+  const RopeStyle style = c.indexer_neox() ? RopeStyle::NeoX : RopeStyle::Interleaved;
+  Mat<S> qi = linear<S>(cq, L.W.mat(blk(L.l, wname::kIdxQB)));  // [T, Hi*Di], per head [rope | nope]
+  for (int64_t h = 0; h < Hi; ++h) rope_inplace<S>(qi, h * Di, L.pos.data(), L.inv_freq, style);
+  rec<S>(L.tr, L.l, op::kIndexerQ, qi, {T, Hi, Di});
+  Mat<S> ki = layernorm<S>(linear<S>(x, L.W.mat(blk(L.l, wname::kIdxK))), L.W.vec(blk(L.l, wname::kIdxKNorm)),
+                           L.W.vec(blk(L.l, wname::kIdxKNormB)), 1e-6);  // [T, Di]
+  rope_inplace<S>(ki, 0, L.pos.data(), L.inv_freq, style);
+  (void)R;
+  rec<S>(L.tr, L.l, op::kIndexerK, ki, {T, Di});
+  Mat<S> wts = linear<S>(x, L.W.mat(blk(L.l, wname::kIdxProj)));  // [T, Hi]
+  rec<S>(L.tr, L.l, op::kIndexerWeights, wts, {T, Hi});
+  keys.append(ki);
+  Mat<S> scores = indexer_scores<S>(qi, keys.copy(), wts, Hi, L.pos0);  // [T, pos0+T]
+  rec<S>(L.tr, L.l, op::kIndexerScores, scores, {T, scores.cols()});
+  TopK sel = topk_lower_index<S>(scores, c.indexer_top_k);
+  return sel;
+}
+
+// Sparse MLA of T queries over the latent cache, rows limited to each query's selection.
+// q [T, H*(nope+rope)] (roped) -> per-head values [T, H*v].
+template <class S>
+Mat<S> mla_attend(LayerCtx<S>& L, const Mat<S>& q, const Mat<S>& cache, const TopK& sel, MlaForm form) {
+  const ModelConfig& c = L.c;
+  const int64_t T = q.rows(), H = c.n_head, dn = c.qk_nope(), R = c.qk_rope(), dq = c.qk_head();
+  const int64_t dl = c.kv_lora_rank, dv = c.v_head();
+  const auto& kb = L.W.per_head(blk(L.l, wname::kKB));  // H x [kv_lora, nope] (= W_UK^T)
+  const auto& vb = L.W.per_head(blk(L.l, wname::kVB));  // H x [v, kv_lora]    (= W_UV)
+  if (static_cast<int64_t>(kb.size()) != H || static_cast<int64_t>(vb.size()) != H)
+    throw InputError(L.W.file().path() + ": attn_k_b / attn_v_b head count differs from the config");
+  Mat<S> out(T, H * dv);
+  if (form == MlaForm::Absorbed) {
+    // q_abs[s,h] = [kb[h] q_nope[s,h] | q_pe[s,h]]  [T, H, kv_lora + rope], batched per head.
+    Mat<S> qabs(T, H * (dl + R));
+    for (int64_t h = 0; h < H; ++h) {
+      qabs.middleCols(h * (dl + R), dl) = q.middleCols(h * dq, dn) * kb[h].transpose();
+      qabs.middleCols(h * (dl + R) + dl, R) = q.middleCols(h * dq + dn, R);
+    }
+    rec<S>(L.tr, L.l, op::kQAbsorbed, qabs, {T, H, dl + R});
+    Mat<S> olat(T, H * dl);  // [T, H, kv_lora]
+    for (int64_t s = 0; s < T; ++s) {
+      Mat<S> qs = Eigen::Map<const Mat<S>>(qabs.row(s).data(), H, dl + R);
+      Mat<S> o = sparse_mla_absorbed<S>(qs, cache, sel.idx.row(s).data(), sel.idx.cols(), dl, L.scale);
+      olat.row(s) = Eigen::Map<const Vec<S>>(o.data(), H * dl).transpose();
+    }
+    rec<S>(L.tr, L.l, op::kAttnLatentOut, olat, {T, H, dl});
+    for (int64_t h = 0; h < H; ++h) out.middleCols(h * dv, dv) = olat.middleCols(h * dl, dl) * vb[h].transpose();
+  } else {
+    // Naive: expand k_nope and v for every cached token (as HF does), then attend per query.
+    const int64_t Lc = cache.rows();
+    std::vector<Mat<S>> kn(H), vv(H);
+    for (int64_t h = 0; h < H; ++h) {
+      kn[h] = cache.leftCols(dl) * kb[h];               // [L, nope]
+      vv[h] = cache.leftCols(dl) * vb[h].transpose();   // [L, v]
+    }
+    for (int64_t s = 0; s < T; ++s) {
+      std::vector<int32_t> ids;
+      for (Eigen::Index j = 0; j < sel.idx.cols(); ++j)
+        if (sel.idx(s, j) >= 0) ids.push_back(sel.idx(s, j));
+      for (int64_t h = 0; h < H; ++h) {
+        if (ids.empty()) {
+          out.row(s).segment(h * dv, dv).setZero();
+          continue;
+        }
+        Vec<S> sc(static_cast<Eigen::Index>(ids.size()));
+        for (size_t j = 0; j < ids.size(); ++j) {
+          if (ids[j] >= Lc) throw std::out_of_range("naive MLA: index beyond the cache");
+          sc[j] = (kn[h].row(ids[j]).dot(q.row(s).segment(h * dq, dn)) +
+                   cache.row(ids[j]).tail(R).dot(q.row(s).segment(h * dq + dn, R))) *
+                  static_cast<S>(L.scale);
+        }
+        Vec<S> p = softmax<S>(sc);
+        Vec<S> o = Vec<S>::Zero(dv);
+        for (size_t j = 0; j < ids.size(); ++j) o += p[j] * vv[h].row(ids[j]).transpose();
+        out.row(s).segment(h * dv, dv) = o.transpose();
+      }
+    }
+  }
+  rec<S>(L.tr, L.l, op::kAttnVOut, out, {T, H, dv});
+  return out;
+}
+
+// The routed experts and the shared expert of a MoE layer. y [T, E] -> [T, E].
+template <class S>
+Mat<S> moe_forward(LayerCtx<S>& L, const Mat<S>& y) {
+  const ModelConfig& c = L.c;
+  const int64_t T = y.rows(), E = y.cols(), K = c.n_expert_used;
+  Mat<S> logits = linear<S>(y, L.W.mat(blk(L.l, wname::kGateInp)));  // [T, n_expert]
+  rec<S>(L.tr, L.l, op::kRouterLogits, logits, {T, c.n_expert});
+  const std::string bias_name = blk(L.l, wname::kExpProbsB);
+  Vec<S> bias = L.W.has(bias_name) ? L.W.vec(bias_name) : Vec<S>();
+  Route<S> r = moe_route<S>(logits, bias, RouterParams::from(c));
+  rec_i32(L.tr, L.l, op::kRouterIds, r.ids);
+  rec<S>(L.tr, L.l, op::kRouterWeights, r.weights, {T, K});
+  rec_vec(L.tr, L.l, op::kRouterTopkGap, r.gap);
+  const bool want_expert_out = L.tr && L.tr->wants(static_cast<int>(L.l), op::kExpertOut);
+  Mat<S> expert_out;
+  if (want_expert_out) expert_out = Mat<S>::Zero(T, K * E);
+  Mat<S> out = Mat<S>::Zero(T, E);
+  // Each used expert once: gather its tokens, run it, scatter back weighted.
+  for (int64_t e = 0; e < c.n_expert; ++e) {
+    std::vector<std::pair<int64_t, int64_t>> rows;  // (token, slot)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < K; ++j)
+        if (r.ids(t, j) == e) rows.emplace_back(t, j);
+    if (rows.empty()) continue;
+    const ExpertWeights<S>& ew = L.W.expert(L.l, e);
+    Mat<S> xe(static_cast<Eigen::Index>(rows.size()), E);
+    for (size_t i = 0; i < rows.size(); ++i) xe.row(i) = y.row(rows[i].first);
+    Mat<S> ye = swiglu_mlp<S>(xe, ew.gate, ew.up, ew.down);  // [n, E]
+    for (size_t i = 0; i < rows.size(); ++i) {
+      out.row(rows[i].first) += r.weights(rows[i].first, rows[i].second) * ye.row(i);
+      if (want_expert_out) expert_out.row(rows[i].first).segment(rows[i].second * E, E) = ye.row(i);
+    }
+  }
+  if (want_expert_out) rec<S>(L.tr, L.l, op::kExpertOut, expert_out, {T, K, E});
+  if (c.n_expert_shared > 0) {
+    Mat<S> sh = swiglu_mlp<S>(y, L.W.mat(blk(L.l, wname::kGateShexp)), L.W.mat(blk(L.l, wname::kUpShexp)),
+                              L.W.mat(blk(L.l, wname::kDownShexp)));
+    rec<S>(L.tr, L.l, op::kSharedExpertOut, sh, {T, E});
+    out += sh;
+  }
+  return out;
+}
+
+}  // namespace
+
+template <class S>
+Mat<S> Model<S>::forward_layers(const Mat<S>& hidden, int64_t pos0, int64_t l_begin, int64_t l_end, Trace* trace) {
+  const int64_t n_run = c_.n_layer_run();
+  if (l_begin < 0 || l_end > n_run || l_begin > l_end)
+    throw std::invalid_argument("forward_layers: layer range [" + std::to_string(l_begin) + ", " +
+                                std::to_string(l_end) + ") outside 0.." + std::to_string(n_run));
+  if (hidden.cols() != c_.n_embd) throw std::invalid_argument("forward_layers: hidden width differs from n_embd");
+  const int64_t T = hidden.rows();
+  for (int64_t l = l_begin; l < l_end; ++l) {
+    if (impl_->caches[l].latent.rows() != pos0)
+      throw std::invalid_argument("forward_layers: layer " + std::to_string(l) + " caches hold " +
+                                  std::to_string(impl_->caches[l].latent.rows()) + " positions, not pos0 = " +
+                                  std::to_string(pos0));
+  }
+  Weights<S>& W = impl_->w;
+  std::vector<std::optional<TopK>> sel(static_cast<size_t>(n_run));
+  Mat<S> h = hidden;
+  for (int64_t l = l_begin; l < l_end; ++l) {
+    auto& lc = impl_->caches[l];
+    LayerCtx<S> L{c_, opt_, W, impl_->inv_freq, impl_->attn_scale, trace, l, pos0, {}};
+    for (int64_t t = 0; t < T; ++t) L.pos.push_back(pos0 + t);
+    rec<S>(trace, l, op::kInputHidden, h, {T, c_.n_embd});
+
+    // Attention block.
+    Mat<S> x = rmsnorm<S>(h, W.vec(blk(l, wname::kAttnNorm)), c_.rms_eps);  // [T, E]
+    rec<S>(trace, l, op::kAttnNormOut, x, {T, c_.n_embd});
+    Mat<S> qa = linear<S>(x, W.mat(blk(l, wname::kQA)));                       // [T, q_lora]
+    rec<S>(trace, l, op::kQA, qa, {T, c_.q_lora_rank});
+    Mat<S> cq = rmsnorm<S>(qa, W.vec(blk(l, wname::kQANorm)), c_.rms_eps);    // [T, q_lora]
+    rec<S>(trace, l, op::kQANorm, cq, {T, c_.q_lora_rank});
+    Mat<S> q = mla_project<S>(L, x, cq, lc.latent);
+
+    const int64_t src = c_.indexer_source_layer(l);
+    if (src == l) {
+      sel[l] = indexer_select<S>(L, x, cq, lc.index_key);
+    } else if (src < l_begin || !sel[src]) {
+      throw InputError("forward_layers: layer " + std::to_string(l) + " reuses the selection of layer " +
+                       std::to_string(src) + ", which is outside the range [" + std::to_string(l_begin) + ", " +
+                       std::to_string(l_end) + ")");
+    } else {
+      sel[l] = *sel[src];
+    }
+    rec_i32(trace, l, op::kIndexerTopk, sel[l]->idx);
+    if (src == l) {
+      rec_vec_i32(trace, l, op::kIndexerTopkTie, sel[l]->tie);
+      rec_vec(trace, l, op::kIndexerTopkGap, sel[l]->gap);
+    }
+    const TopK used = opt_.dense_attention ? dense_selection(T, pos0) : *sel[l];
+    Mat<S> ov = mla_attend<S>(L, q, lc.latent.copy(), used, opt_.mla_form);  // [T, H*v]
+    Mat<S> attn = linear<S>(ov, W.mat(blk(l, wname::kAttnOut)));            // [T, E]
+    rec<S>(trace, l, op::kAttnOut, attn, {T, c_.n_embd});
+    Mat<S> a = h + attn;
+
+    // FFN block.
+    Mat<S> y = rmsnorm<S>(a, W.vec(blk(l, wname::kFfnNorm)), c_.rms_eps);
+    rec<S>(trace, l, op::kFfnNormOut, y, {T, c_.n_embd});
+    Mat<S> mlp = c_.is_moe_layer(l) ? moe_forward<S>(L, y)
+                                    : swiglu_mlp<S>(y, W.mat(blk(l, wname::kFfnGate)), W.mat(blk(l, wname::kFfnUp)),
+                                                    W.mat(blk(l, wname::kFfnDown)));
+    rec<S>(trace, l, op::kMlpOut, mlp, {T, c_.n_embd});
+    h = a + mlp;
+    rec<S>(trace, l, op::kOutputHidden, h, {T, c_.n_embd});
+  }
+  return h;
+}
+
+template <class S>
+Mat<S> Model<S>::forward(std::span<const int32_t> ids, Trace* trace) {
+  if (ids.empty()) throw std::invalid_argument("forward: no tokens");
+  Mat<S> h = embed(ids);
+  h = forward_layers(h, n_past_, 0, c_.n_layer_run(), trace);
+  n_past_ += static_cast<int64_t>(ids.size());
+  return head(h, trace);
+}
+
+template <class S>
+GenerateResult Model<S>::generate(std::span<const int32_t> prompt, int64_t n_new, const StepCallback& on_step,
+                                  Trace* trace) {
+  GenerateResult r;
+  if (n_new <= 0) return r;
+  if (prompt.empty()) throw std::invalid_argument("generate: empty prompt");
+  Mat<S> logits = forward(prompt, trace);
+  for (int64_t step = 0; step < n_new; ++step) {
+    double margin = 0;
+    const int32_t tok = argmax_lower<S>(logits.row(logits.rows() - 1).transpose(), &margin);
+    r.tokens.push_back(tok);
+    r.margins.push_back(margin);
+    if (on_step) on_step(step, tok, margin);
+    if (step + 1 < n_new) logits = forward(std::span<const int32_t>(&tok, 1), trace);
+  }
+  return r;
+}
+
+template int32_t argmax_lower<float>(const Eigen::Ref<const Vec<float>>&, double*);
+template int32_t argmax_lower<double>(const Eigen::Ref<const Vec<double>>&, double*);
+template class Model<float>;
+template class Model<double>;
+
+}  // namespace mlaconf::ref

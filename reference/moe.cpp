@@ -1,0 +1,97 @@
+// mlaconf reference: the MoE router (see moe.h).
+#include "reference/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+
+namespace mlaconf::ref {
+
+RouterParams RouterParams::from(const ModelConfig& c) {
+  RouterParams p;
+  p.n_expert = c.n_expert;
+  p.n_used = c.n_expert_used;
+  p.n_group = c.n_expert_groups;
+  p.n_group_used = c.n_group_used;
+  p.norm = c.expert_weights_norm;
+  p.scale = c.expert_weights_scale;
+  p.gating = c.gating;
+  return p;
+}
+
+namespace {
+// Indices of the n largest values, stable descending (ties: lower index first).
+template <class T>
+std::vector<int32_t> top_indices(const std::vector<T>& v, int64_t n) {
+  std::vector<int32_t> o(v.size());
+  std::iota(o.begin(), o.end(), 0);
+  std::stable_sort(o.begin(), o.end(), [&](int32_t a, int32_t b) { return v[a] > v[b]; });
+  o.resize(static_cast<size_t>(std::min<int64_t>(n, static_cast<int64_t>(o.size()))));
+  return o;
+}
+}  // namespace
+
+template <class S>
+Route<S> moe_route(const Mat<S>& logits, const Vec<S>& bias, const RouterParams& p) {
+  // logits [T, n_expert] -> ids, weights [T, n_used]
+  const int64_t T = logits.rows(), E = logits.cols(), K = p.n_used;
+  if (E != p.n_expert || K < 1 || K > E) throw std::invalid_argument("moe_route: bad expert counts");
+  if (bias.size() != 0 && bias.size() != E) throw std::invalid_argument("moe_route: bias size mismatch");
+  if (p.n_group < 1 || E % p.n_group != 0 || p.n_group_used < 1 || p.n_group_used > p.n_group)
+    throw std::invalid_argument("moe_route: bad group counts");
+  Route<S> r;
+  r.ids.resize(T, K);
+  r.weights.resize(T, K);
+  r.gap.assign(static_cast<size_t>(T), std::numeric_limits<double>::infinity());
+  const S ninf = -std::numeric_limits<S>::infinity();
+  for (int64_t t = 0; t < T; ++t) {
+    // Gating probabilities, in S.
+    Vec<S> prob(E);
+    if (p.gating == GatingFunc::Softmax) {
+      prob = softmax<S>(logits.row(t).transpose());
+    } else {
+      prob = (S(1) / (S(1) + (-logits.row(t).array()).exp())).matrix().transpose();
+    }
+    std::vector<S> choice(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) choice[e] = prob[e] + (bias.size() ? bias[e] : S(0));
+    // Group limit: a group's score is the sum of its two best choices; keep n_group_used groups.
+    if (p.n_group > 1) {
+      const int64_t per = E / p.n_group;
+      std::vector<S> gscore(static_cast<size_t>(p.n_group));
+      for (int64_t g = 0; g < p.n_group; ++g) {
+        std::vector<S> in(choice.begin() + g * per, choice.begin() + (g + 1) * per);
+        std::vector<int32_t> best = top_indices(in, std::min<int64_t>(2, per));
+        S sum = 0;
+        for (int32_t i : best) sum += in[i];
+        gscore[g] = sum;
+      }
+      std::vector<int32_t> keep = top_indices(gscore, p.n_group_used);
+      std::vector<bool> kept(static_cast<size_t>(p.n_group), false);
+      for (int32_t g : keep) kept[g] = true;
+      for (int64_t e = 0; e < E; ++e)
+        if (!kept[e / per]) choice[e] = ninf;
+    }
+    std::vector<int32_t> sel = top_indices(choice, K + (K < E ? 1 : 0));
+    if (static_cast<int64_t>(sel.size()) > K) {
+      r.gap[t] = static_cast<double>(choice[sel[K - 1]]) - static_cast<double>(choice[sel[K]]);
+      sel.resize(static_cast<size_t>(K));
+    }
+    std::sort(sel.begin(), sel.end());
+    S sum = 0;
+    for (int32_t e : sel) sum += prob[e];
+    for (int64_t j = 0; j < K; ++j) {
+      r.ids(t, j) = sel[j];
+      S w = prob[sel[j]];
+      if (p.norm) w = w / (sum + static_cast<S>(1e-20));
+      r.weights(t, j) = w * static_cast<S>(p.scale);
+    }
+  }
+  return r;
+}
+
+template Route<float> moe_route<float>(const Mat<float>&, const Vec<float>&, const RouterParams&);
+template Route<double> moe_route<double>(const Mat<double>&, const Vec<double>&, const RouterParams&);
+
+}  // namespace mlaconf::ref

@@ -1,0 +1,82 @@
+// mlaconf reference: the model's weights, dequantized from the GGUF only when first used.
+//
+// Dense tensors are dequantized to Scalar matrices on first access and kept. Routed experts are
+// dequantized one expert at a time, only when a token routes to it, into an LRU cache bounded by a
+// byte budget (a real GLM-5 layer holds 256 experts, ~38 GB as float). ggml layouts:
+//   2-D {in, out}            -> Mat [out, in]   (y = W x)
+//   attn_k_b {nope, kv_lora, H} -> H x Mat [kv_lora, nope]   (= W_UK^T per head)
+//   attn_v_b {kv_lora, v, H}    -> H x Mat [v, kv_lora]      (= W_UV per head)
+//   ffn_*_exps {in, out, E}     -> per expert Mat [out, in]
+#pragma once
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/gguf.h"
+#include "core/model_config.h"
+#include "reference/ops.h"
+
+namespace mlaconf::ref {
+
+template <class S>
+struct ExpertWeights {
+  Mat<S> gate;  // [n_ff_exp, E]
+  Mat<S> up;    // [n_ff_exp, E]
+  Mat<S> down;  // [E, n_ff_exp]
+  size_t bytes() const { return sizeof(S) * static_cast<size_t>(gate.size() + up.size() + down.size()); }
+};
+
+template <class S>
+class Weights {
+ public:
+  // `expert_cache_bytes`: the most bytes routed experts may occupy at once (at least one expert is
+  // always kept, whatever the budget).
+  Weights(const GgufFile& f, const ModelConfig& c, size_t expert_cache_bytes);
+
+  const GgufFile& file() const { return f_; }
+  bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
+
+  // A 1-D tensor as a vector (norm weights, biases).
+  const Vec<S>& vec(const std::string& name);
+  // A 2-D tensor {in, out} as [out, in].
+  const Mat<S>& mat(const std::string& name);
+  // A 3-D per-head tensor {a, b, H} as H matrices [b, a].
+  const std::vector<Mat<S>>& per_head(const std::string& name);
+  // Rows of token_embd for the given ids, dequantized row by row (the table is never expanded). [T, E]
+  Mat<S> embed_rows(const int32_t* ids, int64_t n);
+  // Routed expert e of layer l (gate, up, down), through the LRU cache.
+  const ExpertWeights<S>& expert(int64_t layer, int64_t e);
+
+  // Drops every cached dense tensor of layer l (e.g. after capturing it).
+  void release_layer(int64_t layer);
+
+  // Statistics.
+  size_t dense_bytes() const { return dense_bytes_; }
+  size_t expert_cache_bytes() const { return expert_bytes_; }
+  int64_t expert_loads() const { return expert_loads_; }   // dequantizations performed
+  int64_t expert_hits() const { return expert_hits_; }
+
+ private:
+  const TensorInfo& info(const std::string& name, int n_dims) const;
+  std::vector<S> load(const TensorInfo& t, int64_t row0, int64_t nrows) const;
+
+  const GgufFile& f_;
+  ModelConfig c_;
+  size_t budget_;
+  std::map<std::string, Vec<S>> vecs_;
+  std::map<std::string, Mat<S>> mats_;
+  std::map<std::string, std::vector<Mat<S>>> heads_;
+  size_t dense_bytes_ = 0;
+  // LRU: most recent at the front.
+  using Key = std::pair<int64_t, int64_t>;
+  std::list<std::pair<Key, std::unique_ptr<ExpertWeights<S>>>> lru_;
+  std::map<Key, typename decltype(lru_)::iterator> lru_index_;
+  size_t expert_bytes_ = 0;
+  int64_t expert_loads_ = 0;
+  int64_t expert_hits_ = 0;
+};
+
+}  // namespace mlaconf::ref
