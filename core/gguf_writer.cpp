@@ -104,17 +104,30 @@ void GgufWriter::set_value(const std::string& k, const GgufValue& v) {
 
 void GgufWriter::add_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& ne,
                             std::vector<uint8_t> data) {
+  add_tensor_info(name, type, ne);
+  Tensor& t = tensors_.back();
+  if (data.size() != t.nbytes) {
+    const uint64_t want = t.nbytes;
+    tensors_.pop_back();
+    throw InputError("tensor '" + name + "': " + std::to_string(data.size()) + " bytes given, " + std::to_string(want) +
+                     " expected");
+  }
+  t.data = std::move(data);
+  t.streamed = false;
+}
+
+void GgufWriter::add_tensor_info(const std::string& name, GgmlType type, const std::vector<int64_t>& ne) {
   if (ne.empty() || ne.size() > 4) throw InputError("tensor '" + name + "': 1..4 dimensions required");
   int64_t rows = 1;
   for (size_t d = 1; d < ne.size(); ++d) rows *= ne[d];
   const uint64_t want = static_cast<uint64_t>(row_bytes(type, ne[0])) * static_cast<uint64_t>(rows);
-  if (data.size() != want)
-    throw InputError("tensor '" + name + "': " + std::to_string(data.size()) + " bytes given, " + std::to_string(want) +
-                     " expected");
-  tensors_.push_back({name, type, ne, std::move(data)});
+  Tensor t{name, type, ne, {}};
+  t.nbytes = want;
+  t.streamed = true;
+  tensors_.push_back(std::move(t));
 }
 
-std::vector<uint8_t> GgufWriter::bytes() const {
+std::vector<uint8_t> GgufWriter::header_bytes() const {
   std::vector<uint8_t> b;
   put<uint32_t>(b, 0x46554747u);
   put<uint32_t>(b, 3);
@@ -139,9 +152,17 @@ std::vector<uint8_t> GgufWriter::bytes() const {
     for (int64_t n : t.ne) put<int64_t>(b, n);
     put<uint32_t>(b, static_cast<uint32_t>(t.type));
     put<uint64_t>(b, off);
-    off = pad(off + t.data.size());
+    off = pad(off + t.nbytes);
   }
   b.resize(pad(b.size()), 0);
+  return b;
+}
+
+std::vector<uint8_t> GgufWriter::bytes() const {
+  auto pad = [&](uint64_t x) { return (x + alignment_ - 1) / alignment_ * alignment_; };
+  for (const auto& t : tensors_)
+    if (t.streamed) throw InputError("tensor '" + t.name + "' was declared for streaming; bytes() cannot serialize it");
+  std::vector<uint8_t> b = header_bytes();
   for (const auto& t : tensors_) {
     b.insert(b.end(), t.data.begin(), t.data.end());
     b.resize(pad(b.size()), 0);

@@ -32,6 +32,14 @@ class GgufWriter {
   // Adds a tensor; `data` must hold exactly row_bytes(type, ne[0]) * rows bytes.
   void add_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& ne, std::vector<uint8_t> data);
 
+  // Streaming: declares a tensor whose bytes the caller writes itself after header_bytes(), in
+  // declaration order, each padded with zeros to alignment() (see synth/ for a user). bytes() and
+  // write() refuse a writer that holds such a tensor.
+  void add_tensor_info(const std::string& name, GgmlType type, const std::vector<int64_t>& ne);
+  // Header, metadata and tensor infos, zero-padded to the alignment: everything before the data section.
+  std::vector<uint8_t> header_bytes() const;
+  uint64_t alignment() const { return alignment_; }
+
   // The serialized file.
   std::vector<uint8_t> bytes() const;
   // Writes atomically (temporary name, then rename). Throws InputError on I/O failure.
@@ -47,6 +55,8 @@ class GgufWriter {
     GgmlType type;
     std::vector<int64_t> ne;
     std::vector<uint8_t> data;
+    uint64_t nbytes = 0;    // data.size(), or the declared size of a streamed tensor
+    bool streamed = false;  // added by add_tensor_info: no data held here
   };
   void put_kv(const std::string& key, std::vector<uint8_t> enc);
   uint64_t alignment_;
