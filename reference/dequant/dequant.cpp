@@ -30,6 +30,13 @@ RowFn row_function(GgmlType t) {
     case GgmlType::Q6_K: return dequantize_row_q6_k;
     case GgmlType::IQ4_NL: return dequantize_row_iq4_nl;
     case GgmlType::IQ4_XS: return dequantize_row_iq4_xs;
+    case GgmlType::IQ2_XXS: return dequantize_row_iq2_xxs;
+    case GgmlType::IQ2_XS: return dequantize_row_iq2_xs;
+    case GgmlType::IQ2_S: return dequantize_row_iq2_s;
+    case GgmlType::IQ3_XXS: return dequantize_row_iq3_xxs;
+    case GgmlType::IQ3_S: return dequantize_row_iq3_s;
+    case GgmlType::IQ1_S: return dequantize_row_iq1_s;
+    case GgmlType::IQ1_M: return dequantize_row_iq1_m;
     case GgmlType::MXFP4: return dequantize_row_mxfp4;
     default: return nullptr;
   }
