@@ -1,0 +1,142 @@
+// mlaconf tokenize: text -> token ids with the GGUF's own tokenizer (tokenizer.ggml.*).
+//
+//   mlaconf tokenize --model M.gguf --text "Hello world"           -> 9707 1879
+//   mlaconf tokenize --model M.gguf --text "Hello" --json          -> {"ids": [9707]}
+//   mlaconf tokenize --model M.gguf --text "Hello" --add-bos       -> bos id first
+//   mlaconf tokenize --model M.gguf --ids "9707 1879" [--json]     -> the decoded text
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+#include "tools/command.h"
+
+namespace mlaconf::cli {
+namespace {
+
+struct TokenizeOpts {
+  std::string model;
+  std::string text;
+  std::string text_file;
+  std::string ids;
+  bool json = false;
+  bool add_bos = false;
+  bool no_special = false;
+  bool pieces = false;
+};
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out.push_back(static_cast<char>(c));
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::string t = s;
+  for (char& c : t)
+    if (c == ',' || c == '[' || c == ']') c = ' ';
+  std::istringstream in(t);
+  std::string w;
+  while (in >> w) {
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(w, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != w.size() || v < INT32_MIN || v > INT32_MAX) throw InputError("--ids: '" + w + "' is not a token id");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return ids;
+}
+
+void run(const TokenizeOpts& o) {
+  tok::Tokenizer t = tok::Tokenizer::from_gguf_path(o.model);
+  if (!o.ids.empty()) {
+    std::vector<int32_t> ids = parse_ids(o.ids);
+    std::string text = t.decode(ids, {.special = !o.no_special});
+    if (o.json)
+      std::cout << "{\"text\": " << json_string(text) << "}\n";
+    else
+      std::cout << text << "\n";
+    return;
+  }
+  std::string text = o.text;
+  if (!o.text_file.empty()) {
+    std::ifstream in(o.text_file, std::ios::binary);
+    if (!in) throw InputError(o.text_file + ": cannot read the text file");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  std::vector<int32_t> ids = t.encode(text, {.add_bos = o.add_bos, .parse_special = !o.no_special});
+  if (o.json) {
+    std::cout << "{\"ids\": [";
+    for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? ", " : "") << ids[i];
+    std::cout << "]";
+    if (o.pieces) {
+      std::cout << ", \"pieces\": [";
+      for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? ", " : "") << json_string(t.token_text(ids[i]));
+      std::cout << "]";
+    }
+    std::cout << "}\n";
+  } else {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      std::cout << (i ? " " : "") << ids[i];
+      if (o.pieces) std::cout << ":" << t.token_text(ids[i]);
+    }
+    std::cout << "\n";
+  }
+}
+
+CommandRegistration reg(25, [](CLI::App& root) {
+  auto o = std::make_shared<TokenizeOpts>();
+  CLI::App* cmd = root.add_subcommand(
+      "tokenize",
+      "Text to token ids with the model's own tokenizer (byte-level BPE from tokenizer.ggml.*), or ids back "
+      "to text with --ids. Ids are printed space-separated; --json prints {\"ids\": [...]}. No bos unless "
+      "--add-bos. Special tokens written in the text (\"<|user|>\") become their ids unless --no-special. "
+      "Invalid UTF-8 is read as U+FFFD.");
+  cmd->add_option("--model,-m", o->model, "GGUF file (any shard of a split model)")->required();
+  auto* text = cmd->add_option("--text,-t", o->text, "the text to tokenize");
+  auto* file = cmd->add_option("--text-file", o->text_file, "read the text from this file (bytes as they are)");
+  auto* ids = cmd->add_option("--ids", o->ids, "decode these ids instead (\"1 2 3\" or \"[1, 2, 3]\")");
+  text->excludes(file)->excludes(ids);
+  file->excludes(ids);
+  cmd->add_flag("--json", o->json, "print JSON: {\"ids\": [...]} (or {\"text\": ...} with --ids)");
+  cmd->add_flag("--add-bos", o->add_bos, "prepend tokenizer.ggml.bos_token_id");
+  cmd->add_flag("--no-special", o->no_special,
+                "treat control-token text as plain text (encode) / leave control tokens out (decode)");
+  cmd->add_flag("--pieces", o->pieces, "also show each token's vocabulary spelling");
+  cmd->callback([o, text, file, ids] {
+    if (text->count() == 0 && file->count() == 0 && ids->count() == 0)
+      throw InputError("tokenize: give --text, --text-file or --ids");
+    run(*o);
+    set_exit_code(kExitOk);
+  });
+});
+
+}  // namespace
+}  // namespace mlaconf::cli
