@@ -13,6 +13,12 @@
 
 #include "core/ggml_types.h"
 
+#ifdef __CUDACC__
+#define MLACONF_HD __host__ __device__
+#else
+#define MLACONF_HD
+#endif
+
 namespace mlaconf::cuda {
 
 class CudaError : public std::runtime_error {
@@ -123,6 +129,21 @@ void sparse_mla(const SparseMlaArgs& a);
 // out_v [T, H, v] = per head W_UV[h] (v x d_v, type t, ggml blocks, head stride in bytes) times latent [T, H, d_v].
 void apply_wuv(GgmlType t, const void* d_wuv, int64_t v, int64_t d_v, const float* d_latent, int64_t T, int64_t H,
                float* d_out);
+
+// ---- test data made on the device (a multi-GB cache is filled without a host copy) --------------------
+// The f16 bits of pattern value (row, col) under `seed`: uniform in about [-1, 1], the same on host and device.
+MLACONF_HD inline uint16_t pattern_half_bits(uint64_t seed, int64_t row, int64_t col) {
+  uint64_t z = seed ^ ((uint64_t)row * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)col * 0xC2B2AE3D27D4EB4Full);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  // sign, exponent 2^-4 .. 2^-1, 10 random mantissa bits: |value| in [1/16, 1)
+  const uint16_t sign = (uint16_t)((z >> 63) << 15);
+  const uint16_t exp = (uint16_t)(11 + ((z >> 10) & 3));  // 2^-4 .. 2^-1 times 1.m
+  return (uint16_t)(sign | (exp << 10) | (z & 0x3ff));
+}
+// d_x [rows, cols] f16 = pattern_half_bits(seed, r, c).
+void fill_pattern_f16(uint16_t* d_x, int64_t rows, int64_t cols, uint64_t seed);
 
 // ---- DSA lightning indexer (optimized/indexer.cu) ------------------------------------------------
 // scores [T, L] f32: sum_h w[t,h] * relu(q[t,h] . k[s]) for s <= q_pos[t], -inf above.

@@ -64,6 +64,9 @@ __host__ __device__ __forceinline__ float half_bits_to_float(uint16_t h) {
 }
 __host__ __device__ __forceinline__ float ld_f16(const uint8_t* p) { return half_bits_to_float(ld_u16(p)); }
 
+// Per-slot scratch device memory, grown on demand and reused (kernels run in order on one stream).
+void* scratch(int slot, size_t bytes);
+
 inline unsigned ceil_div(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 
 }  // namespace mlaconf::cuda

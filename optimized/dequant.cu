@@ -4,27 +4,9 @@
 #include "core/error.h"
 #include "optimized/api.h"
 #include "optimized/dequant_elem.cuh"
+#include "optimized/iq_grids.cuh"
 
 namespace mlaconf::cuda {
-
-// The IQ lattices: a device copy (read through L1) and a host copy (dequantize_host).
-#define MLACONF_GRID_QUAL __device__
-#define MLACONF_GRID_NAME(x) d_##x
-#include "optimized/iq_grids.inc"
-#undef MLACONF_GRID_QUAL
-#undef MLACONF_GRID_NAME
-#define MLACONF_GRID_QUAL static
-#define MLACONF_GRID_NAME(x) h_##x
-#include "optimized/iq_grids.inc"
-#undef MLACONF_GRID_QUAL
-#undef MLACONF_GRID_NAME
-
-__device__ IqGrids device_grids() {
-  return IqGrids{d_kIq2xxsGrid, d_kIq2xsGrid, d_kIq2sGrid, d_kIq3xxsGrid, d_kIq3sGrid, d_kIq1sGrid};
-}
-static IqGrids host_grids() {
-  return IqGrids{h_kIq2xxsGrid, h_kIq2xsGrid, h_kIq2sGrid, h_kIq3xxsGrid, h_kIq3sGrid, h_kIq1sGrid};
-}
 
 bool can_dequantize(GgmlType t) {
   for (GgmlType w : weight_types())

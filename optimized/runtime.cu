@@ -62,6 +62,16 @@ void DeviceBuffer::fill(uint8_t byte) {
   if (n_) MLACONF_CUDA_CHECK(cudaMemset(p_, byte, n_));
 }
 
+void* scratch(int slot, size_t bytes) {
+  static DeviceBuffer bufs[8];
+  if (slot < 0 || slot >= 8) throw CudaError("scratch: bad slot");
+  if (bufs[slot].bytes() < bytes) {
+    bufs[slot] = DeviceBuffer();  // free first
+    bufs[slot] = DeviceBuffer(bytes + bytes / 4);
+  }
+  return bufs[slot].get();
+}
+
 uint16_t float_to_half_bits(float f) {
   __half h = __float2half_rn(f);
   uint16_t u;

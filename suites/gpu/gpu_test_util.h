@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ggml_types.h"
 #include "optimized/api.h"
 
 namespace mlaconf::gputest {
@@ -65,5 +66,8 @@ inline void random_half(std::mt19937_64& rng, size_t n, float amp, std::vector<u
     (*vals)[i] = cuda::half_bits_to_float_host((*bits)[i]);
   }
 }
+
+// n_blocks random ggml blocks of type t (finite, realistic scales; test_dequant.cpp).
+std::vector<uint8_t> random_blocks(GgmlType t, int64_t n_blocks, uint64_t seed);
 
 }  // namespace mlaconf::gputest

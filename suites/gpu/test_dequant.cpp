@@ -19,12 +19,9 @@
 #endif
 
 namespace mlaconf::gputest {
-namespace {
-
-constexpr int64_t kBlocks = 512;
 
 // Byte offsets of the f16 scale fields per block (patched to sane values so no block is inf/NaN).
-std::vector<int> f16_fields(GgmlType t) {
+static std::vector<int> f16_fields(GgmlType t) {
   switch (t) {
     case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
     case GgmlType::Q2_K: return {80, 82};
@@ -37,8 +34,9 @@ std::vector<int> f16_fields(GgmlType t) {
   }
 }
 
-// kBlocks random blocks of type t (never all zeros), with finite, realistic scales.
-std::vector<uint8_t> random_blocks(GgmlType t, uint64_t seed) {
+// n_blocks random blocks of type t (never all zeros), with finite, realistic scales.
+std::vector<uint8_t> random_blocks(GgmlType t, int64_t n_blocks, uint64_t seed) {
+  const int64_t kBlocks = n_blocks;
   const auto& tr = traits(t);
   std::mt19937_64 rng(seed);
   std::vector<uint8_t> b(kBlocks * tr.type_size);
@@ -68,6 +66,9 @@ std::vector<uint8_t> random_blocks(GgmlType t, uint64_t seed) {
   }
   return b;
 }
+
+namespace {
+constexpr int64_t kBlocks = 512;
 
 // The independent dequantization: the reference's, else gguf-py's. nullopt (with why) if neither runs.
 std::optional<std::vector<float>> independent(GgmlType t, const std::vector<uint8_t>& blocks, std::string* who) {
@@ -108,7 +109,7 @@ size_t first_bit_mismatch(const std::vector<float>& a, const std::vector<float>&
 }
 
 void formula_case(GgmlType t) {
-  auto blocks = random_blocks(t, 1000 + (int)t);
+  auto blocks = random_blocks(t, kBlocks, 1000 + (int)t);
   const int64_t n = kBlocks * traits(t).block_size;
   std::vector<float> mine(n);
   cuda::dequantize_host(t, blocks.data(), n, mine.data());
@@ -124,7 +125,7 @@ void formula_case(GgmlType t) {
 
 void gpu_case(GgmlType t, bool f16) {
   MLACONF_REQUIRE_CUDA();
-  auto blocks = random_blocks(t, 1000 + (int)t);
+  auto blocks = random_blocks(t, kBlocks, 1000 + (int)t);
   const int64_t n = kBlocks * traits(t).block_size;
   std::vector<float> host(n);
   cuda::dequantize_host(t, blocks.data(), n, host.data());
@@ -154,7 +155,7 @@ void gpu_case(GgmlType t, bool f16) {
 void negative_control_case() {
   MLACONF_REQUIRE_CUDA();
   const GgmlType t = GgmlType::Q4_K;
-  auto blocks = random_blocks(t, 7);
+  auto blocks = random_blocks(t, kBlocks, 7);
   const int64_t n = kBlocks * 256;
   std::vector<float> want(n);
   cuda::dequantize_host(t, blocks.data(), n, want.data());

@@ -1,0 +1,183 @@
+// mlaconf optimized: the DSA lightning indexer (fused scores) and the per-row top-k (radix select).
+#include <cub/block/block_scan.cuh>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "optimized/api.h"
+#include "optimized/common.cuh"
+#include "optimized/faults.h"
+
+namespace mlaconf::cuda {
+namespace {
+
+constexpr int kScoreThreads = 256;
+constexpr int kGroup = 4;                           // threads per key (heads split among them)
+constexpr int kKeys = kScoreThreads / kGroup;       // keys per CTA
+
+// grid (ceil(L / kKeys), T). score[t, s] = sum_h w[t,h] relu(q[t,h] . k[s]), -inf for s > q_pos[t].
+__global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const __half* q, const __half* k, const float* w,
+                                                                      const int32_t* q_pos, int Hi, int Di, int64_t L,
+                                                                      float* scores) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int ld = Di + 2;  // halves; odd word count per row
+  __half* q_s = reinterpret_cast<__half*>(smem);  // [Hi][ld]
+  __half* k_s = q_s + Hi * ld;                    // [kKeys][ld]
+  float* w_s = reinterpret_cast<float*>(k_s + kKeys * ld);
+  const int64_t t = blockIdx.y, s0 = (int64_t)blockIdx.x * kKeys;
+  const int tid = threadIdx.x, words = Di / 2;
+  const int64_t last = q_pos[t];  // causal: keys 0..last
+  if (s0 > last) {                // the whole tile is in the future
+    for (int i = tid; i < kKeys; i += kScoreThreads)
+      if (s0 + i < L) scores[t * L + s0 + i] = -INFINITY;
+    return;
+  }
+  for (int i = tid; i < Hi * words; i += kScoreThreads) {
+    const int h = i / words, c = i - h * words;
+    reinterpret_cast<uint32_t*>(q_s + h * ld)[c] = reinterpret_cast<const uint32_t*>(q + (t * Hi + h) * Di)[c];
+  }
+  for (int i = tid; i < Hi; i += kScoreThreads) w_s[i] = w[t * Hi + i];
+  for (int i = tid; i < kKeys * words; i += kScoreThreads) {
+    const int r = i / words, c = i - r * words;
+    const int64_t s = s0 + r;
+    reinterpret_cast<uint32_t*>(k_s + r * ld)[c] =
+        s < L ? __ldg(reinterpret_cast<const uint32_t*>(k + s * Di) + c) : 0u;
+  }
+  __syncthreads();
+  const int key = tid / kGroup, g = tid % kGroup;
+  const __half2* kr = reinterpret_cast<const __half2*>(k_s + key * ld);
+  float total = 0.f;
+  for (int h = g; h < Hi; h += kGroup) {
+    const __half2* qr = reinterpret_cast<const __half2*>(q_s + h * ld);
+    float d = 0.f;
+    for (int c = 0; c < words; ++c) {
+      const float2 a = __half22float2(qr[c]), b = __half22float2(kr[c]);
+      d = fmaf(a.x, b.x, d);
+      d = fmaf(a.y, b.y, d);
+    }
+    total = fmaf(w_s[h], fmaxf(d, 0.f), total);
+  }
+#pragma unroll
+  for (int o = kGroup / 2; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+  const int64_t s = s0 + key;
+  if (g == 0 && s < L) scores[t * L + s] = s <= last ? total : -INFINITY;
+}
+
+constexpr int kTopkThreads = 1024;
+
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// One CTA per row. Radix select of the k-th largest key (4 passes of 8 bits), then one ordered pass
+// that keeps every key above it and the lowest-index (or, under the fault, highest-index) equal ones.
+__global__ void __launch_bounds__(kTopkThreads) topk_kernel(const float* scores, int64_t L, int k, bool upper_tie, int32_t* out) {
+  using Scan = cub::BlockScan<int, kTopkThreads>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ int hist[256];
+  __shared__ int s_valid, s_bucket, s_remaining, s_run_eq, s_run_take;
+  const float* row = scores + (int64_t)blockIdx.x * L;
+  int32_t* orow = out + (int64_t)blockIdx.x * k;
+  const int tid = threadIdx.x;
+
+  int nv = 0;
+  for (int64_t i = tid; i < L; i += kTopkThreads) nv += isfinite(row[i]) ? 1 : 0;
+  int total_valid = 0, unused = 0;
+  Scan(scan_tmp).ExclusiveSum(nv, unused, total_valid);
+  if (tid == 0) s_valid = total_valid;
+  __syncthreads();
+  const int keff = min(k, s_valid);
+  uint32_t prefix = 0, mask = 0;
+  int remaining = keff, eq_total = 0;
+  if (keff > 0) {
+    for (int pass = 0; pass < 4; ++pass) {
+      const int shift = 24 - 8 * pass;
+      for (int i = tid; i < 256; i += kTopkThreads) hist[i] = 0;
+      __syncthreads();
+      for (int64_t i = tid; i < L; i += kTopkThreads) {
+        const float f = row[i];
+        if (!isfinite(f)) continue;
+        const uint32_t key = order_key(f);
+        if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1);
+      }
+      __syncthreads();
+      if (tid == 0) {
+        int cum = 0, b = 255;
+        for (; b > 0; --b) {
+          if (cum + hist[b] >= remaining) break;
+          cum += hist[b];
+        }
+        s_bucket = b;
+        s_remaining = remaining - cum;
+      }
+      __syncthreads();
+      prefix |= (uint32_t)s_bucket << shift;
+      mask |= 255u << shift;
+      remaining = s_remaining;
+      eq_total = hist[s_bucket];
+      __syncthreads();
+    }
+  }
+  // Ordered collection: ascending indices by construction.
+  if (tid == 0) {
+    s_run_eq = 0;
+    s_run_take = 0;
+  }
+  __syncthreads();
+  const int skip_eq = upper_tie ? eq_total - remaining : 0;  // equal keys to pass over before taking
+  for (int64_t base = 0; base < L && keff > 0; base += kTopkThreads) {
+    const int64_t i = base + tid;
+    int gt = 0, eq = 0;
+    if (i < L) {
+      const float f = row[i];
+      if (isfinite(f)) {
+        const uint32_t key = order_key(f);
+        gt = key > prefix;
+        eq = key == prefix;
+      }
+    }
+    int eq_rank, eq_sum;
+    Scan(scan_tmp).ExclusiveSum(eq, eq_rank, eq_sum);
+    __syncthreads();
+    eq_rank += s_run_eq;
+    const int take = gt || (eq && eq_rank >= skip_eq && eq_rank < skip_eq + remaining);
+    int pos, take_sum;
+    Scan(scan_tmp).ExclusiveSum(take, pos, take_sum);
+    pos += s_run_take;
+    if (take && pos < k) orow[pos] = (int32_t)i;
+    __syncthreads();
+    if (tid == 0) {
+      s_run_eq += eq_sum;
+      s_run_take += take_sum;
+    }
+    __syncthreads();
+  }
+  for (int i = keff + tid; i < k; i += kTopkThreads) orow[i] = -1;
+}
+
+}  // namespace
+
+void indexer_scores(const uint16_t* d_q, const uint16_t* d_k, const float* d_w, const int32_t* d_qpos, int64_t T,
+                    int64_t Hi, int64_t Di, int64_t L, float* d_scores) {
+  if (Hi <= 0 || Di <= 0 || Di % 2 || Hi > 128 || Di > 512)
+    throw InputError("cuda::indexer_scores: not supported: " + std::to_string(Hi) + " heads x " + std::to_string(Di));
+  if (T == 0 || L == 0) return;
+  const size_t smem = (size_t)(Hi + kKeys) * (Di + 2) * 2 + Hi * 4 + 16;
+  MLACONF_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  dim3 grid(ceil_div(L, kKeys), (unsigned)T);
+  indexer_scores_kernel<<<grid, kScoreThreads, smem>>>(reinterpret_cast<const __half*>(d_q),
+                                                       reinterpret_cast<const __half*>(d_k), d_w, d_qpos, (int)Hi, (int)Di,
+                                                       L, d_scores);
+  MLACONF_CUDA_LAUNCH_CHECK("indexer_scores_kernel");
+}
+
+void topk_rows(const float* d_scores, int64_t T, int64_t L, int64_t k, int32_t* d_out) {
+  if (k <= 0 || k > INT32_MAX || L < 0) throw InputError("cuda::topk_rows: bad k or L");
+  if (T == 0) return;
+  topk_kernel<<<(unsigned)T, kTopkThreads>>>(d_scores, L, (int)k, active_fault() == Fault::TopkUpperTie, d_out);
+  MLACONF_CUDA_LAUNCH_CHECK("topk_kernel");
+}
+
+}  // namespace mlaconf::cuda
