@@ -81,7 +81,12 @@ void dequantize_rows(const TensorInfo& t, int64_t row0, int64_t nrows, float* ds
   if (row0 < 0 || nrows < 0 || row0 > rows || nrows > rows - row0)
     throw InputError("cannot dequantize rows [" + std::to_string(row0) + ", " + std::to_string(row0 + nrows) +
                      ") of " + what + ": it has " + std::to_string(rows) + " rows");
-  const int64_t rb = row_bytes(t.type, ne0);  // throws for ne0 not a multiple of the block size
+  int64_t rb = 0;
+  try {
+    rb = row_bytes(t.type, ne0);
+  } catch (const InputError& e) {  // ne0 not a multiple of the block size: say which tensor
+    throw InputError("cannot dequantize " + what + ": " + e.what());
+  }
   if (nrows == 0) return;
   if (!t.data) throw InputError("cannot dequantize " + what + ": its data is not mapped");
   // The reader checks nbytes == rows * row_bytes; a hand-made TensorInfo may not: stay inside it.

@@ -121,7 +121,7 @@ void bad_input_case() {
   expect_input_error([&] { ref::dequantize_rows(ok, -1, 1, out.data()); }, {"blk.7.ffn_up.weight"});
   expect_input_error([&] { ref::dequantize_rows(ok, 0, -1, out.data()); }, {"blk.7.ffn_up.weight"});
   TensorInfo odd = make_tensor("blk.7.attn_k_b.weight", t, {192, 2, 1, 1}, bytes);  // 192 % 256 != 0
-  expect_input_error([&] { ref::dequantize_tensor(odd); }, {"192", "256"});
+  expect_input_error([&] { ref::dequantize_tensor(odd); }, {"blk.7.attn_k_b.weight", "192", "256"});
   TensorInfo short_data = ok;
   short_data.nbytes = 144 * 3;  // claims 2 rows of 2 blocks but holds 3 blocks
   expect_input_error([&] { ref::dequantize_tensor(short_data); }, {"blk.7.ffn_up.weight", "432"});
