@@ -1,0 +1,113 @@
+// mlaconf capture --model M.gguf --layers 0,3,40|all (--prompt-ids ... | --random-tokens N --seed S)
+//                 [--decode-steps K] [--generate N] [--precision f32|f64] [--case-name NAME]
+//                 [--backend reference|cuda] [--hidden-source forward|synthetic] --out F.h5
+//
+// Writes a golden fixture (fixtures/SCHEMA.md) atomically. Exit 2 on bad input, 3 for an unsupported
+// backend.
+#include <cstdio>
+#include <memory>
+#include <sstream>
+
+#include "core/error.h"
+#include "fixtures/capture.h"
+#include "tools/command.h"
+
+namespace mlaconf::cli {
+namespace {
+
+struct CaptureArgs {
+  fx::CaptureOptions o;
+  std::string layers = "all", prompt_ids, backend = "reference";
+  bool quiet = false, no_op_level = false;
+};
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char ch : s) {
+    if (ch == ',' || ch == ' ' || ch == '\n' || ch == '\t') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+long long parse_int(const std::string& s, const char* what) {
+  try {
+    size_t n = 0;
+    long long v = std::stoll(s, &n);
+    if (n != s.size()) throw std::invalid_argument(s);
+    return v;
+  } catch (const std::exception&) {
+    throw InputError(std::string(what) + ": '" + s + "' is not an integer");
+  }
+}
+
+CommandRegistration reg(40, [](CLI::App& root) {
+  auto a = std::make_shared<CaptureArgs>();
+  CLI::App* c = root.add_subcommand("capture", "Capture a golden HDF5 fixture from a GGUF model with the CPU reference");
+  c->add_option("--model", a->o.model, "GGUF model (any shard of a split model)")->required();
+  c->add_option("--out", a->o.out, "fixture to write (.h5), written atomically")->required();
+  c->add_option("--layers", a->layers, "layers to capture: comma list (0,3,40) or all")->capture_default_str();
+  auto* pi = c->add_option("--prompt-ids", a->prompt_ids, "prompt token ids, comma separated");
+  auto* rt = c->add_option("--random-tokens", a->o.random_tokens, "a random prompt of N tokens");
+  pi->excludes(rt);
+  c->add_option("--seed", a->o.seed, "seed for --random-tokens (and decode tokens without a head)")->capture_default_str();
+  c->add_option("--decode-steps", a->o.decode_steps, "decode steps after the prompt, one case each")->check(CLI::Range(0, 1 << 20));
+  c->add_option("--generate", a->o.generate, "greedy generation of N tokens (oracle greedy layout)")->check(CLI::Range(0, 1 << 20));
+  c->add_option("--precision", a->o.precision, "reference precision")->check(CLI::IsMember({"f64", "f32"}))->capture_default_str();
+  c->add_option("--case-name", a->o.case_name, "name of the forward case group (default: canonical from the parameters)");
+  c->add_option("--backend", a->backend, "reference or cuda")->check(CLI::IsMember({"reference", "cuda"}))->capture_default_str();
+  c->add_option("--hidden-source", a->o.hidden_source,
+                "input of the first captured layer: forward (real pass through the layers before it) or synthetic (token "
+                "embeddings fed directly to it)")
+      ->check(CLI::IsMember({"forward", "synthetic"}))
+      ->capture_default_str();
+  c->add_option("--expert-cache-mb", a->o.expert_cache_mb, "memory budget for dequantized routed experts")->capture_default_str();
+  c->add_flag("--no-op-level", a->no_op_level, "model-level datasets only");
+  c->add_flag("--dense-attention", a->o.dense_attention, "negative control: ignore the indexer (dense causal attention)");
+  c->add_flag("--quiet", a->quiet, "no progress bar");
+  c->callback([a, c] {
+    if (a->backend == "cuda") {
+#if defined(MLACONF_HAVE_CUDA) && __has_include("optimized/pipeline.h")
+      std::fprintf(stderr, "mlaconf capture: not supported: capture with the CUDA pipeline is not wired yet; use --backend reference\n");
+#else
+      std::fprintf(stderr, "mlaconf capture: not supported: built without the CUDA pipeline (optimized/pipeline.h)\n");
+#endif
+      set_exit_code(kExitNotSupported);
+      return;
+    }
+    fx::CaptureOptions o = a->o;
+    if (a->layers == "all") {
+      o.all_layers = true;
+    } else {
+      o.all_layers = false;
+      for (const auto& s : split_list(a->layers)) o.layers.push_back(static_cast<int>(parse_int(s, "--layers")));
+    }
+    for (const auto& s : split_list(a->prompt_ids)) {
+      long long v = parse_int(s, "--prompt-ids");
+      if (v < 0 || v > INT32_MAX) throw InputError("--prompt-ids: " + s + " is not a token id");
+      o.prompt_ids.push_back(static_cast<int32_t>(v));
+    }
+    if (o.prompt_ids.empty() && o.random_tokens <= 0) throw InputError("give --prompt-ids or --random-tokens N (N > 0)");
+    o.op_level = !a->no_op_level;
+    o.progress = !a->quiet;
+    std::ostringstream cl;
+    cl << "mlaconf capture --model " << o.model << " --layers " << a->layers;
+    if (!a->prompt_ids.empty()) cl << " --prompt-ids " << a->prompt_ids;
+    if (o.random_tokens) cl << " --random-tokens " << o.random_tokens << " --seed " << o.seed;
+    if (o.decode_steps) cl << " --decode-steps " << o.decode_steps;
+    if (o.generate) cl << " --generate " << o.generate;
+    cl << " --precision " << o.precision << " --hidden-source " << o.hidden_source << " --out " << o.out;
+    o.command_line = cl.str();
+    fx::capture(o);
+    set_exit_code(kExitOk);
+  });
+});
+
+}  // namespace
+}  // namespace mlaconf::cli

@@ -1,0 +1,50 @@
+// mlaconf compare EXPECTED.h5 ACTUAL.h5 [--json R.json] [--plot R.png] [--filter CASE] [--precision P]
+//
+// Exit 0: every judged dataset within its tolerance; 1: at least one fails; 2: unusable input
+// (unreadable or truncated file, another schema version, fixtures of two different models, a
+// missing or mis-typed dataset, no case or dataset in common).
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "core/error.h"
+#include "core/gguf_writer.h"
+#include "fixtures/compare.h"
+#include "tools/command.h"
+
+namespace mlaconf::cli {
+namespace {
+
+struct CompareArgs {
+  std::string expected, actual, json, plot, filter, precision;
+  bool brief = false;
+};
+
+CommandRegistration reg(50, [](CLI::App& root) {
+  auto a = std::make_shared<CompareArgs>();
+  CLI::App* c = root.add_subcommand("compare", "Judge ACTUAL against EXPECTED fixture, dataset by dataset (exit 0 pass, 1 fail, 2 unusable)");
+  c->add_option("expected", a->expected, "expected fixture (.h5): an mlaconf capture or the oracle")->required();
+  c->add_option("actual", a->actual, "actual fixture (.h5) to judge")->required();
+  c->add_option("--json", a->json, "write the report as JSON here");
+  c->add_option("--plot", a->plot, "write a PNG of log10(NMSE) per layer and op here");
+  c->add_option("--filter", a->filter, "judge only this case (canonical name, expected or actual)");
+  c->add_option("--precision", a->precision, "tolerances for this precision (f64|f32|f16|bf16) instead of ACTUAL's")
+      ->check(CLI::IsMember({"f64", "f32", "f16", "bf16"}));
+  c->add_flag("--brief", a->brief, "print only failing datasets and the summary");
+  c->callback([a] {
+    fx::CompareOptions o;
+    o.filter = a->filter;
+    o.precision = a->precision;
+    fx::CompareReport r = fx::compare_files(a->expected, a->actual, o);
+    std::cout << fx::report_table(r, a->brief);
+    if (!a->json.empty()) {
+      std::string j = fx::report_json(r);
+      write_file_atomic(a->json, j.data(), j.size());
+    }
+    if (!a->plot.empty()) std::cout << fx::write_report_png(r, a->plot);
+    set_exit_code(r.pass() ? kExitOk : kExitFail);
+  });
+});
+
+}  // namespace
+}  // namespace mlaconf::cli
