@@ -2,7 +2,8 @@
 //
 // Layout of the n_vocab tokens (like glm-dsa-tiny.gguf):
 //   [0, 256)                 the 256 byte tokens, spelled in GPT-2's byte alphabet, in code point order
-//   [256, 256 + m)           one token per merge, trained on kTrainingText below (glm4 split)
+//   [256, 256 + m)           one token per merge, trained on kTrainingText below (glm4 split), then on
+//                            case variants of its words and the numbers 0..999
 //   [256 + m, n_vocab - 10)  "<|reserved_K|>" control tokens, only when the text runs out of merges
 //   [n_vocab - 10, n_vocab)  GLM's special tokens: <|endoftext|> [MASK] [gMASK] [sMASK] <sop> <eop>
 //                            <|system|> <|user|> <|assistant|> <|observation|> (control)
@@ -70,6 +71,8 @@ The lighthouse still stands at the end of the pier. The lamp turns every night, 
 Nobody climbs the stairs in the evening any more, but the children of the town still ask the same questions, and their parents still know the answers.
 )TXT";
 
+constexpr int64_t kTextWeight = 8;
+
 constexpr const char* kGlmSpecials[10] = {"<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>",
                                           "<eop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"};
 
@@ -100,7 +103,22 @@ void add_synthetic_tokenizer(GgufWriter& w, int64_t n_vocab) {
   // Pre-tokenize and count words; each word is a sequence of token ids.
   PreTokenizer pre = PreTokenizer::from_name("glm4");
   std::map<std::string, int64_t> counts;
-  for (std::string_view piece : pre.split(kTrainingText)) ++counts[std::string(piece)];
+  for (std::string_view piece : pre.split(kTrainingText)) counts[std::string(piece)] += kTextWeight;
+  // More material, once the text itself is learnt: each lowercase word also capitalized, without its
+  // leading space and in capitals, and the numbers 0..999 (the glm4 split cuts digits in threes), as
+  // real vocabularies have them. Weight 1, so the text's own merges come first.
+  std::vector<std::string> words_seen;
+  for (const auto& [piece, c] : counts) words_seen.push_back(piece);
+  for (const std::string& piece : words_seen) {
+    size_t off = piece[0] == ' ' ? 1 : 0;
+    std::string core = piece.substr(off);
+    if (core.size() < 2 || !std::all_of(core.begin(), core.end(), [](char ch) { return ch >= 'a' && ch <= 'z'; })) continue;
+    std::string cap = core, upper = core;
+    cap[0] = static_cast<char>(cap[0] - 'a' + 'A');
+    for (char& ch : upper) ch = static_cast<char>(ch - 'a' + 'A');
+    for (const std::string& v : {" " + cap, cap, core, " " + upper}) counts[v] += 1;
+  }
+  for (int k = 0; k < 1000; ++k) counts[std::to_string(k)] += 1;
   struct Word {
     std::vector<int32_t> syms;
     int64_t count;
@@ -112,32 +130,46 @@ void add_synthetic_tokenizer(GgufWriter& w, int64_t n_vocab) {
     words.push_back(std::move(wd));
   }
 
+  // Pair counts are kept up to date incrementally: a merge only re-counts the words it touched.
+  auto key_of = [](int32_t l, int32_t r) { return (static_cast<uint64_t>(l) << 32) | static_cast<uint32_t>(r); };
+  std::unordered_map<uint64_t, int64_t> pair_count;
+  auto count_pairs = [&](const Word& wd, int64_t sign) {
+    for (size_t i = 0; i + 1 < wd.syms.size(); ++i) pair_count[key_of(wd.syms[i], wd.syms[i + 1])] += sign * wd.count;
+  };
+  for (const Word& wd : words) count_pairs(wd, +1);
+
   std::vector<std::string> merges;
   while (tokens.size() < n_regular) {
-    std::unordered_map<uint64_t, int64_t> pair_count;
-    for (const Word& wd : words)
-      for (size_t i = 0; i + 1 < wd.syms.size(); ++i)
-        pair_count[(static_cast<uint64_t>(wd.syms[i]) << 32) | static_cast<uint32_t>(wd.syms[i + 1])] += wd.count;
-    if (pair_count.empty()) break;  // every word is one token: the text has no more to teach
     uint64_t best = 0;
-    int64_t best_count = -1;
-    for (const auto& [key, c] : pair_count) {
+    int64_t best_count = 0;
+    for (auto it = pair_count.begin(); it != pair_count.end();) {
+      if (it->second <= 0) {  // pairs that no longer occur
+        it = pair_count.erase(it);
+        continue;
+      }
+      const auto [key, c] = *it;
+      ++it;
       if (c < best_count) continue;
       if (c == best_count) {
-        const std::string& l = tokens[key >> 32], &r = tokens[key & 0xFFFFFFFFu];
-        const std::string& bl = tokens[best >> 32], &br = tokens[best & 0xFFFFFFFFu];
+        const std::string &l = tokens[key >> 32], &r = tokens[key & 0xFFFFFFFFu];
+        const std::string &bl = tokens[best >> 32], &br = tokens[best & 0xFFFFFFFFu];
         if (std::tie(l, r) >= std::tie(bl, br)) continue;
       }
       best = key;
       best_count = c;
     }
+    if (best_count == 0) break;  // every word is one token: the material has no more to teach
     int32_t left = static_cast<int32_t>(best >> 32), right = static_cast<int32_t>(best & 0xFFFFFFFFu);
     std::string merged = tokens[left] + tokens[right];
     merges.push_back(tokens[left] + " " + tokens[right]);
-    auto it = index.find(merged);
-    int32_t id = it != index.end() ? it->second : static_cast<int32_t>(tokens.size());
-    if (it == index.end()) add_token(merged, 1);
+    auto found = index.find(merged);
+    int32_t id = found != index.end() ? found->second : static_cast<int32_t>(tokens.size());
+    if (found == index.end()) add_token(merged, 1);
     for (Word& wd : words) {
+      bool has = false;
+      for (size_t i = 0; i + 1 < wd.syms.size() && !has; ++i) has = wd.syms[i] == left && wd.syms[i + 1] == right;
+      if (!has) continue;
+      count_pairs(wd, -1);
       std::vector<int32_t> out;
       out.reserve(wd.syms.size());
       for (size_t i = 0; i < wd.syms.size(); ++i) {
@@ -149,6 +181,7 @@ void add_synthetic_tokenizer(GgufWriter& w, int64_t n_vocab) {
         }
       }
       wd.syms = std::move(out);
+      count_pairs(wd, +1);
     }
   }
   for (size_t k = 0; tokens.size() < n_regular; ++k) add_token("<|reserved_" + std::to_string(k) + "|>", 3);

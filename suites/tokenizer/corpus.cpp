@@ -35,6 +35,7 @@ const std::vector<CorpusEntry>& awkward_corpus() {
       {"special_adjacent", "x<|user|><|user|>y<|endoftext|>[MASK][sMASK]"},
       {"special_partial", "<|use r|> <|user <|endoftext| [MASK <|system|"},
       {"long_runs", std::string(600, ' ') + "x" + std::string(900, 'z') + std::string(300, '\n') + "!" + std::string(400, '9')},
+      {"case_folding", "it'\u017F x'\u017F'\u013Fl '\u212A'S'\u017F DON'T"},
       {"prose", "On the morning the river froze, the whole town came down to the water to see it. "
                 "Children slid along the edges in their boots."},
   };

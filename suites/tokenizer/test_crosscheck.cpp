@@ -5,6 +5,7 @@
 #include <random>
 #include <sstream>
 
+#include "core/gguf.h"
 #include "corpus.h"
 #include "tok_test_util.h"
 #include "tokenizer/utf8.h"
@@ -90,6 +91,26 @@ void check_hf_encode(const std::string& which) {
   testing::Test::RecordProperty("ids_compared", n_ids);
 }
 
+// Negative control: the same vocabulary with the GPT-2 split ("gpt-2") must differ from HF's glm4 ids
+// on some corpus entry, so the encode cross-check can see a wrong pre-tokenizer.
+void check_hf_negative() {
+  std::vector<std::string> texts = corpus_texts();
+  std::vector<std::string> lines;
+  std::string reason;
+  if (!run_script("encode", tokt::synthetic_gguf_path(2048), texts, &lines, &reason)) {
+    if (!reason.empty()) GTEST_SKIP() << reason;
+    return;
+  }
+  auto src = mlaconf::GgufFile::open(tokt::synthetic_gguf_path(2048));
+  std::string p = tokt::write_tokenizer_copy(src, "xc_wrong_pre.gguf",
+      {{"tokenizer.ggml.pre", false, [](mlaconf::GgufWriter& w) { w.set_string("tokenizer.ggml.pre", "gpt-2"); }}});
+  Tokenizer wrong = Tokenizer::from_gguf_path(p);
+  int differ = 0;
+  for (size_t i = 0; i < texts.size(); ++i)
+    differ += wrong.encode(texts[i]) != parse_ids(lines[i].substr(0, lines[i].find('|')));
+  EXPECT_GT(differ, 3) << "a wrong split regex went unnoticed";
+}
+
 void check_regex_split() {
   const Tokenizer& t = tokt::synthetic_tokenizer(2048);  // pre glm4
   std::vector<std::string> texts = corpus_texts();
@@ -144,6 +165,8 @@ const bool registered = [] {
                       [] { check_hf_encode("glm-dsa-tiny"); });
   tokt::register_case("TokenizerCrossCheck", "hf_crosscheck(tokenizer=synthetic-2048,what=encode_decode)",
                       [] { check_hf_encode("synthetic-2048"); });
+  tokt::register_case("TokenizerCrossCheck", "hf_crosscheck_negative(tokenizer=synthetic-2048,variant=pre_gpt-2)",
+                      check_hf_negative);
   tokt::register_case("TokenizerCrossCheck", "regex_crosscheck(pre=glm4)", check_regex_split);
   tokt::register_case("TokenizerCrossCheck", "utf8_crosscheck(impl=python_replace,n=3000)", check_utf8_python);
   return true;
