@@ -1,12 +1,12 @@
-// suites/quant: hand-derived golden values for crafted blocks of the types ../shared/golden does not hold
-// (and a few corners no quantizer emits, plus F16/BF16/F32 NaN, infinity and subnormal handling): maximum
-// and minimum scales, all bits set, negative zero, f16
-// subnormal scales, and what infinite / NaN scales give.
+// suites/quant: hand-derived golden values for crafted blocks of the types ../shared/golden does not hold,
+// a few corners no quantizer emits, and F16/BF16/F32 NaN, infinity and subnormal handling: maximum and
+// minimum scales, all bits set, negative zero, f16 subnormal scales, and what infinite / NaN scales give.
 //
 // Every expected value below was worked out by hand from the format description (gguf-formats.md §2,
 // ggml-common.h's grids) and is written as a literal or a one-line position rule, never by calling the
-// code under test. Tolerance: 0 bits (+0 and -0 differ); where NaN is expected, any NaN passes (the sign
-// of a NaN made by 0 * inf is the platform's default NaN).
+// code under test. Tolerance: 0 bits (+0 and -0 differ). Where NaN is expected, any NaN passes when it
+// comes from arithmetic (0 * inf gives the platform's default NaN); F16/BF16/F32 NaN conversions must
+// match bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
