@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 # suites/quant: dequantizes raw ggml blocks with PyPI gguf's numpy code (gguf.quants.dequantize), an
 # implementation independent of mlaconf's, for the cross-check in test_dequant_gguf_py.cpp.
-# Usage: gguf_py_dequant.py DIR TYPE...   reads DIR/TYPE.bin (raw blocks), writes DIR/TYPE.f32.
-# Exit 3 when gguf cannot be imported; a type gguf-py cannot dequantize gets DIR/TYPE.err.
+# Usage: gguf_py_dequant.py DIR NAME...   reads DIR/NAME.bin (raw blocks of the type NAME up to its first
+# "."), writes DIR/NAME.f32. Exit 3 when gguf cannot be imported; a failure gets DIR/NAME.err.
 import sys
 
 try:
@@ -16,7 +16,7 @@ except Exception as e:  # noqa: BLE001
 out_dir = sys.argv[1]
 for name in sys.argv[2:]:
     try:
-        qtype = GGMLQuantizationType[name]
+        qtype = GGMLQuantizationType[name.split(".")[0]]
         block_size, type_size = GGML_QUANT_SIZES[qtype]
         raw = np.fromfile(f"{out_dir}/{name}.bin", dtype=np.uint8)
         rows = raw.reshape(-1, type_size * (256 // block_size if block_size < 256 else 1))

@@ -23,6 +23,7 @@
 #include "core/ggml_types.h"
 #include "reference/dequant/dequant.h"
 #include "suites/quant/float_compare.h"
+#include "suites/quant/grid_sweep.h"
 #include "suites/quant/random_blocks.h"
 #include "suites/quant/register_case.h"
 
@@ -44,38 +45,54 @@ const std::map<GgmlType, Bound>& bounds() {
   return b;
 }
 
+// One comparison: a type and a block set ("random", or "grid_sweep": every grid entry once).
+struct Dataset {
+  GgmlType type;
+  bool sweep;
+  std::string key() const { return std::string(type_name(type)) + (sweep ? ".sweep" : ""); }
+  std::string case_name() const {
+    return std::string("dequant_gguf_py(type=") + type_name(type) + (sweep ? ",blocks=grid_sweep)" : ")");
+  }
+  std::vector<uint8_t> blocks() const {
+    const uint32_t seed = kSeed + static_cast<uint32_t>(type);
+    return sweep ? grid_sweep_blocks(type, seed) : random_blocks(type, kValues / traits(type).block_size, seed);
+  }
+};
+
+std::vector<Dataset> all_datasets() {
+  std::vector<Dataset> d;
+  for (GgmlType t : weight_types()) d.push_back({t, false});
+  for (GgmlType t : weight_types())
+    if (grid_entries(t) > 0) d.push_back({t, true});
+  return d;
+}
+
 struct PyRun {
   bool available = false;
   std::string reason;
-  std::map<GgmlType, std::vector<uint8_t>> blocks;
-  std::map<GgmlType, std::vector<float>> values;
-  std::map<GgmlType, std::string> errors;
+  std::map<std::string, std::vector<uint8_t>> blocks;
+  std::map<std::string, std::vector<float>> values;
+  std::map<std::string, std::string> errors;
 };
 
-std::vector<uint8_t> blocks_for(GgmlType t) {
-  const TypeTraits& tt = traits(t);
-  return random_blocks(t, kValues / tt.block_size, kSeed + static_cast<uint32_t>(t));
-}
-
-// The types whose dequant_gguf_py case this run executes (ctest runs one case per process, so only
-// that type is sent to python).
-std::vector<GgmlType> selected_types() {
-  std::vector<GgmlType> out;
+// The datasets whose cases this run executes (ctest runs one case per process, so only that one is
+// sent to python).
+std::vector<Dataset> selected_datasets() {
+  std::vector<Dataset> out;
   const testing::UnitTest& ut = *testing::UnitTest::GetInstance();
-  for (int i = 0; i < ut.total_test_suite_count(); ++i) {
-    const testing::TestSuite& ts = *ut.GetTestSuite(i);
-    for (int j = 0; j < ts.total_test_count(); ++j) {
-      const testing::TestInfo& ti = *ts.GetTestInfo(j);
-      const std::string name = ti.name();
-      const std::string prefix = "dequant_gguf_py(type=";
-      if (!ti.should_run() || name.rfind(prefix, 0) != 0) continue;
-      if (auto t = type_from_name(name.substr(prefix.size(), name.size() - prefix.size() - 1))) out.push_back(*t);
+  for (const Dataset& d : all_datasets()) {
+    bool run = false;
+    for (int i = 0; i < ut.total_test_suite_count() && !run; ++i) {
+      const testing::TestSuite& ts = *ut.GetTestSuite(i);
+      for (int j = 0; j < ts.total_test_count() && !run; ++j)
+        run = ts.GetTestInfo(j)->should_run() && d.case_name() == ts.GetTestInfo(j)->name();
     }
+    if (run) out.push_back(d);
   }
   return out;
 }
 
-// One python3 process for all selected types (numpy + gguf import once), results cached for every test case.
+// One python3 process for all selected datasets (numpy + gguf import once), cached for every case.
 const PyRun& py_run() {
   static PyRun run;
   static std::once_flag once;
@@ -84,12 +101,12 @@ const PyRun& py_run() {
     fs::create_directories(dir);
     std::string cmd = "/usr/bin/python3 " + std::string(MLACONF_SOURCE_DIR) + "/suites/quant/gguf_py_dequant.py " +
                       dir.string();
-    for (GgmlType t : selected_types()) {
-      run.blocks[t] = blocks_for(t);
-      std::ofstream(dir / (std::string(type_name(t)) + ".bin"), std::ios::binary)
-          .write(reinterpret_cast<const char*>(run.blocks[t].data()), static_cast<std::streamsize>(run.blocks[t].size()));
-      cmd += " ";
-      cmd += type_name(t);
+    const std::vector<Dataset> sets = selected_datasets();
+    for (const Dataset& d : sets) {
+      std::vector<uint8_t>& b = run.blocks[d.key()] = d.blocks();
+      std::ofstream(dir / (d.key() + ".bin"), std::ios::binary)
+          .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+      cmd += " " + d.key();
     }
     cmd += " 2>" + (dir / "stderr.txt").string();
     const int rc = std::system(cmd.c_str());
@@ -100,18 +117,20 @@ const PyRun& py_run() {
       if (std::getline(err, line)) run.reason += ": " + line;
     } else {
       run.available = true;
-      for (GgmlType t : selected_types()) {
-        const std::string name = type_name(t);
-        if (fs::exists(dir / (name + ".err"))) {
-          std::ifstream e(dir / (name + ".err"));
-          std::getline(e, run.errors[t]);
+      for (const Dataset& d : sets) {
+        const std::string key = d.key();
+        if (fs::exists(dir / (key + ".err"))) {
+          std::ifstream e(dir / (key + ".err"));
+          std::getline(e, run.errors[key]);
           continue;
         }
-        std::vector<float> v(static_cast<size_t>(kValues));
-        std::ifstream in(dir / (name + ".f32"), std::ios::binary);
+        const int64_t n = static_cast<int64_t>(run.blocks[key].size()) / traits(d.type).type_size *
+                          traits(d.type).block_size;
+        std::vector<float> v(static_cast<size_t>(n));
+        std::ifstream in(dir / (key + ".f32"), std::ios::binary);
         in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
-        if (in.gcount() == static_cast<std::streamsize>(v.size() * sizeof(float))) run.values[t] = std::move(v);
-        else run.errors[t] = "short output";
+        if (in.gcount() == static_cast<std::streamsize>(v.size() * sizeof(float))) run.values[key] = std::move(v);
+        else run.errors[key] = "short output";
       }
     }
     std::error_code ec;
@@ -120,23 +139,24 @@ const PyRun& py_run() {
   return run;
 }
 
-void gguf_py_case(GgmlType t) {
+void gguf_py_case(const Dataset& d) {
+  const GgmlType t = d.type;
   const PyRun& run = py_run();
   if (!run.available) GTEST_SKIP() << "not supported: PyPI gguf not importable (" << run.reason << ")";
-  if (auto e = run.errors.find(t); e != run.errors.end())
+  if (auto e = run.errors.find(d.key()); e != run.errors.end())
     GTEST_SKIP() << "not supported: gguf-py cannot dequantize " << type_name(t) << ": " << e->second;
-  const std::vector<float>& want = run.values.at(t);
+  const std::vector<float>& want = run.values.at(d.key());
   std::vector<float> got(want.size());
-  ref::dequantize(t, run.blocks.at(t).data(), got.data(), static_cast<int64_t>(got.size()));
+  ref::dequantize(t, run.blocks.at(d.key()).data(), got.data(), static_cast<int64_t>(got.size()));
   int64_t nonzero = 0;
   for (float v : got) nonzero += v != 0.0f;
-  ASSERT_GT(nonzero, static_cast<int64_t>(got.size()) / 2) << "random blocks decoded to mostly zeros";
+  ASSERT_GT(nonzero, static_cast<int64_t>(got.size()) / 2) << "blocks decoded to mostly zeros";
   const BitCompare r = compare_bits(got.data(), want.data(), static_cast<int64_t>(got.size()));
   const auto b = bounds().find(t);
   const int64_t allowed = b == bounds().end() ? 0 : b->second.max_ulps;
-  std::printf("[ measured ] %s vs gguf-py: %lld of %lld values differ, max %lld ulps (allowed %lld)\n", type_name(t),
-              static_cast<long long>(r.mismatches), static_cast<long long>(r.n), static_cast<long long>(r.max_ulps),
-              static_cast<long long>(allowed));
+  std::printf("[ measured ] %s vs gguf-py: %lld of %lld values differ, max %lld ulps (allowed %lld)\n",
+              d.case_name().c_str(), static_cast<long long>(r.mismatches), static_cast<long long>(r.n),
+              static_cast<long long>(r.max_ulps), static_cast<long long>(allowed));
   if (allowed == 0) {
     EXPECT_TRUE(r.exact()) << type_name(t) << ": " << r.mismatches << " of " << r.n << " differ from gguf-py (max "
                            << r.max_ulps << " ulps; tolerance 0 bits):" << r.first;
@@ -146,8 +166,7 @@ void gguf_py_case(GgmlType t) {
 }
 
 bool register_all() {
-  for (GgmlType t : weight_types())
-    register_case("quant", std::string("dequant_gguf_py(type=") + type_name(t) + ")", [t] { gguf_py_case(t); });
+  for (const Dataset& d : all_datasets()) register_case("quant", d.case_name(), [d] { gguf_py_case(d); });
   return true;
 }
 
