@@ -3,6 +3,7 @@
 // ggml's C dequantizer and gguf-py produced those digests; a single flipped bit in any tensor fails.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -34,12 +35,20 @@ std::string manifest_field(const std::string& json, const std::string& tensor, c
 }
 
 void model_case() {
+  // The digest itself, on the FIPS 180-4 "abc" vector, before trusting it with tensors.
+  ASSERT_EQ(sha256_hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   if (!std::filesystem::exists(kModel) || !std::filesystem::exists(kOracle))
     GTEST_SKIP() << "skipped: " << kModel << " or its oracle not found (../shared absent)";
   H5Handle f = h5_open(kOracle);
   const std::string manifest = h5_string_attr(f.get(), "/", "gguf_manifest");
   const GgufFile gguf = GgufFile::open(kModel);
-  ASSERT_EQ(gguf.tensors().size(), 90u);
+  // The manifest lists every tensor once: as many deq_sha256 entries as the file has tensors.
+  size_t listed = 0;
+  for (size_t at = manifest.find("\"deq_sha256\""); at != std::string::npos;
+       at = manifest.find("\"deq_sha256\"", at + 1))
+    ++listed;
+  ASSERT_EQ(gguf.tensors().size(), listed);
+  ASSERT_GT(listed, 0u);
   std::set<std::string> types;
   int checked = 0;
   for (const TensorInfo& t : gguf.tensors()) {
@@ -52,8 +61,15 @@ void model_case() {
     types.insert(type_name(t.type));
     ++checked;
   }
-  EXPECT_EQ(checked, 90);
-  EXPECT_EQ(types.size(), 9u);  // BF16 F16 F32 IQ4_XS Q4_K Q5_0 Q5_K Q6_K Q8_0
+  EXPECT_EQ(static_cast<size_t>(checked), listed);
+  // Every type the manifest says the file uses was exercised (glm-dsa-tiny: 9 types, 90 tensors).
+  const size_t tu = manifest.find("\"types_used\": [");
+  ASSERT_NE(tu, std::string::npos);
+  for (const std::string& t : types)
+    EXPECT_NE(manifest.find("\"" + t + "\"", tu), std::string::npos) << t << " missing from types_used";
+  EXPECT_EQ(static_cast<size_t>(std::count(manifest.begin() + static_cast<std::ptrdiff_t>(tu),
+                                           manifest.begin() + static_cast<std::ptrdiff_t>(manifest.find(']', tu)), ',')) + 1,
+            types.size());
 }
 
 const bool registered =
