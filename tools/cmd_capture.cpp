@@ -17,7 +17,7 @@ namespace {
 
 struct CaptureArgs {
   fx::CaptureOptions o;
-  std::string layers = "all", prompt_ids, backend = "reference";
+  std::string layers = "all", prompt_ids, backend = "reference", op_layers;
   bool quiet = false, no_op_level = false;
 };
 
@@ -68,6 +68,7 @@ CommandRegistration reg(40, [](CLI::App& root) {
       ->check(CLI::IsMember({"forward", "synthetic"}))
       ->capture_default_str();
   c->add_option("--expert-cache-mb", a->o.expert_cache_mb, "memory budget for dequantized routed experts")->capture_default_str();
+  c->add_option("--op-layers", a->op_layers, "op-level datasets only for these captured layers (default: all captured)");
   c->add_flag("--no-op-level", a->no_op_level, "model-level datasets only");
   c->add_flag("--dense-attention", a->o.dense_attention, "negative control: ignore the indexer (dense causal attention)");
   c->add_flag("--quiet", a->quiet, "no progress bar");
@@ -95,11 +96,14 @@ CommandRegistration reg(40, [](CLI::App& root) {
     }
     if (o.prompt_ids.empty() && o.random_tokens <= 0) throw InputError("give --prompt-ids or --random-tokens N (N > 0)");
     o.op_level = !a->no_op_level;
+    for (const auto& s : split_list(a->op_layers)) o.op_layers.push_back(static_cast<int>(parse_int(s, "--op-layers")));
     o.progress = !a->quiet;
     std::ostringstream cl;
     cl << "mlaconf capture --model " << o.model << " --layers " << a->layers;
     if (!a->prompt_ids.empty()) cl << " --prompt-ids " << a->prompt_ids;
     if (o.random_tokens) cl << " --random-tokens " << o.random_tokens << " --seed " << o.seed;
+    if (!a->op_layers.empty()) cl << " --op-layers " << a->op_layers;
+    if (a->no_op_level) cl << " --no-op-level";
     if (o.decode_steps) cl << " --decode-steps " << o.decode_steps;
     if (o.generate) cl << " --generate " << o.generate;
     cl << " --precision " << o.precision << " --hidden-source " << o.hidden_source << " --out " << o.out;
