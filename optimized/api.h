@@ -68,6 +68,9 @@ std::vector<T> to_host(const DeviceBuffer& b, size_t count) {
   return v;
 }
 
+// Checked device-to-host copy of raw bytes.
+void copy_to_host(void* host, const void* d_src, size_t bytes);
+
 // Host-side half conversions (round to nearest even), for tests and uploads.
 uint16_t float_to_half_bits(float f);
 float half_bits_to_float_host(uint16_t h);
@@ -86,6 +89,10 @@ void dequantize_host(GgmlType t, const uint8_t* src, int64_t n, float* dst);
 // ggml blocks, at d_w + b * w_batch_stride bytes; x_b = d_x + b * x_stride (f32), y_b = d_y + b * y_stride.
 void gemv(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const float* d_x, float* d_y,
           int64_t batch = 1, int64_t w_batch_stride = 0, int64_t x_stride = 0, int64_t y_stride = 0);
+// Per-head GEMV: y[b] = W[b % H] x[b] for b < batch; W[h] (rows x cols, type t) at d_w + h * rows * row bytes;
+// x[b] = d_x + b * x_stride, y[b] = d_y + b * y_stride.
+void gemv_per_head(GgmlType t, const void* d_w, int64_t rows, int64_t cols, int64_t H, const float* d_x, int64_t x_stride,
+                   float* d_y, int64_t y_stride, int64_t batch);
 // Y [T, n_rows] f32 = X [T, ncols] f16 times W^T, W [n_rows, ncols] f16 row-major: cuBLAS, fp32 accumulate.
 void gemm_f16(const uint16_t* d_x, const uint16_t* d_w, int64_t T, int64_t n_rows, int64_t ncols, float* d_y);
 // Prefill linear: dequantize W to an fp16 scratch buffer, then gemm_f16.
@@ -105,6 +112,19 @@ void rope(float* d_x, int64_t T, int64_t n_vec, int64_t stride, int64_t col0, in
 void silu_gate(const float* d_gate, const float* d_up, int64_t n, float* d_out);
 // f32 -> f16 bits, n values.
 void to_half(const float* d_x, int64_t n, uint16_t* d_y);
+// y += x (n values); x *= s.
+void add_inplace(float* d_y, const float* d_x, int64_t n);
+void scale_inplace(float* d_x, int64_t n, float s);
+// dst[r] = src[idx[r]] for r < n (rows of `cols` floats; strides ld_src / ld_dst). idx on the device.
+void gather_rows(const float* d_src, int64_t ld_src, const int32_t* d_idx, int64_t n, int64_t cols, float* d_dst,
+                 int64_t ld_dst);
+// dst[idx[r]] = src[r] for r < n.
+void scatter_rows(const float* d_src, int64_t ld_src, const int32_t* d_idx, int64_t n, int64_t cols, float* d_dst,
+                  int64_t ld_dst);
+// out[t] = sum_j w[t,j] * x[t,j,:] (+ add[t] when add is not null).  x [T, k, E], w [T, k] (device).
+void weighted_combine(const float* d_x, const float* d_w, int64_t T, int64_t k, int64_t E, const float* d_add, float* d_out);
+// Device-to-device 2-D copy: rows of `width_bytes` bytes (cudaMemcpy2D).
+void copy2d(void* d_dst, size_t dst_pitch, const void* d_src, size_t src_pitch, size_t width_bytes, size_t rows);
 // Counts non-finite values of x[0..n) (returns the count; synchronizes).
 int64_t count_nonfinite(const float* d_x, int64_t n);
 

@@ -79,6 +79,12 @@ void apply_wuv(GgmlType t, const void* d_wuv, int64_t v, int64_t d_v, const floa
   gemv_impl(t, d_wuv, v, d_v, d_latent, d_out, T * H, H, row_bytes(t, d_v) * v, d_v, v);
 }
 
+void gemv_per_head(GgmlType t, const void* d_w, int64_t rows, int64_t cols, int64_t H, const float* d_x, int64_t x_stride,
+                   float* d_y, int64_t y_stride, int64_t batch) {
+  if (batch == 0) return;
+  gemv_impl(t, d_w, rows, cols, d_x, d_y, batch, H, row_bytes(t, cols) * rows, x_stride, y_stride);
+}
+
 void gemm_f16(const uint16_t* d_x, const uint16_t* d_w, int64_t T, int64_t n_rows, int64_t ncols, float* d_y) {
   if (T == 0) return;
   // Column-major view: Y^T [n_rows, T] = W [ncols, n_rows]^T . X^T [ncols, T].

@@ -88,6 +88,28 @@ __global__ void fill_pattern_kernel(uint16_t* x, int64_t rows, int64_t cols, uin
     x[e] = pattern_half_bits(seed, e / cols, e % cols);
 }
 
+__global__ void add_kernel(float* y, const float* x, int64_t n) {
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) y[e] += x[e];
+}
+__global__ void scale_kernel(float* x, int64_t n, float s) {
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) x[e] *= s;
+}
+// grid.x = rows; scatter = false: dst[r] = src[idx[r]]; true: dst[idx[r]] = src[r].
+__global__ void move_rows_kernel(const float* src, int64_t ld_src, const int32_t* idx, int64_t cols, float* dst,
+                                 int64_t ld_dst, bool scatter) {
+  const int64_t r = blockIdx.x;
+  const int64_t from = scatter ? r : idx[r], to = scatter ? idx[r] : r;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) dst[to * ld_dst + c] = src[from * ld_src + c];
+}
+__global__ void combine_kernel(const float* x, const float* w, int64_t k, int64_t E, const float* add, float* out) {
+  const int64_t t = blockIdx.x;
+  for (int64_t c = threadIdx.x; c < E; c += blockDim.x) {
+    float acc = add ? add[t * E + c] : 0.f;
+    for (int64_t j = 0; j < k; ++j) acc = fmaf(w[t * k + j], x[(t * k + j) * E + c], acc);
+    out[t * E + c] = acc;
+  }
+}
+
 unsigned grid_for(int64_t n) { return (unsigned)std::min<int64_t>(ceil_div(std::max<int64_t>(n, 1), 256), 4096); }
 
 }  // namespace
@@ -125,6 +147,37 @@ void fill_pattern_f16(uint16_t* d_x, int64_t rows, int64_t cols, uint64_t seed) 
   if (rows * cols == 0) return;
   fill_pattern_kernel<<<(unsigned)std::min<int64_t>(ceil_div(rows * cols, 256), 132 * 64), 256>>>(d_x, rows, cols, seed);
   MLACONF_CUDA_LAUNCH_CHECK("fill_pattern_kernel");
+}
+void add_inplace(float* d_y, const float* d_x, int64_t n) {
+  if (n == 0) return;
+  add_kernel<<<grid_for(n), 256>>>(d_y, d_x, n);
+  MLACONF_CUDA_LAUNCH_CHECK("add_kernel");
+}
+void scale_inplace(float* d_x, int64_t n, float s) {
+  if (n == 0) return;
+  scale_kernel<<<grid_for(n), 256>>>(d_x, n, s);
+  MLACONF_CUDA_LAUNCH_CHECK("scale_kernel");
+}
+void gather_rows(const float* d_src, int64_t ld_src, const int32_t* d_idx, int64_t n, int64_t cols, float* d_dst,
+                 int64_t ld_dst) {
+  if (n == 0) return;
+  move_rows_kernel<<<(unsigned)n, 256>>>(d_src, ld_src, d_idx, cols, d_dst, ld_dst, false);
+  MLACONF_CUDA_LAUNCH_CHECK("move_rows_kernel");
+}
+void scatter_rows(const float* d_src, int64_t ld_src, const int32_t* d_idx, int64_t n, int64_t cols, float* d_dst,
+                  int64_t ld_dst) {
+  if (n == 0) return;
+  move_rows_kernel<<<(unsigned)n, 256>>>(d_src, ld_src, d_idx, cols, d_dst, ld_dst, true);
+  MLACONF_CUDA_LAUNCH_CHECK("move_rows_kernel");
+}
+void weighted_combine(const float* d_x, const float* d_w, int64_t T, int64_t k, int64_t E, const float* d_add, float* d_out) {
+  if (T == 0) return;
+  combine_kernel<<<(unsigned)T, 256>>>(d_x, d_w, k, E, d_add, d_out);
+  MLACONF_CUDA_LAUNCH_CHECK("combine_kernel");
+}
+void copy2d(void* d_dst, size_t dst_pitch, const void* d_src, size_t src_pitch, size_t width_bytes, size_t rows) {
+  if (rows == 0 || width_bytes == 0) return;
+  MLACONF_CUDA_CHECK(cudaMemcpy2D(d_dst, dst_pitch, d_src, src_pitch, width_bytes, rows, cudaMemcpyDeviceToDevice));
 }
 int64_t count_nonfinite(const float* d_x, int64_t n) {
   auto* c = static_cast<unsigned long long*>(scratch(7, 8));

@@ -72,6 +72,10 @@ void* scratch(int slot, size_t bytes) {
   return bufs[slot].get();
 }
 
+void copy_to_host(void* host, const void* d_src, size_t bytes) {
+  if (bytes) MLACONF_CUDA_CHECK(cudaMemcpy(host, d_src, bytes, cudaMemcpyDeviceToHost));
+}
+
 uint16_t float_to_half_bits(float f) {
   __half h = __float2half_rn(f);
   uint16_t u;

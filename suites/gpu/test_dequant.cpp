@@ -86,7 +86,9 @@ std::optional<std::vector<float>> independent(GgmlType t, const std::vector<uint
   const std::string dir = testing::TempDir();
   const std::string in = dir + "/mlaconf_gpu_deq_" + type_name(t) + ".bin", outp = in + ".f32";
   { std::ofstream(in, std::ios::binary).write((const char*)blocks.data(), blocks.size()); }
-  const std::string cmd = std::string("python3 ") + MLACONF_GPU_SUITE_DIR + "/gguf_dequant.py " + type_name(t) + " " + in +
+  const char* env_dir = std::getenv("MLACONF_GPU_SUITE_DIR");  // where the suite's sources are elsewhere (device copies)
+  const std::string suite_dir = env_dir ? env_dir : MLACONF_GPU_SUITE_DIR;
+  const std::string cmd = "python3 " + suite_dir + "/gguf_dequant.py " + type_name(t) + " " + in +
                           " " + outp + " 2>/dev/null";
   if (std::system(cmd.c_str()) != 0) {
     *who = "neither the reference nor gguf-py (python3 -m pip install gguf) can dequantize " + std::string(type_name(t));

@@ -1,0 +1,459 @@
+// mlaconf optimized: the GLM-5 forward pass, composed from the kernels of api.h (host code only).
+#include "optimized/pipeline.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/weight_layout.h"
+#include "optimized/api.h"
+
+namespace mlaconf::cuda {
+namespace {
+
+struct DevTensor {
+  GgmlType type = GgmlType::F32;
+  int64_t ne0 = 0, ne1 = 1, ne2 = 1;
+  int64_t row_bytes = 0;
+  DeviceBuffer buf;
+  std::vector<float> host_f32;  // F32 vectors the host needs (router bias)
+};
+
+std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+
+}  // namespace
+
+struct Pipeline::Impl {
+  const GgufFile& f;
+  ModelConfig c;
+  PipelineOptions opt;
+  int64_t ctx = 0;
+  int64_t n_past = 0;
+  double attn_scale = 0;
+  std::map<std::string, DevTensor> w;
+  std::vector<DeviceBuffer> latent;  // per layer [ctx, kv_lora+rope] f16
+  std::vector<DeviceBuffer> ikeys;   // per layer [ctx, Di] f16 (full indexer layers)
+  DeviceBuffer deq_scratch, half_scratch;
+  Trace* tr = nullptr;
+
+  Impl(const GgufFile& file, const ModelConfig& cfg, PipelineOptions o) : f(file), c(cfg), opt(o) {}
+
+  const DevTensor& W(const std::string& name) const {
+    auto it = w.find(name);
+    if (it == w.end()) throw InputError(f.path() + ": tensor " + name + " is missing");
+    return it->second;
+  }
+  const DevTensor& L(int64_t l, const char* suffix) const { return W(wname::blk(l, suffix)); }
+
+  static DeviceBuffer fbuf(int64_t n) { return DeviceBuffer((size_t)std::max<int64_t>(n, 1) * 4); }
+
+  // y [T, ne1] = W x, x [T, ne0]; `expert` selects one matrix of a 3-D expert tensor.
+  void linear(const DevTensor& t, const float* x, int64_t T, float* y, int64_t expert = -1) {
+    if (T == 0) return;
+    const uint8_t* base = t.buf.as<uint8_t>() + (expert >= 0 ? expert * t.ne1 * t.row_bytes : 0);
+    if (T <= opt.gemv_max_tokens || t.type == GgmlType::F32) {
+      gemv(t.type, base, t.ne1, t.ne0, x, y, T, 0, t.ne0, t.ne1);  // F32 weights (the router) stay in fp32
+      return;
+    }
+    if (half_scratch.bytes() < (size_t)(T * t.ne0 * 2)) half_scratch = DeviceBuffer((size_t)T * t.ne0 * 2);
+    to_half(x, T * t.ne0, half_scratch.as<uint16_t>());
+    linear_prefill(t.type, base, t.ne1, t.ne0, half_scratch.as<uint16_t>(), T, y, &deq_scratch);
+  }
+
+  void check(int64_t layer, const char* name, const float* d, int64_t n) {
+    if (!opt.overflow_check) return;
+    const int64_t bad = count_nonfinite(d, n);
+    if (bad)
+      throw OverflowError("overflow: " + std::string(layer < 0 ? "model" : "layer " + std::to_string(layer)) + " op '" + name +
+                          "' produced " + std::to_string(bad) + " inf/NaN values of " + std::to_string(n) +
+                          " (the first op to overflow)");
+  }
+  bool wants(int64_t layer, const char* name) const { return tr && tr->wants((int)layer, name); }
+  void rec(int64_t layer, const char* name, const float* d, const std::vector<int64_t>& shape) {
+    if (!wants(layer, name)) return;
+    int64_t n = 1;
+    for (auto s : shape) n *= s;
+    std::vector<float> h(n);
+    if (n) copy_to_host(h.data(), d, n * 4);
+    auto dd = to_double(h);
+    tr->record((int)layer, name, dd.data(), shape);
+  }
+  // check + record
+  void done(int64_t layer, const char* name, const float* d, const std::vector<int64_t>& shape) {
+    int64_t n = 1;
+    for (auto s : shape) n *= s;
+    check(layer, name, d, n);
+    rec(layer, name, d, shape);
+  }
+
+  void upload_weights() {
+    for (const TensorSpec& s : model_tensor_specs(c)) {
+      const TensorInfo& ti = f.tensor(s.name);
+      DevTensor t;
+      t.type = ti.type;
+      t.ne0 = ti.ne[0];
+      t.ne1 = ti.ne[1];
+      t.ne2 = ti.ne[2];
+      t.row_bytes = row_bytes(ti.type, ti.ne[0]);
+      if (!can_dequantize(ti.type))
+        throw InputError(f.path() + ": tensor " + s.name + " has type " + type_name(ti.type) + ", which the CUDA pipeline cannot read");
+      t.buf = DeviceBuffer(ti.nbytes);
+      t.buf.upload(ti.data, ti.nbytes);
+      if (ti.type == GgmlType::F32 && ti.n_dims == 1) {
+        t.host_f32.resize(ti.ne[0]);
+        std::memcpy(t.host_f32.data(), ti.data, ti.ne[0] * 4);
+      }
+      w.emplace(s.name, std::move(t));
+    }
+  }
+
+  void layer(int64_t l, float* h, int64_t T, const int32_t* d_pos, std::vector<DeviceBuffer>& topk_by_layer);
+  void moe(int64_t l, const float* y, int64_t T, float* out);
+  void record_topk_extras(int64_t l, const float* d_scores, int64_t T, int64_t Lkv, int64_t K);
+};
+
+void Pipeline::Impl::record_topk_extras(int64_t l, const float* d_scores, int64_t T, int64_t Lkv, int64_t K) {
+  const bool want_tie = wants(l, op::kIndexerTopkTie), want_gap = wants(l, op::kIndexerTopkGap);
+  if (!want_tie && !want_gap) return;
+  std::vector<float> s(T * Lkv);
+  copy_to_host(s.data(), d_scores, s.size() * 4);
+  std::vector<int32_t> tie(T, 0);
+  std::vector<double> gap(T, std::numeric_limits<double>::quiet_NaN());
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<float> v;
+    for (int64_t i = 0; i < Lkv; ++i)
+      if (std::isfinite(s[t * Lkv + i])) v.push_back(s[t * Lkv + i]);
+    if ((int64_t)v.size() <= K) continue;
+    std::nth_element(v.begin(), v.begin() + K, v.end(), std::greater<float>());
+    const float next = v[K];
+    const float kth = *std::min_element(v.begin(), v.begin() + K);
+    gap[t] = (double)kth - (double)next;
+    tie[t] = kth == next;
+  }
+  if (want_tie) tr->record_i32((int)l, op::kIndexerTopkTie, tie.data(), {T});
+  if (want_gap) tr->record((int)l, op::kIndexerTopkGap, gap.data(), {T});
+}
+
+void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos, std::vector<DeviceBuffer>& topk_by_layer) {
+  const int64_t E = c.n_embd, H = c.n_head, dn = c.qk_nope(), R = c.qk_rope(), dq = c.qk_head(), dl = c.kv_lora_rank;
+  const int64_t dlat = dl + R, Lkv = n_past + T;
+  const double theta = c.rope_freq_base;
+  rec(l, op::kInputHidden, h, {T, E});
+
+  auto x = fbuf(T * E);
+  rmsnorm(h, L(l, wname::kAttnNorm).buf.as<float>(), T, E, E, (float)c.rms_eps, x.as<float>());
+  done(l, op::kAttnNormOut, x.as<float>(), {T, E});
+  auto qa = fbuf(T * c.q_lora_rank);
+  linear(L(l, wname::kQA), x.as<float>(), T, qa.as<float>());
+  done(l, op::kQA, qa.as<float>(), {T, c.q_lora_rank});
+  auto cq = fbuf(T * c.q_lora_rank);
+  rmsnorm(qa.as<float>(), L(l, wname::kQANorm).buf.as<float>(), T, c.q_lora_rank, c.q_lora_rank, (float)c.rms_eps, cq.as<float>());
+  done(l, op::kQANorm, cq.as<float>(), {T, c.q_lora_rank});
+  auto qb = fbuf(T * H * dq);
+  linear(L(l, wname::kQB), cq.as<float>(), T, qb.as<float>());
+  done(l, op::kQB, qb.as<float>(), {T, H, dq});
+  rope(qb.as<float>(), T, H, dq, dn, R, d_pos, theta, false);
+  if (wants(l, op::kQPeRope)) {
+    auto tmp = fbuf(T * H * R);
+    copy2d(tmp.get(), R * 4, qb.as<float>() + dn, dq * 4, R * 4, T * H);
+    rec(l, op::kQPeRope, tmp.as<float>(), {T, H, R});
+  }
+
+  // Latent: [RMSNorm(kv_a[:dl]) | RoPE(kv_a[dl:])] -> the fp16 cache rows n_past..n_past+T-1.
+  auto kva = fbuf(T * dlat);
+  linear(L(l, wname::kKvA), x.as<float>(), T, kva.as<float>());
+  done(l, op::kKvA, kva.as<float>(), {T, dlat});
+  auto lat = fbuf(T * dlat);
+  rmsnorm(kva.as<float>(), L(l, wname::kKvANorm).buf.as<float>(), T, dl, dlat, (float)c.rms_eps, lat.as<float>());
+  copy2d(lat.as<float>() + dl, dlat * 4, kva.as<float>() + dl, dlat * 4, R * 4, T);
+  rope(lat.as<float>(), T, 1, dlat, dl, R, d_pos, theta, false);
+  if (wants(l, op::kKvLatent)) {
+    auto tmp = fbuf(T * dl);
+    copy2d(tmp.get(), dl * 4, lat.get(), dlat * 4, dl * 4, T);
+    rec(l, op::kKvLatent, tmp.as<float>(), {T, dl});
+  }
+  if (wants(l, op::kKPeRope)) {
+    auto tmp = fbuf(T * R);
+    copy2d(tmp.get(), R * 4, lat.as<float>() + dl, dlat * 4, R * 4, T);
+    rec(l, op::kKPeRope, tmp.as<float>(), {T, R});
+  }
+  done(l, op::kLatentCache, lat.as<float>(), {T, dlat});
+  to_half(lat.as<float>(), T * dlat, latent[l].as<uint16_t>() + n_past * dlat);
+
+  // Absorbed query [W_UK^T q_nope | q_pe], per head.
+  auto qabs = fbuf(T * H * dlat);
+  const DevTensor& kb = L(l, wname::kKB);
+  gemv_per_head(kb.type, kb.buf.get(), dl, dn, H, qb.as<float>(), dq, qabs.as<float>(), dlat, T * H);
+  copy2d(qabs.as<float>() + dl, dlat * 4, qb.as<float>() + dn, dq * 4, R * 4, T * H);
+  done(l, op::kQAbsorbed, qabs.as<float>(), {T, H, dlat});
+  DeviceBuffer qabs_h((size_t)T * H * dlat * 2);
+  to_half(qabs.as<float>(), T * H * dlat, qabs_h.as<uint16_t>());
+
+  // Indexer (full layers) or the source layer's selection.
+  const int64_t K = c.indexer_top_k;
+  const bool full = l < (int64_t)c.indexer_full.size() ? (bool)c.indexer_full[l] : true;
+  if (full) {
+    const int64_t Hi = c.indexer_n_head, Di = c.indexer_head_size;
+    const bool neox = c.indexer_neox();
+    auto qi = fbuf(T * Hi * Di);
+    linear(L(l, wname::kIdxQB), cq.as<float>(), T, qi.as<float>());
+    rope(qi.as<float>(), T, Hi, Di, 0, R, d_pos, theta, neox);
+    done(l, op::kIndexerQ, qi.as<float>(), {T, Hi, Di});
+    auto kraw = fbuf(T * Di), ki = fbuf(T * Di);
+    linear(L(l, wname::kIdxK), x.as<float>(), T, kraw.as<float>());
+    layernorm(kraw.as<float>(), L(l, wname::kIdxKNorm).buf.as<float>(), L(l, wname::kIdxKNormB).buf.as<float>(), T, Di, 1e-6f,
+              ki.as<float>());
+    rope(ki.as<float>(), T, 1, Di, 0, R, d_pos, theta, neox);
+    done(l, op::kIndexerK, ki.as<float>(), {T, Di});
+    to_half(ki.as<float>(), T * Di, ikeys[l].as<uint16_t>() + n_past * Di);
+    auto wts = fbuf(T * Hi);
+    linear(L(l, wname::kIdxProj), x.as<float>(), T, wts.as<float>());
+    done(l, op::kIndexerWeights, wts.as<float>(), {T, Hi});
+    scale_inplace(wts.as<float>(), T * Hi, (float)(1.0 / std::sqrt((double)Hi * (double)Di)));
+    DeviceBuffer qi_h((size_t)T * Hi * Di * 2);
+    to_half(qi.as<float>(), T * Hi * Di, qi_h.as<uint16_t>());
+    auto scores = fbuf(T * Lkv);
+    indexer_scores(qi_h.as<uint16_t>(), ikeys[l].as<uint16_t>(), wts.as<float>(), d_pos, T, Hi, Di, Lkv, scores.as<float>());
+    rec(l, op::kIndexerScores, scores.as<float>(), {T, Lkv});
+    topk_by_layer[l] = DeviceBuffer((size_t)T * K * 4);
+    topk_rows(scores.as<float>(), T, Lkv, K, topk_by_layer[l].as<int32_t>());
+    if (wants(l, op::kIndexerTopk)) {
+      std::vector<int32_t> top(T * K);
+      copy_to_host(top.data(), topk_by_layer[l].get(), top.size() * 4);
+      tr->record_i32((int)l, op::kIndexerTopk, top.data(), {T, K});
+    }
+    record_topk_extras(l, scores.as<float>(), T, Lkv, K);
+  }
+  const int64_t src = full ? l : c.indexer_source_layer(l);
+  if (src < 0 || src >= l + 1 || !topk_by_layer[src].get())
+    throw InputError(f.path() + ": layer " + std::to_string(l) + " shares the indexer of layer " + std::to_string(src) +
+                     ", which did not run");
+
+  // Sparse MLA over the latent cache, then W_UV and the output projection.
+  auto att = fbuf(T * H * dl);
+  SparseMlaArgs a;
+  a.q = qabs_h.as<uint16_t>();
+  a.cache = latent[l].as<uint16_t>();
+  a.L = Lkv;
+  a.idx = topk_by_layer[src].as<int32_t>();
+  a.q_pos = d_pos;
+  a.T = T, a.H = H, a.d_qk = dlat, a.d_v = dl, a.top_k = K;
+  a.scale = (float)attn_scale;
+  a.out = att.as<float>();
+  sparse_mla(a);
+  done(l, op::kAttnLatentOut, att.as<float>(), {T, H, dl});
+  const int64_t V = c.v_head();
+  auto vout = fbuf(T * H * V);
+  const DevTensor& vb = L(l, wname::kVB);
+  apply_wuv(vb.type, vb.buf.get(), V, dl, att.as<float>(), T, H, vout.as<float>());
+  done(l, op::kAttnVOut, vout.as<float>(), {T, H, V});
+  auto ao = fbuf(T * E);
+  linear(L(l, wname::kAttnOut), vout.as<float>(), T, ao.as<float>());
+  done(l, op::kAttnOut, ao.as<float>(), {T, E});
+  add_inplace(h, ao.as<float>(), T * E);
+
+  // FFN.
+  auto y = fbuf(T * E);
+  rmsnorm(h, L(l, wname::kFfnNorm).buf.as<float>(), T, E, E, (float)c.rms_eps, y.as<float>());
+  done(l, op::kFfnNormOut, y.as<float>(), {T, E});
+  auto m = fbuf(T * E);
+  if (!c.is_moe_layer(l)) {
+    const int64_t F = c.n_ff;
+    auto g = fbuf(T * F), u = fbuf(T * F);
+    linear(L(l, wname::kFfnGate), y.as<float>(), T, g.as<float>());
+    linear(L(l, wname::kFfnUp), y.as<float>(), T, u.as<float>());
+    silu_gate(g.as<float>(), u.as<float>(), T * F, g.as<float>());
+    linear(L(l, wname::kFfnDown), g.as<float>(), T, m.as<float>());
+  } else {
+    moe(l, y.as<float>(), T, m.as<float>());
+  }
+  done(l, op::kMlpOut, m.as<float>(), {T, E});
+  add_inplace(h, m.as<float>(), T * E);
+  done(l, op::kOutputHidden, h, {T, E});
+}
+
+// Router in fp32 (GPU logits, host selection), tokens grouped per expert, expert GEMMs, weighted combine.
+void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out) {
+  const int64_t E = c.n_embd, nE = c.n_expert, k = c.n_expert_used, F = c.n_ff_exp;
+  auto logits = fbuf(T * nE);
+  linear(L(l, wname::kGateInp), y, T, logits.as<float>());
+  done(l, op::kRouterLogits, logits.as<float>(), {T, nE});
+  std::vector<float> lg(T * nE);
+  copy_to_host(lg.data(), logits.get(), lg.size() * 4);
+  const std::vector<float>& bias = L(l, wname::kExpProbsB).host_f32;
+  std::vector<int32_t> ids(T * k);
+  std::vector<float> wts(T * k);
+  std::vector<double> gap(T, std::numeric_limits<double>::infinity());
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<float> prob(nE), choice(nE);
+    const float* z = &lg[t * nE];
+    if (c.gating == GatingFunc::Softmax) {
+      const float mx = *std::max_element(z, z + nE);
+      float s = 0;
+      for (int64_t e = 0; e < nE; ++e) s += (prob[e] = std::exp(z[e] - mx));
+      for (auto& p : prob) p /= s;
+    } else {
+      for (int64_t e = 0; e < nE; ++e) prob[e] = 1.0f / (1.0f + std::exp(-z[e]));
+    }
+    for (int64_t e = 0; e < nE; ++e) choice[e] = prob[e] + (bias.empty() ? 0.f : bias[e]);
+    if (c.n_expert_groups > 1) {  // group limit: a group's score is the sum of its two best choices
+      const int64_t G = c.n_expert_groups, per = nE / G;
+      std::vector<float> gs(G);
+      for (int64_t g = 0; g < G; ++g) {
+        std::vector<float> v(choice.begin() + g * per, choice.begin() + (g + 1) * per);
+        std::sort(v.begin(), v.end(), std::greater<float>());
+        gs[g] = v[0] + (per > 1 ? v[1] : 0.f);
+      }
+      std::vector<int64_t> go(G);
+      std::iota(go.begin(), go.end(), 0);
+      std::stable_sort(go.begin(), go.end(), [&](int64_t a, int64_t b) { return gs[a] > gs[b]; });
+      std::vector<bool> keep(G, false);
+      for (int64_t i = 0; i < c.n_group_used; ++i) keep[go[i]] = true;
+      for (int64_t e = 0; e < nE; ++e)
+        if (!keep[e / per]) choice[e] = -std::numeric_limits<float>::infinity();
+    }
+    std::vector<int32_t> order(nE);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return choice[a] > choice[b]; });
+    if (nE > k) gap[t] = (double)choice[order[k - 1]] - (double)choice[order[k]];
+    std::vector<int32_t> sel(order.begin(), order.begin() + k);
+    std::sort(sel.begin(), sel.end());
+    float sum = 0;
+    for (int64_t j = 0; j < k; ++j) sum += prob[sel[j]];
+    for (int64_t j = 0; j < k; ++j) {
+      float wv = prob[sel[j]];
+      if (c.expert_weights_norm) wv = wv / (sum + 1e-20f);
+      ids[t * k + j] = sel[j];
+      wts[t * k + j] = wv * (float)c.expert_weights_scale;
+    }
+  }
+  if (wants(l, op::kRouterIds)) tr->record_i32((int)l, op::kRouterIds, ids.data(), {T, k});
+  if (wants(l, op::kRouterWeights)) {
+    auto d = to_double(wts);
+    tr->record((int)l, op::kRouterWeights, d.data(), {T, k});
+  }
+  if (wants(l, op::kRouterTopkGap)) tr->record((int)l, op::kRouterTopkGap, gap.data(), {T});
+
+  // Group the (token, slot) pairs by expert and run each expert once over its tokens.
+  auto eo = fbuf(T * k * E);
+  std::vector<std::vector<int32_t>> tok(nE), slot(nE);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      tok[ids[t * k + j]].push_back((int32_t)t);
+      slot[ids[t * k + j]].push_back((int32_t)(t * k + j));
+    }
+  const DevTensor &gw = L(l, wname::kGateExps), &uw = L(l, wname::kUpExps), &dw = L(l, wname::kDownExps);
+  int64_t max_n = 0;
+  for (auto& v : tok) max_n = std::max<int64_t>(max_n, v.size());
+  auto xe = fbuf(max_n * E), ge = fbuf(max_n * F), ue = fbuf(max_n * F), de = fbuf(max_n * E);
+  DeviceBuffer d_tok((size_t)std::max<int64_t>(max_n, 1) * 4), d_slot((size_t)std::max<int64_t>(max_n, 1) * 4);
+  for (int64_t e = 0; e < nE; ++e) {
+    const int64_t n = tok[e].size();
+    if (n == 0) continue;
+    d_tok.upload(tok[e].data(), n * 4);
+    d_slot.upload(slot[e].data(), n * 4);
+    gather_rows(y, E, d_tok.as<int32_t>(), n, E, xe.as<float>(), E);
+    linear(gw, xe.as<float>(), n, ge.as<float>(), e);
+    linear(uw, xe.as<float>(), n, ue.as<float>(), e);
+    silu_gate(ge.as<float>(), ue.as<float>(), n * F, ge.as<float>());
+    linear(dw, ge.as<float>(), n, de.as<float>(), e);
+    scatter_rows(de.as<float>(), E, d_slot.as<int32_t>(), n, E, eo.as<float>(), E);
+  }
+  done(l, op::kExpertOut, eo.as<float>(), {T, k, E});
+  DeviceBuffer sh;
+  if (c.n_expert_shared > 0) {
+    const int64_t Fs = L(l, wname::kGateShexp).ne1;
+    auto g = fbuf(T * Fs), u = fbuf(T * Fs);
+    sh = fbuf(T * E);
+    linear(L(l, wname::kGateShexp), y, T, g.as<float>());
+    linear(L(l, wname::kUpShexp), y, T, u.as<float>());
+    silu_gate(g.as<float>(), u.as<float>(), T * Fs, g.as<float>());
+    linear(L(l, wname::kDownShexp), g.as<float>(), T, sh.as<float>());
+    done(l, op::kSharedExpertOut, sh.as<float>(), {T, E});
+  }
+  auto d_w = to_device(wts);
+  weighted_combine(eo.as<float>(), d_w.as<float>(), T, k, E, sh.get() ? sh.as<float>() : nullptr, out);
+}
+
+Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt) : impl_(std::make_unique<Impl>(f, c, opt)) {
+  std::string why;
+  if (!cuda_available(&why)) throw CudaError("not supported: " + why);
+  c.validate(f.path());
+  validate_weights(f, c);
+  if (c.rope_scaling_factor > 1.0)
+    throw InputError(f.path() + ": not supported: YaRN RoPE scaling (factor " + std::to_string(c.rope_scaling_factor) +
+                     ") in the CUDA pipeline");
+  Impl& m = *impl_;
+  m.ctx = std::min<int64_t>(opt.max_ctx, c.n_ctx_train > 0 ? c.n_ctx_train : opt.max_ctx);
+  m.attn_scale = 1.0 / std::sqrt((double)c.qk_head());
+  m.upload_weights();
+  for (int64_t l = 0; l < c.n_layer_run(); ++l) {
+    m.latent.emplace_back((size_t)m.ctx * c.latent_dim() * 2);
+    const bool full = l < (int64_t)c.indexer_full.size() ? (bool)c.indexer_full[l] : true;
+    m.ikeys.emplace_back(full ? (size_t)m.ctx * c.indexer_head_size * 2 : 0);
+  }
+}
+Pipeline::~Pipeline() = default;
+Pipeline::Pipeline(Pipeline&&) noexcept = default;
+int64_t Pipeline::n_past() const { return impl_->n_past; }
+const ModelConfig& Pipeline::config() const { return impl_->c; }
+void Pipeline::reset() { impl_->n_past = 0; }
+
+std::vector<float> Pipeline::forward(std::span<const int32_t> ids, Trace* trace) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.c;
+  const int64_t T = ids.size(), E = c.n_embd;
+  if (T == 0) return {};
+  for (int32_t id : ids)
+    if (id < 0 || id >= c.n_vocab) throw InputError("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(c.n_vocab));
+  if (m.n_past + T > m.ctx)
+    throw InputError("context full: " + std::to_string(m.n_past) + " + " + std::to_string(T) + " tokens exceed the " +
+                     std::to_string(m.ctx) + "-row caches (PipelineOptions::max_ctx)");
+  m.tr = trace;
+  std::vector<int32_t> pos(T);
+  for (int64_t t = 0; t < T; ++t) pos[t] = (int32_t)(m.n_past + t);
+  auto d_pos = to_device(pos);
+  auto h = Impl::fbuf(T * E);
+  const DevTensor& emb = m.W(wname::kTokenEmbd);
+  for (int64_t t = 0; t < T; ++t)
+    dequantize_f32(emb.type, emb.buf.as<uint8_t>() + (int64_t)ids[t] * emb.row_bytes, E, h.as<float>() + t * E);
+  std::vector<DeviceBuffer> topk(c.n_layer_run());
+  for (int64_t l = 0; l < c.n_layer_run(); ++l) m.layer(l, h.as<float>(), T, d_pos.as<int32_t>(), topk);
+  auto fn = Impl::fbuf(T * E);
+  rmsnorm(h.as<float>(), m.W(wname::kOutputNorm).buf.as<float>(), T, E, E, (float)c.rms_eps, fn.as<float>());
+  m.done(-1, op::kFinalNorm, fn.as<float>(), {T, E});
+  auto lg = Impl::fbuf(T * c.n_vocab);
+  m.linear(m.W(wname::kOutput), fn.as<float>(), T, lg.as<float>());
+  m.done(-1, op::kLogits, lg.as<float>(), {T, c.n_vocab});
+  std::vector<float> out(T * c.n_vocab);
+  copy_to_host(out.data(), lg.get(), out.size() * 4);
+  m.n_past += T;
+  m.tr = nullptr;
+  return out;
+}
+
+std::vector<int32_t> Pipeline::generate(std::span<const int32_t> prompt, int64_t n_new, std::vector<double>* margins,
+                                        Trace* trace) {
+  const int64_t V = impl_->c.n_vocab;
+  std::vector<int32_t> toks;
+  std::vector<float> lg = forward(prompt, trace);
+  for (int64_t step = 0; step < n_new; ++step) {
+    const float* row = lg.data() + lg.size() - V;
+    int32_t best = 0;
+    for (int64_t i = 1; i < V; ++i)
+      if (row[i] > row[best]) best = (int32_t)i;
+    float second = -INFINITY;
+    for (int64_t i = 0; i < V; ++i)
+      if (i != best) second = std::max(second, row[i]);
+    if (margins) margins->push_back((double)row[best] - (double)second);
+    toks.push_back(best);
+    if (step + 1 < n_new) lg = forward(std::span<const int32_t>(&toks.back(), 1), trace);
+  }
+  return toks;
+}
+
+}  // namespace mlaconf::cuda

@@ -1,0 +1,66 @@
+// mlaconf optimized: the whole GLM-5 (glm-dsa) forward pass on the GPU. Usable without nvcc.
+//
+//   Pipeline p(gguf, config);              // uploads the weights (raw ggml blocks) and sizes the caches
+//   auto logits = p.forward(ids, trace);   // [T * vocab] for tokens at positions n_past()..n_past()+T-1
+//   p.reset();                             // empties the latent and indexer caches
+//
+// Storage: weights as ggml blocks, latent cache [ctx, kv_lora+rope] and indexer key cache [ctx, Di]
+// in fp16 per layer, the residual stream in fp32, attention queries in fp16; every product
+// accumulates in fp32. Decode (T <= 8) uses the fused dequant GEMVs, prefill dequantizes to fp16 and
+// runs cuBLAS. Intermediates go to a Trace under core/trace.h's names, so a capture with this
+// backend is judged by `mlaconf compare` against the reference.
+//
+// With the overflow check on (the default), each op's output is scanned and the first one holding
+// inf/NaN raises OverflowError naming the layer and the op.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/gguf.h"
+#include "core/model_config.h"
+#include "core/trace.h"
+
+namespace mlaconf::cuda {
+
+bool cuda_available(std::string* why_not);
+
+class OverflowError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct PipelineOptions {
+  int64_t max_ctx = 4096;         // cache rows per layer (capped at the model's context length)
+  bool overflow_check = true;
+  int64_t gemv_max_tokens = 8;    // passes of at most this many tokens use the fused GEMVs
+};
+
+class Pipeline {
+ public:
+  // Validates the weights against the config (InputError), uploads them, allocates the caches.
+  // Throws InputError "not supported: ..." for what the pipeline does not do (YaRN RoPE scaling).
+  Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt = {});
+  ~Pipeline();
+  Pipeline(Pipeline&&) noexcept;
+
+  // Logits [T, vocab], row-major.
+  std::vector<float> forward(std::span<const int32_t> ids, Trace* trace = nullptr);
+  void reset();
+  int64_t n_past() const;
+  const ModelConfig& config() const;
+
+  // Greedy generation (ties to the lower id): prefill `prompt`, then n_new decode steps. margins[i]
+  // = top-1 minus top-2 logit of step i.
+  std::vector<int32_t> generate(std::span<const int32_t> prompt, int64_t n_new, std::vector<double>* margins = nullptr,
+                                Trace* trace = nullptr);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mlaconf::cuda

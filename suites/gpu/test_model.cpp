@@ -1,0 +1,226 @@
+// suites/gpu: the whole CUDA pipeline on ../shared/models/glm-dsa-tiny.gguf against the reference model
+// (float64, in process), layer by layer and end to end, plus greedy generation and the dense-attention
+// negative control. Tolerances (fp16 storage, fp32 accumulation, against float64):
+//   per-layer output_hidden / attn_out / mlp_out NMSE <= 1e-4, logits NMSE <= 1e-4, cosine >= 0.9999;
+//   indexer top-k Jaccard >= 0.99 on rows whose reference k-th/(k+1)-th gap exceeds 1e-3 (relative);
+//   greedy tokens equal wherever the reference margin is > 0.05.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <set>
+
+#include "core/error.h"
+#include "core/gguf.h"
+#include "core/model_config.h"
+#include "core/trace.h"
+#include "optimized/faults.h"
+#include "optimized/pipeline.h"
+#include "suites/gpu/gpu_test_util.h"
+#ifdef MLACONF_HAVE_REF_MODEL
+#include "reference/model.h"
+#endif
+
+namespace mlaconf::gputest {
+namespace {
+
+constexpr double kLayerNmse = 1e-4, kLogitNmse = 1e-4, kCos = 0.9999;
+
+std::string tiny_model_path() {
+  const char* env = std::getenv("MLACONF_SHARED_DIR");
+  return std::string(env ? env : MLACONF_SHARED_DIR) + "/models/glm-dsa-tiny.gguf";
+}
+
+struct MemTrace : Trace {
+  struct Rec {
+    std::vector<double> v;
+    std::vector<int32_t> i;
+    std::vector<int64_t> shape;
+  };
+  std::map<std::pair<int, std::string>, Rec> recs;
+  void record(int layer, std::string_view name, const double* d, const std::vector<int64_t>& shape) override {
+    int64_t n = 1;
+    for (auto s : shape) n *= s;
+    recs[{layer, std::string(name)}] = Rec{std::vector<double>(d, d + n), {}, shape};
+  }
+  void record_i32(int layer, std::string_view name, const int32_t* d, const std::vector<int64_t>& shape) override {
+    int64_t n = 1;
+    for (auto s : shape) n *= s;
+    recs[{layer, std::string(name)}] = Rec{{}, std::vector<int32_t>(d, d + n), shape};
+  }
+  const Rec* get(int layer, const char* name) const {
+    auto it = recs.find({layer, name});
+    return it == recs.end() ? nullptr : &it->second;
+  }
+};
+
+std::vector<int32_t> prompt_ids(int64_t T, int64_t vocab) {
+  std::mt19937_64 rng(2026);
+  std::vector<int32_t> ids(T);
+  for (auto& x : ids) x = (int32_t)(rng() % (vocab - 16));  // ordinary tokens, not the special ones at the end
+  return ids;
+}
+
+#define MLACONF_REQUIRE_TINY_MODEL()                                                                \
+  MLACONF_REQUIRE_CUDA();                                                                           \
+  if (!std::filesystem::exists(tiny_model_path())) GTEST_SKIP() << "skipped: " << tiny_model_path() << " is absent"
+
+#ifdef MLACONF_HAVE_REF_MODEL
+double nmse_d(const std::vector<double>& a, const std::vector<double>& b) {
+  return nmse(std::vector<float>(a.begin(), a.end()), b);
+}
+double cos_d(const std::vector<double>& a, const std::vector<double>& b) {
+  return cosine(std::vector<float>(a.begin(), a.end()), b);
+}
+
+void layers_case(int64_t T) {
+  MLACONF_REQUIRE_TINY_MODEL();
+  auto f = GgufFile::open(tiny_model_path());
+  auto c = ModelConfig::from_gguf(f);
+  auto ids = prompt_ids(T, c.n_vocab);
+  MemTrace rt, gt;
+  ref::Model<double> rm(f, c);
+  rm.forward(ids, &rt);
+  cuda::Pipeline p(f, c);
+  p.forward(ids, &gt);
+  bool any = false;
+  for (int64_t l = 0; l < c.n_layer_run(); ++l) {
+    for (const char* name : {op::kAttnOut, op::kMlpOut, op::kOutputHidden, op::kAttnLatentOut}) {
+      auto *r = rt.get((int)l, name), *g = gt.get((int)l, name);
+      ASSERT_TRUE(r && g) << "layer " << l << " " << name << " was not recorded by both";
+      ASSERT_EQ(r->shape, g->shape) << name;
+      const double e = nmse_d(g->v, r->v);
+      std::printf("  layer %lld %-16s NMSE %.3e\n", (long long)l, name, e);
+      EXPECT_LE(e, kLayerNmse) << "layer " << l << " " << name;
+      any = true;
+    }
+    auto *rk = rt.get((int)l, op::kIndexerTopk), *gk = gt.get((int)l, op::kIndexerTopk), *gap = rt.get((int)l, op::kIndexerTopkGap),
+         *rs = rt.get((int)l, op::kIndexerScores);
+    if (rk && gk && gap && rs) {
+      const int64_t K = rk->shape[1];
+      double jmin = 1;
+      int checked = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        double smax = 0;
+        for (int64_t s = 0; s < rs->shape[1]; ++s)
+          if (std::isfinite(rs->v[t * rs->shape[1] + s])) smax = std::max(smax, std::abs(rs->v[t * rs->shape[1] + s]));
+        if (!(gap->v[t] > 1e-3 * smax)) continue;  // tie or near-tie row (NaN gap: fewer keys than top_k)
+        std::set<int32_t> a, b;
+        for (int64_t j = 0; j < K; ++j) {
+          if (rk->i[t * K + j] >= 0) a.insert(rk->i[t * K + j]);
+          if (gk->i[t * K + j] >= 0) b.insert(gk->i[t * K + j]);
+        }
+        size_t inter = 0;
+        for (auto v : a) inter += b.count(v);
+        jmin = std::min(jmin, (double)inter / (a.size() + b.size() - inter));
+        ++checked;
+      }
+      std::printf("  layer %lld indexer top-k Jaccard min %.4f over %d non-tie rows\n", (long long)l, jmin, checked);
+      EXPECT_GE(jmin, 0.99) << "layer " << l;
+    }
+  }
+  ASSERT_TRUE(any);
+  auto *rl = rt.get(-1, op::kLogits), *gl = gt.get(-1, op::kLogits);
+  ASSERT_TRUE(rl && gl);
+  const double e = nmse_d(gl->v, rl->v), cs = cos_d(gl->v, rl->v);
+  std::printf("  logits NMSE %.3e cosine %.9f\n", e, cs);
+  EXPECT_LE(e, kLogitNmse);
+  EXPECT_GE(cs, kCos);
+}
+
+// Greedy generation: tokens equal to the reference wherever the reference margin is > 0.05; a split
+// at a smaller margin ends the comparison (the contexts differ from there on).
+void greedy_case(int64_t T, int64_t n_new) {
+  MLACONF_REQUIRE_TINY_MODEL();
+  auto f = GgufFile::open(tiny_model_path());
+  auto c = ModelConfig::from_gguf(f);
+  auto ids = prompt_ids(T, c.n_vocab);
+  ref::Model<double> rm(f, c);
+  auto rr = rm.generate(ids, n_new);
+  cuda::Pipeline p(f, c);
+  std::vector<double> gm;
+  auto gtoks = p.generate(ids, n_new, &gm);
+  ASSERT_EQ(gtoks.size(), rr.tokens.size());
+  int64_t compared = 0;
+  for (size_t i = 0; i < gtoks.size(); ++i) {
+    if (gtoks[i] != rr.tokens[i]) {
+      EXPECT_LE(rr.margins[i], 0.05) << "step " << i << ": token " << gtoks[i] << " vs reference " << rr.tokens[i]
+                                     << " at reference margin " << rr.margins[i];
+      break;
+    }
+    ++compared;
+  }
+  std::printf("  greedy: %lld of %lld tokens equal before any low-margin split\n", (long long)compared, (long long)n_new);
+}
+
+// Negative control: dense attention (the indexer ignored) on a context longer than top_k fails the
+// logits check; on a context shorter than top_k it passes.
+void dense_case(int64_t T, bool expect_fail) {
+  MLACONF_REQUIRE_TINY_MODEL();
+  auto f = GgufFile::open(tiny_model_path());
+  auto c = ModelConfig::from_gguf(f);
+  auto ids = prompt_ids(T, c.n_vocab);
+  ref::Model<double> rm(f, c);
+  auto r = rm.forward(ids);
+  std::vector<double> rv(r.data(), r.data() + r.size());
+  cuda::ScopedFault fault(cuda::Fault::DenseAttention);
+  cuda::Pipeline p(f, c);
+  auto g = p.forward(ids);
+  const double e = nmse(g, rv);
+  std::printf("  dense attention T=%lld (top_k %lld): logits NMSE %.3e\n", (long long)T, (long long)c.indexer_top_k, e);
+  if (expect_fail)
+    EXPECT_GT(e, kLogitNmse);
+  else
+    EXPECT_LE(e, kLogitNmse);
+}
+
+// Prefill then token-by-token decode gives the same logits as the reference doing the same.
+void decode_case() {
+  MLACONF_REQUIRE_TINY_MODEL();
+  auto f = GgufFile::open(tiny_model_path());
+  auto c = ModelConfig::from_gguf(f);
+  auto ids = prompt_ids(100, c.n_vocab);
+  ref::Model<double> rm(f, c);
+  cuda::Pipeline p(f, c);
+  rm.forward(std::span<const int32_t>(ids.data(), 90));
+  p.forward(std::span<const int32_t>(ids.data(), 90));
+  for (int i = 90; i < 100; ++i) {
+    auto r = rm.forward(std::span<const int32_t>(ids.data() + i, 1));
+    auto g = p.forward(std::span<const int32_t>(ids.data() + i, 1));
+    std::vector<double> rv(r.data(), r.data() + r.size());
+    EXPECT_LE(nmse(g, rv), kLogitNmse) << "decode step at position " << i;
+  }
+  EXPECT_EQ(p.n_past(), 100);
+}
+#endif
+
+void bad_input_case() {
+  MLACONF_REQUIRE_TINY_MODEL();
+  auto f = GgufFile::open(tiny_model_path());
+  auto c = ModelConfig::from_gguf(f);
+  cuda::PipelineOptions o;
+  o.max_ctx = 16;
+  cuda::Pipeline p(f, c, o);
+  std::vector<int32_t> bad = {1, (int32_t)c.n_vocab};
+  EXPECT_THROW(p.forward(bad), InputError);
+  std::vector<int32_t> many(17, 1);
+  EXPECT_THROW(p.forward(many), InputError);
+}
+
+const bool registered = [] {
+#ifdef MLACONF_HAVE_REF_MODEL
+  register_case("model", "model_layers(model=glm-dsa-tiny,T=12)", [] { layers_case(12); });
+  register_case("model", "model_layers(model=glm-dsa-tiny,T=200)", [] { layers_case(200); });
+  register_case("model", "model_decode(model=glm-dsa-tiny,prefill=90,steps=10)", decode_case);
+  register_case("model", "model_greedy(model=glm-dsa-tiny,T=200,new=24)", [] { greedy_case(200, 24); });
+  register_case("model", "model_negative_control(fault=dense-attention,T=200)", [] { dense_case(200, true); });
+  register_case("model", "model_negative_control(fault=dense-attention,T=40)", [] { dense_case(40, false); });
+#endif
+  register_case("model", "model_bad_input(id=vocab|ctx_overflow)", bad_input_case);
+  return true;
+}();
+
+}  // namespace
+}  // namespace mlaconf::gputest
