@@ -78,10 +78,12 @@ def main():
         f = r.fields["tokenizer.ggml.token_type"]
         types = [int(f.parts[i][0]) for i in f.data]
         pre = bytes(r.fields["tokenizer.ggml.pre"].parts[-1]).decode()
-        if pre != "glm4":
-            print(f"cross-check knows only pre 'glm4', not '{pre}'", file=sys.stderr)
+        # glm4 and llama-bpe share the split regex; llama-3 tokenizer.json files set ignore_merges.
+        if pre not in ("glm4", "llama-bpe"):
+            print(f"cross-check knows only pre 'glm4' and 'llama-bpe', not '{pre}'", file=sys.stderr)
             sys.exit(3)
-        tk = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
+        tk = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges,
+                                  ignore_merges=(pre == "llama-bpe")))
         tk.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(split_regex(oracle)), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])

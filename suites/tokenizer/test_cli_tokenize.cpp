@@ -70,10 +70,26 @@ void check_errors() {
   EXPECT_NE(out.find("outside the vocabulary"), std::string::npos) << out;
 }
 
+// A model written by `mlaconf synth` carries a working tokenizer: text -> ids -> the same text.
+void check_synth_roundtrip() {
+  NEED_CLI();
+  int rc = 0;
+  std::string m = tokt::temp_path("cli_synth.gguf");
+  std::string out = run("synth -o " + tokt::shell_quote(m), &rc);
+  if (rc != 0) GTEST_SKIP() << "skipped: mlaconf synth did not run (exit " << rc << "): " << out;
+  std::string text = "The keeper said: \"It's 1987.\" \xF0\x9F\x8C\x8A<|user|>";
+  out = run("tokenize --model " + tokt::shell_quote(m) + " --text " + tokt::shell_quote(text), &rc);
+  ASSERT_EQ(rc, 0) << out;
+  std::string back = run("tokenize --model " + tokt::shell_quote(m) + " --ids " + tokt::shell_quote(out), &rc);
+  ASSERT_EQ(rc, 0) << back;
+  EXPECT_EQ(back, text + "\n");
+}
+
 const bool registered = [] {
   tokt::register_case("TokenizeCli", "cli_tokenize(model=glm-dsa-tiny,case=prompt12)", check_json_tiny);
   tokt::register_case("TokenizeCli", "cli_tokenize(model=synthetic-2048,case=decode_specials)", check_decode_and_specials);
   tokt::register_case("TokenizeCli", "cli_tokenize(case=errors)", check_errors);
+  tokt::register_case("TokenizeCli", "cli_tokenize(model=synth-tiny,case=roundtrip)", check_synth_roundtrip);
   return true;
 }();
 

@@ -2,6 +2,7 @@
 // for the ids, Python `regex` for the pre-tokenizer split, Python's bytes.decode("utf-8", "replace")
 // for the invalid-UTF-8 policy. Each skips with the reason when the module is missing.
 #include <fstream>
+#include <memory>
 #include <random>
 #include <sstream>
 
@@ -65,10 +66,35 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   return ids;
 }
 
+// The synthetic vocabulary relabelled "llama-bpe": same split, but whole pieces found in the
+// vocabulary skip BPE (ignore_merges), checked against HF's BPE(ignore_merges=True).
+const Tokenizer& llama_bpe_variant(std::string* path) {
+  static std::string p;
+  static std::unique_ptr<Tokenizer> t;
+  if (!t) {
+    auto src = mlaconf::GgufFile::open(tokt::synthetic_gguf_path(2048));
+    p = tokt::write_tokenizer_copy(src, "xc_llama_bpe.gguf",
+        {{"tokenizer.ggml.pre", false, [](mlaconf::GgufWriter& w) { w.set_string("tokenizer.ggml.pre", "llama-bpe"); }}});
+    t = std::make_unique<Tokenizer>(Tokenizer::from_gguf_path(p));
+  }
+  *path = p;
+  return *t;
+}
+
 void check_hf_encode(const std::string& which) {
-  std::string gguf = which == "glm-dsa-tiny" ? tokt::tiny_gguf_path() : tokt::synthetic_gguf_path(2048);
   if (which == "glm-dsa-tiny" && !tokt::tiny_tokenizer()) GTEST_SKIP() << "skipped: ../shared absent";
-  const Tokenizer& t = which == "glm-dsa-tiny" ? *tokt::tiny_tokenizer() : tokt::synthetic_tokenizer(2048);
+  std::string gguf;
+  const Tokenizer* tp = nullptr;
+  if (which == "glm-dsa-tiny") {
+    gguf = tokt::tiny_gguf_path();
+    tp = tokt::tiny_tokenizer();
+  } else if (which == "synthetic-2048") {
+    gguf = tokt::synthetic_gguf_path(2048);
+    tp = &tokt::synthetic_tokenizer(2048);
+  } else {
+    tp = &llama_bpe_variant(&gguf);
+  }
+  const Tokenizer& t = *tp;
   std::vector<std::string> texts = corpus_texts();
   std::vector<std::string> lines;
   std::string reason;
@@ -165,6 +191,8 @@ const bool registered = [] {
                       [] { check_hf_encode("glm-dsa-tiny"); });
   tokt::register_case("TokenizerCrossCheck", "hf_crosscheck(tokenizer=synthetic-2048,what=encode_decode)",
                       [] { check_hf_encode("synthetic-2048"); });
+  tokt::register_case("TokenizerCrossCheck", "hf_crosscheck(tokenizer=synthetic-2048-llama-bpe,what=encode_decode)",
+                      [] { check_hf_encode("synthetic-2048-llama-bpe"); });
   tokt::register_case("TokenizerCrossCheck", "hf_crosscheck_negative(tokenizer=synthetic-2048,variant=pre_gpt-2)",
                       check_hf_negative);
   tokt::register_case("TokenizerCrossCheck", "regex_crosscheck(pre=glm4)", check_regex_split);

@@ -1,9 +1,11 @@
 // decode(encode(s)) == s on the awkward corpus, for the tiny model's tokenizer and a synthesized one,
 // with and without special-token parsing; special tokens in text become exactly their ids.
 #include <algorithm>
+#include <random>
 
 #include "corpus.h"
 #include "tok_test_util.h"
+#include "tokenizer/utf8.h"
 
 namespace {
 
@@ -95,6 +97,19 @@ void check_invalid_input_tiny() {
   }
 }
 
+// Arbitrary bytes never crash encode, and come back as their U+FFFD repair.
+void check_random_bytes() {
+  const Tokenizer& t = tokt::synthetic_tokenizer(2048);
+  std::mt19937 rng(99);
+  std::uniform_int_distribution<int> byte(0, 255), len(0, 40);
+  for (int rep = 0; rep < 1000; ++rep) {
+    std::string s;
+    for (int k = len(rng); k > 0; --k) s.push_back(static_cast<char>(byte(rng)));
+    std::vector<int32_t> ids = t.encode(s);
+    ASSERT_EQ(t.decode(ids), mlaconf::tok::sanitize_utf8(s)) << tokt::escaped(s);
+  }
+}
+
 const bool registered = [] {
   for (const char* which : {"glm-dsa-tiny", "synthetic-2048"}) {
     for (const auto& e : tokt::awkward_corpus()) {
@@ -108,6 +123,7 @@ const bool registered = [] {
   }
   tokt::register_case("TokenizerRoundTrip", "special_tokens(tokenizer=glm-dsa-tiny)", check_specials_tiny);
   tokt::register_case("TokenizerRoundTrip", "invalid_utf8_input(tokenizer=glm-dsa-tiny)", check_invalid_input_tiny);
+  tokt::register_case("TokenizerRoundTrip", "random_bytes(tokenizer=synthetic-2048,seed=99,n=1000)", check_random_bytes);
   return true;
 }();
 
