@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cinttypes>
 #include <cstring>
@@ -240,10 +241,12 @@ ParsedShard parse_shard(const std::string& path, const MappedFile& map, int shar
       if (ne < 0) c.fail("tensor '" + ti.name + "' has negative dimension " + std::to_string(ne));
       ti.ne[d] = ne;
     }
-    // The element count must fit in int64 (ggml checks the same).
+    // The element count must fit in int64 (ggml checks the same). Zero dimensions are skipped, so that
+    // {0, 2^40, 2^40} is refused too: n_rows() of it would overflow although n_elements() is 0.
     int64_t prod = 1;
     for (int d = 0; d < 4; ++d) {
-      if (ti.ne[d] != 0 && prod > std::numeric_limits<int64_t>::max() / ti.ne[d])
+      if (ti.ne[d] == 0) continue;
+      if (prod > std::numeric_limits<int64_t>::max() / ti.ne[d])
         c.fail("tensor '" + ti.name + "' has a dimension product that overflows 64 bits");
       prod *= ti.ne[d];
     }
@@ -354,7 +357,9 @@ bool parse_split_name(const std::string& path, SplitName* out) {
   std::string stem = path.substr(0, path.size() - suf.size());
   if (stem.size() < 15) return false;
   std::string tail = stem.substr(stem.size() - 15);  // "-00001-of-00005"
-  auto digits = [](const std::string& s) { return std::all_of(s.begin(), s.end(), ::isdigit); };
+  auto digits = [](const std::string& s) {
+    return std::all_of(s.begin(), s.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  };
   if (tail[0] != '-' || tail.substr(6, 4) != "-of-" || !digits(tail.substr(1, 5)) || !digits(tail.substr(10, 5)))
     return false;
   out->prefix = stem.substr(0, stem.size() - 15);

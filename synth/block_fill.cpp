@@ -129,7 +129,12 @@ void fill_blocks(GgmlType t, const ValueDist& dist, Rng& rng, uint8_t* dst, int6
     rng.fill_bytes(b, static_cast<size_t>(bs));
     switch (t) {
       case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: case GgmlType::IQ4_NL:
-      case GgmlType::IQ4_XS: case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S:
+      case GgmlType::IQ4_XS:
+        // Their quant ranges are one-sided (-16..15 for Q5_0): a random sign on d, as ggml's own
+        // quantizers produce (d = max / -8 keeps the sign of the largest value), centres them on zero.
+        put16(b, (rng.next() & 1) ? uint16_t(dh ^ 0x8000u) : dh);
+        break;
+      case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S:
       case GgmlType::IQ3_XXS: case GgmlType::IQ3_S: case GgmlType::IQ1_S:
         put16(b, dh);
         break;

@@ -1,0 +1,56 @@
+// libFuzzer target for the GGUF parser: every input is written to a temporary file and opened the way
+// `mlaconf inspect` opens a model (parse, ModelConfig, validate_weights), then every tensor's first and
+// last byte is touched through the mapping. InputError is the expected outcome for bad input; anything
+// else (a crash, a sanitizer report, another exception) is a finding.
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+#include "core/gguf.h"
+#include "core/model_config.h"
+#include "core/weight_layout.h"
+
+namespace {
+
+// One scratch file per process, in /dev/shm when it exists (no disk I/O per input).
+const std::string& scratch_path() {
+  static const std::string p = [] {
+    const char* base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
+    return std::string(base) + "/mlaconf-fuzz-" + std::to_string(getpid()) + ".gguf";
+  }();
+  return p;
+}
+
+struct RemoveAtExit {
+  ~RemoveAtExit() { std::remove(scratch_path().c_str()); }
+} remove_at_exit;
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string& p = scratch_path();
+  FILE* f = std::fopen(p.c_str(), "wb");
+  if (!f) std::abort();
+  if (size && std::fwrite(data, 1, size, f) != size) std::abort();
+  std::fclose(f);
+  try {
+    mlaconf::GgufFile g = mlaconf::GgufFile::open(p);
+    volatile uint8_t sink = 0;
+    for (const mlaconf::TensorInfo& t : g.tensors()) {
+      (void)t.shape_string();
+      if (t.nbytes) sink = sink + t.data[0] + t.data[t.nbytes - 1];
+    }
+    for (const auto& [k, v] : g.metadata()) (void)v.to_string();
+    mlaconf::ModelConfig c = mlaconf::ModelConfig::from_gguf(g);
+    (void)c.summary();
+    (void)c.to_json();
+    mlaconf::validate_weights(g, c);
+  } catch (const mlaconf::InputError&) {
+    // expected for bad input
+  }
+  return 0;
+}

@@ -1,0 +1,72 @@
+#include "suites/core/synth_files.h"
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+#include <fstream>
+#include <sstream>
+
+#include "suites/core/gguf_bytes.h"
+#include "synth/synth.h"
+
+namespace mlaconf::testing_synth {
+namespace {
+// Folders of shared models, removed when the process exits (ctest runs one process per test).
+struct Cleanup {
+  std::vector<std::string> dirs;
+  ~Cleanup() {
+    for (const auto& d : dirs) std::filesystem::remove_all(d);
+  }
+};
+Cleanup& cleanup() {
+  static Cleanup c;
+  return c;
+}
+}  // namespace
+
+const std::string& tiny_seed11() {
+  static const std::string path = [] {
+    const std::string dir = testing_gguf::scratch_dir("synth-shared");
+    cleanup().dirs.push_back(dir);
+    synth::Options o;
+    o.seed = 11;
+    return synth::write_model(o, dir + "/tiny-seed11.gguf").front();
+  }();
+  return path;
+}
+
+const std::string& tiny_header_only() {
+  static const std::string path = [] {
+    const std::string dir = testing_gguf::scratch_dir("synth-shared-ho");
+    cleanup().dirs.push_back(dir);
+    synth::Options o;
+    o.seed = 11;
+    o.header_only = true;
+    return synth::write_model(o, dir + "/tiny-header-only.gguf").front();
+  }();
+  return path;
+}
+
+CmdResult run_cmd(const std::string& cmd) {
+  static int counter = 0;
+  const std::string dir = testing_gguf::scratch_dir("cmd" + std::to_string(counter++));
+  const std::string full = cmd + " >" + dir + "/out 2>" + dir + "/err";
+  CmdResult r;
+  int st = std::system(full.c_str());
+  if (st != -1 && WIFEXITED(st)) r.status = WEXITSTATUS(st);
+  if (st != -1 && WIFSIGNALED(st)) r.signaled = true;
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  };
+  r.out = slurp(dir + "/out");
+  r.err = slurp(dir + "/err");
+  std::system(("rm -rf " + dir).c_str());
+  return r;
+}
+
+}  // namespace mlaconf::testing_synth
