@@ -73,15 +73,6 @@ CommandRegistration reg(40, [](CLI::App& root) {
   c->add_flag("--dense-attention", a->o.dense_attention, "negative control: ignore the indexer (dense causal attention)");
   c->add_flag("--quiet", a->quiet, "no progress bar");
   c->callback([a, c] {
-    if (a->backend == "cuda") {
-#if defined(MLACONF_HAVE_CUDA) && __has_include("optimized/pipeline.h")
-      std::fprintf(stderr, "mlaconf capture: not supported: capture with the CUDA pipeline is not wired yet; use --backend reference\n");
-#else
-      std::fprintf(stderr, "mlaconf capture: not supported: built without the CUDA pipeline (optimized/pipeline.h)\n");
-#endif
-      set_exit_code(kExitNotSupported);
-      return;
-    }
     fx::CaptureOptions o = a->o;
     if (a->layers == "all") {
       o.all_layers = true;
@@ -106,9 +97,17 @@ CommandRegistration reg(40, [](CLI::App& root) {
     if (a->no_op_level) cl << " --no-op-level";
     if (o.decode_steps) cl << " --decode-steps " << o.decode_steps;
     if (o.generate) cl << " --generate " << o.generate;
+    if (a->backend != "reference") cl << " --backend " << a->backend;
     cl << " --precision " << o.precision << " --hidden-source " << o.hidden_source << " --out " << o.out;
     o.command_line = cl.str();
-    fx::capture(o);
+    o.backend = a->backend;
+    try {
+      fx::capture(o);
+    } catch (const fx::NotSupported& e) {
+      std::fprintf(stderr, "mlaconf capture: not supported: %s\n", e.what());
+      set_exit_code(kExitNotSupported);
+      return;
+    }
     set_exit_code(kExitOk);
   });
 });
