@@ -38,7 +38,7 @@ bool run_script(const std::string& mode, const std::string& gguf, const std::vec
   std::stringstream es;
   es << ef.rdbuf();
   if (rc == 3 || rc == 127) {
-    *skip_reason = "not supported: python cross-check unavailable: " + es.str();
+    *skip_reason = "skipped: python cross-check unavailable: " + es.str();
     return false;
   }
   EXPECT_EQ(rc, 0) << cmd << "\n" << es.str();

@@ -4,6 +4,7 @@
 
 #include "core/gguf.h"
 #include "tok_test_util.h"
+#include "tokenizer/streamer.h"
 #include "tokenizer/utf8.h"
 
 namespace {
@@ -119,10 +120,41 @@ void negative_control_wrong_pre() {
   EXPECT_NE(greedy, c.ids) << "longest-match segmentation equals BPE here: the oracle would not catch a non-BPE encoder";
 }
 
+// The oracle's greedy continuation (HF's generated ids, `tokens`), streamed token by token, gives
+// the whole decode's text, every chunk well-formed UTF-8.
+void check_greedy_stream() {
+  if (!tokt::file_exists(tokt::tiny_oracle_path()) || !tokt::tiny_tokenizer())
+    GTEST_SKIP() << "skipped: ../shared absent";
+  hid_t f = H5Fopen(tokt::tiny_oracle_path().c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  hid_t d = H5Dopen2(f, "greedy200x24/tokens", H5P_DEFAULT);
+  ASSERT_GE(d, 0) << "greedy200x24/tokens missing";
+  hid_t sp = H5Dget_space(d);
+  std::vector<int32_t> ids(static_cast<size_t>(H5Sget_simple_extent_npoints(sp)));
+  herr_t rc = H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, ids.data());
+  H5Sclose(sp);
+  H5Dclose(d);
+  H5Fclose(f);
+  ASSERT_GE(rc, 0);
+  ASSERT_EQ(ids.size(), 24u);
+  const Tokenizer& t = *tokt::tiny_tokenizer();
+  mlaconf::tok::TextStreamer s(t);
+  std::string acc;
+  for (int32_t id : ids) {
+    std::string part = s.push(id);
+    EXPECT_TRUE(mlaconf::tok::is_valid_utf8(part));
+    acc += part;
+  }
+  acc += s.flush();
+  EXPECT_EQ(acc, t.decode(ids));
+  EXPECT_FALSE(acc.empty());
+}
+
 const bool registered = [] {
   for (const char* g : {"prompt12", "prompt200", "greedy200x24"})
     tokt::register_case("TokenizerOracle", std::string("tokenize_oracle(model=glm-dsa-tiny,case=") + g + ")",
                         [g] { check_oracle(g); });
+  tokt::register_case("TokenizerOracle", "stream_oracle_greedy(model=glm-dsa-tiny,case=greedy200x24)", check_greedy_stream);
   tokt::register_case("TokenizerOracle", "tokenize_oracle_negative(model=glm-dsa-tiny,case=prompt200,variant=longest_match)",
                       negative_control_wrong_pre);
   return true;
