@@ -27,8 +27,8 @@ std::string synthetic_gguf_path(int64_t n_vocab);
 // A fresh file path in this process's temp folder (removed at exit).
 std::string temp_path(const std::string& name);
 
-// Writes a GGUF holding the tokenizer.* keys of `src` with `overrides` applied (a key mapped to
-// nullptr-like empty optional is removed). Used to build damaged or altered tokenizers.
+// Writes a GGUF holding the tokenizer.* keys (and general.architecture) of `src`, each edit either
+// removing its key or replacing it through `set`. Used to build damaged or altered tokenizers.
 struct KeyEdit {
   std::string key;
   bool remove = false;
