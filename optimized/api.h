@@ -95,9 +95,12 @@ void gemv_per_head(GgmlType t, const void* d_w, int64_t rows, int64_t cols, int6
                    float* d_y, int64_t y_stride, int64_t batch);
 // Y [T, n_rows] f32 = X [T, ncols] f16 times W^T, W [n_rows, ncols] f16 row-major: cuBLAS, fp32 accumulate.
 void gemm_f16(const uint16_t* d_x, const uint16_t* d_w, int64_t T, int64_t n_rows, int64_t ncols, float* d_y);
-// Prefill linear: dequantize W to an fp16 scratch buffer, then gemm_f16.
-void linear_prefill(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const uint16_t* d_x, int64_t T,
+// Prefill linear: dequantize W to an fp16 scratch buffer, then gemm_f16. X [T, ncols] f32 is split into
+// fp16 hi + lo parts (two GEMMs, one accumulator), so activations keep ~22 bits; W is fp16.
+void linear_prefill(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const float* d_x, int64_t T,
                     float* d_y, DeviceBuffer* scratch);
+// x -> hi = fp16(x), lo = fp16(x - hi).
+void split_half(const float* d_x, int64_t n, uint16_t* d_hi, uint16_t* d_lo);
 
 // ---- small ops (optimized/ops.cu) ---------------------------------------------------------------
 // y[t] = w * x[t] / sqrt(mean(x[t]^2) + eps).  x, y [T, D] f32 (row stride ld for x and y), w [D] f32.
@@ -170,6 +173,9 @@ void fill_pattern_f16(uint16_t* d_x, int64_t rows, int64_t cols, uint64_t seed);
 // q [T, Hi, Di] f16, k [L, Di] f16, w [T, Hi] f32 (already scaled).
 void indexer_scores(const uint16_t* d_q, const uint16_t* d_k, const float* d_w, const int32_t* d_qpos, int64_t T,
                     int64_t Hi, int64_t Di, int64_t L, float* d_scores);
+// The same with fp32 q [T, Hi, Di] and keys [L, Di] (the pipeline's indexer).
+void indexer_scores_f32(const float* d_q, const float* d_k, const float* d_w, const int32_t* d_qpos, int64_t T, int64_t Hi,
+                        int64_t Di, int64_t L, float* d_scores);
 // Per row of scores [T, L]: the k largest finite entries (ties to the lower index), written ascending,
 // -1 padded when a row has fewer than k finite entries. Radix select, no sort. out [T, k] i32.
 void topk_rows(const float* d_scores, int64_t T, int64_t L, int64_t k, int32_t* d_out);

@@ -13,6 +13,7 @@ enum class Fault {
   DenseAttention,   // "dense-attention": sparse MLA attends to every causal row, ignoring the index list
   TopkUpperTie,     // "topk-upper-tie": top-k ties go to the higher index
   NoLseMerge,       // "no-lse-merge": split-K partials summed without rescaling to a common max
+  InjectOverflow,   // "inject-overflow": the pipeline writes +inf into layer 1's q_a output
 };
 
 // Names, for the CLI and the report: "dense-attention" ("dense attention in place of sparse"), ...

@@ -85,22 +85,32 @@ void gemv_per_head(GgmlType t, const void* d_w, int64_t rows, int64_t cols, int6
   gemv_impl(t, d_w, rows, cols, d_x, d_y, batch, H, row_bytes(t, cols) * rows, x_stride, y_stride);
 }
 
-void gemm_f16(const uint16_t* d_x, const uint16_t* d_w, int64_t T, int64_t n_rows, int64_t ncols, float* d_y) {
+static void gemm_f16_beta(const uint16_t* d_x, const uint16_t* d_w, int64_t T, int64_t n_rows, int64_t ncols, float* d_y,
+                          float beta) {
   if (T == 0) return;
   // Column-major view: Y^T [n_rows, T] = W [ncols, n_rows]^T . X^T [ncols, T].
-  const float one = 1.f, zero = 0.f;
+  const float one = 1.f, zero = beta;
   cublasStatus_t s = cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, (int)n_rows, (int)T, (int)ncols, &one, d_w, CUDA_R_16F,
                                   (int)ncols, d_x, CUDA_R_16F, (int)ncols, &zero, d_y, CUDA_R_32F, (int)n_rows,
                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   if (s != CUBLAS_STATUS_SUCCESS) throw CudaError("cublasGemmEx failed with status " + std::to_string((int)s));
 }
+void gemm_f16(const uint16_t* d_x, const uint16_t* d_w, int64_t T, int64_t n_rows, int64_t ncols, float* d_y) {
+  gemm_f16_beta(d_x, d_w, T, n_rows, ncols, d_y, 0.f);
+}
 
-void linear_prefill(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const uint16_t* d_x, int64_t T,
+void linear_prefill(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const float* d_x, int64_t T,
                     float* d_y, DeviceBuffer* scratch_buf) {
-  const size_t need = (size_t)n_rows * ncols * 2;
-  if (scratch_buf->bytes() < need) *scratch_buf = DeviceBuffer(need);
-  dequantize_f16(t, d_w, n_rows * ncols, scratch_buf->as<uint16_t>());
-  gemm_f16(d_x, scratch_buf->as<uint16_t>(), T, n_rows, ncols, d_y);
+  if (T == 0) return;
+  const size_t wbytes = (size_t)n_rows * ncols * 2, xbytes = (size_t)T * ncols * 2;
+  if (scratch_buf->bytes() < wbytes + 2 * xbytes) *scratch_buf = DeviceBuffer(wbytes + 2 * xbytes);
+  uint16_t* wh = scratch_buf->as<uint16_t>();
+  uint16_t* xh = wh + (size_t)n_rows * ncols;
+  uint16_t* xl = xh + (size_t)T * ncols;
+  dequantize_f16(t, d_w, n_rows * ncols, wh);
+  split_half(d_x, T * ncols, xh, xl);
+  gemm_f16_beta(xh, wh, T, n_rows, ncols, d_y, 0.f);
+  gemm_f16_beta(xl, wh, T, n_rows, ncols, d_y, 1.f);
 }
 
 }  // namespace mlaconf::cuda

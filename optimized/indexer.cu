@@ -17,42 +17,48 @@ constexpr int kGroup = 4;                           // threads per key (heads sp
 constexpr int kKeys = kScoreThreads / kGroup;       // keys per CTA
 
 // grid (ceil(L / kKeys), T). score[t, s] = sum_h w[t,h] relu(q[t,h] . k[s]), -inf for s > q_pos[t].
-__global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const __half* q, const __half* k, const float* w,
+// In = __half (fp16 q and key cache) or float (fp32 indexer, the pipeline's choice: near-ties decide
+// the selection, and fp16 rounding of q and k moves scores by ~1e-3 relative).
+__device__ __forceinline__ float2 ld2(const __half* p) { return __half22float2(*reinterpret_cast<const __half2*>(p)); }
+__device__ __forceinline__ float2 ld2(const float* p) { return make_float2(p[0], p[1]); }
+
+template <class In>
+__global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const In* q, const In* k, const float* w,
                                                                       const int32_t* q_pos, int Hi, int Di, int64_t L,
                                                                       float* scores) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const int ld = Di + 2;  // halves; odd word count per row
-  __half* q_s = reinterpret_cast<__half*>(smem);  // [Hi][ld]
-  __half* k_s = q_s + Hi * ld;                    // [kKeys][ld]
+  // Row pitch: an odd number of 4-byte words (no bank conflicts), even element count (pair loads).
+  const int ld = sizeof(In) == 2 ? Di + 2 : Di + 1;
+  In* q_s = reinterpret_cast<In*>(smem);  // [Hi][ld]
+  In* k_s = q_s + Hi * ld;                // [kKeys][ld]
   float* w_s = reinterpret_cast<float*>(k_s + kKeys * ld);
   const int64_t t = blockIdx.y, s0 = (int64_t)blockIdx.x * kKeys;
-  const int tid = threadIdx.x, words = Di / 2;
+  const int tid = threadIdx.x;
   const int64_t last = q_pos[t];  // causal: keys 0..last
   if (s0 > last) {                // the whole tile is in the future
     for (int i = tid; i < kKeys; i += kScoreThreads)
       if (s0 + i < L) scores[t * L + s0 + i] = -INFINITY;
     return;
   }
-  for (int i = tid; i < Hi * words; i += kScoreThreads) {
-    const int h = i / words, c = i - h * words;
-    reinterpret_cast<uint32_t*>(q_s + h * ld)[c] = reinterpret_cast<const uint32_t*>(q + (t * Hi + h) * Di)[c];
+  for (int i = tid; i < Hi * Di; i += kScoreThreads) {
+    const int h = i / Di, c = i - h * Di;
+    q_s[h * ld + c] = q[(t * Hi + h) * Di + c];
   }
   for (int i = tid; i < Hi; i += kScoreThreads) w_s[i] = w[t * Hi + i];
-  for (int i = tid; i < kKeys * words; i += kScoreThreads) {
-    const int r = i / words, c = i - r * words;
+  for (int i = tid; i < kKeys * Di; i += kScoreThreads) {
+    const int r = i / Di, c = i - r * Di;
     const int64_t s = s0 + r;
-    reinterpret_cast<uint32_t*>(k_s + r * ld)[c] =
-        s < L ? __ldg(reinterpret_cast<const uint32_t*>(k + s * Di) + c) : 0u;
+    k_s[r * ld + c] = s < L ? k[s * Di + c] : In(0.f);
   }
   __syncthreads();
   const int key = tid / kGroup, g = tid % kGroup;
-  const __half2* kr = reinterpret_cast<const __half2*>(k_s + key * ld);
+  const In* kr = k_s + key * ld;
   float total = 0.f;
   for (int h = g; h < Hi; h += kGroup) {
-    const __half2* qr = reinterpret_cast<const __half2*>(q_s + h * ld);
+    const In* qr = q_s + h * ld;
     float d = 0.f;
-    for (int c = 0; c < words; ++c) {
-      const float2 a = __half22float2(qr[c]), b = __half22float2(kr[c]);
+    for (int c = 0; c < Di; c += 2) {
+      const float2 a = ld2(qr + c), b = ld2(kr + c);
       d = fmaf(a.x, b.x, d);
       d = fmaf(a.y, b.y, d);
     }
@@ -62,6 +68,20 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const __h
   for (int o = kGroup / 2; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
   const int64_t s = s0 + key;
   if (g == 0 && s < L) scores[t * L + s] = s <= last ? total : -INFINITY;
+}
+
+template <class In>
+void launch_scores(const In* q, const In* k, const float* w, const int32_t* qpos, int64_t T, int64_t Hi, int64_t Di,
+                   int64_t L, float* scores) {
+  if (Hi <= 0 || Di <= 0 || Di % 2 || Hi > 128 || Di > 512)
+    throw InputError("cuda::indexer_scores: not supported: " + std::to_string(Hi) + " heads x " + std::to_string(Di));
+  if (T == 0 || L == 0) return;
+  const size_t smem = (size_t)(Hi + kKeys) * (Di + 2) * sizeof(In) + Hi * 4 + 16;
+  if (smem > 99 * 1024) throw InputError("cuda::indexer_scores: not supported: shared memory for " + std::to_string(Hi) + " heads x " + std::to_string(Di));
+  MLACONF_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_kernel<In>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  dim3 grid(ceil_div(L, kKeys), (unsigned)T);
+  indexer_scores_kernel<In><<<grid, kScoreThreads, smem>>>(q, k, w, qpos, (int)Hi, (int)Di, L, scores);
+  MLACONF_CUDA_LAUNCH_CHECK("indexer_scores_kernel");
 }
 
 constexpr int kTopkThreads = 1024;
@@ -161,16 +181,11 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const float* scores,
 
 void indexer_scores(const uint16_t* d_q, const uint16_t* d_k, const float* d_w, const int32_t* d_qpos, int64_t T,
                     int64_t Hi, int64_t Di, int64_t L, float* d_scores) {
-  if (Hi <= 0 || Di <= 0 || Di % 2 || Hi > 128 || Di > 512)
-    throw InputError("cuda::indexer_scores: not supported: " + std::to_string(Hi) + " heads x " + std::to_string(Di));
-  if (T == 0 || L == 0) return;
-  const size_t smem = (size_t)(Hi + kKeys) * (Di + 2) * 2 + Hi * 4 + 16;
-  MLACONF_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  dim3 grid(ceil_div(L, kKeys), (unsigned)T);
-  indexer_scores_kernel<<<grid, kScoreThreads, smem>>>(reinterpret_cast<const __half*>(d_q),
-                                                       reinterpret_cast<const __half*>(d_k), d_w, d_qpos, (int)Hi, (int)Di,
-                                                       L, d_scores);
-  MLACONF_CUDA_LAUNCH_CHECK("indexer_scores_kernel");
+  launch_scores(reinterpret_cast<const __half*>(d_q), reinterpret_cast<const __half*>(d_k), d_w, d_qpos, T, Hi, Di, L, d_scores);
+}
+void indexer_scores_f32(const float* d_q, const float* d_k, const float* d_w, const int32_t* d_qpos, int64_t T, int64_t Hi,
+                        int64_t Di, int64_t L, float* d_scores) {
+  launch_scores(d_q, d_k, d_w, d_qpos, T, Hi, Di, L, d_scores);
 }
 
 void topk_rows(const float* d_scores, int64_t T, int64_t L, int64_t k, int32_t* d_out) {

@@ -75,6 +75,14 @@ __global__ void to_half_kernel(const float* x, int64_t n, __half* y) {
     y[e] = __float2half_rn(x[e]);
 }
 
+__global__ void split_half_kernel(const float* x, int64_t n, __half* hi, __half* lo) {
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+    const __half h = __float2half_rn(x[e]);
+    hi[e] = h;
+    lo[e] = __float2half_rn(x[e] - __half2float(h));
+  }
+}
+
 __global__ void nonfinite_kernel(const float* x, int64_t n, unsigned long long* count) {
   unsigned long long c = 0;
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x)
@@ -178,6 +186,11 @@ void weighted_combine(const float* d_x, const float* d_w, int64_t T, int64_t k, 
 void copy2d(void* d_dst, size_t dst_pitch, const void* d_src, size_t src_pitch, size_t width_bytes, size_t rows) {
   if (rows == 0 || width_bytes == 0) return;
   MLACONF_CUDA_CHECK(cudaMemcpy2D(d_dst, dst_pitch, d_src, src_pitch, width_bytes, rows, cudaMemcpyDeviceToDevice));
+}
+void split_half(const float* d_x, int64_t n, uint16_t* d_hi, uint16_t* d_lo) {
+  if (n == 0) return;
+  split_half_kernel<<<grid_for(n), 256>>>(d_x, n, reinterpret_cast<__half*>(d_hi), reinterpret_cast<__half*>(d_lo));
+  MLACONF_CUDA_LAUNCH_CHECK("split_half_kernel");
 }
 int64_t count_nonfinite(const float* d_x, int64_t n) {
   auto* c = static_cast<unsigned long long*>(scratch(7, 8));

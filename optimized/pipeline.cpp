@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/weight_layout.h"
 #include "optimized/api.h"
+#include "optimized/faults.h"
 
 namespace mlaconf::cuda {
 namespace {
@@ -36,8 +37,8 @@ struct Pipeline::Impl {
   double attn_scale = 0;
   std::map<std::string, DevTensor> w;
   std::vector<DeviceBuffer> latent;  // per layer [ctx, kv_lora+rope] f16
-  std::vector<DeviceBuffer> ikeys;   // per layer [ctx, Di] f16 (full indexer layers)
-  DeviceBuffer deq_scratch, half_scratch;
+  std::vector<DeviceBuffer> ikeys;   // per layer [ctx, Di] f32 (full indexer layers): near-ties decide the top-k
+  DeviceBuffer deq_scratch;
   Trace* tr = nullptr;
 
   Impl(const GgufFile& file, const ModelConfig& cfg, PipelineOptions o) : f(file), c(cfg), opt(o) {}
@@ -59,9 +60,7 @@ struct Pipeline::Impl {
       gemv(t.type, base, t.ne1, t.ne0, x, y, T, 0, t.ne0, t.ne1);  // F32 weights (the router) stay in fp32
       return;
     }
-    if (half_scratch.bytes() < (size_t)(T * t.ne0 * 2)) half_scratch = DeviceBuffer((size_t)T * t.ne0 * 2);
-    to_half(x, T * t.ne0, half_scratch.as<uint16_t>());
-    linear_prefill(t.type, base, t.ne1, t.ne0, half_scratch.as<uint16_t>(), T, y, &deq_scratch);
+    linear_prefill(t.type, base, t.ne1, t.ne0, x, T, y, &deq_scratch);
   }
 
   void check(int64_t layer, const char* name, const float* d, int64_t n) {
@@ -149,6 +148,7 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
   done(l, op::kAttnNormOut, x.as<float>(), {T, E});
   auto qa = fbuf(T * c.q_lora_rank);
   linear(L(l, wname::kQA), x.as<float>(), T, qa.as<float>());
+  if (l == 1 && active_fault() == Fault::InjectOverflow) scale_inplace(qa.as<float>(), 1, INFINITY);
   done(l, op::kQA, qa.as<float>(), {T, c.q_lora_rank});
   auto cq = fbuf(T * c.q_lora_rank);
   rmsnorm(qa.as<float>(), L(l, wname::kQANorm).buf.as<float>(), T, c.q_lora_rank, c.q_lora_rank, (float)c.rms_eps, cq.as<float>());
@@ -209,15 +209,13 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
               ki.as<float>());
     rope(ki.as<float>(), T, 1, Di, 0, R, d_pos, theta, neox);
     done(l, op::kIndexerK, ki.as<float>(), {T, Di});
-    to_half(ki.as<float>(), T * Di, ikeys[l].as<uint16_t>() + n_past * Di);
+    copy2d(ikeys[l].as<float>() + n_past * Di, Di * 4, ki.get(), Di * 4, Di * 4, T);
     auto wts = fbuf(T * Hi);
     linear(L(l, wname::kIdxProj), x.as<float>(), T, wts.as<float>());
     done(l, op::kIndexerWeights, wts.as<float>(), {T, Hi});
     scale_inplace(wts.as<float>(), T * Hi, (float)(1.0 / std::sqrt((double)Hi * (double)Di)));
-    DeviceBuffer qi_h((size_t)T * Hi * Di * 2);
-    to_half(qi.as<float>(), T * Hi * Di, qi_h.as<uint16_t>());
     auto scores = fbuf(T * Lkv);
-    indexer_scores(qi_h.as<uint16_t>(), ikeys[l].as<uint16_t>(), wts.as<float>(), d_pos, T, Hi, Di, Lkv, scores.as<float>());
+    indexer_scores_f32(qi.as<float>(), ikeys[l].as<float>(), wts.as<float>(), d_pos, T, Hi, Di, Lkv, scores.as<float>());
     rec(l, op::kIndexerScores, scores.as<float>(), {T, Lkv});
     topk_by_layer[l] = DeviceBuffer((size_t)T * K * 4);
     topk_rows(scores.as<float>(), T, Lkv, K, topk_by_layer[l].as<int32_t>());
@@ -394,7 +392,7 @@ Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt)
   for (int64_t l = 0; l < c.n_layer_run(); ++l) {
     m.latent.emplace_back((size_t)m.ctx * c.latent_dim() * 2);
     const bool full = l < (int64_t)c.indexer_full.size() ? (bool)c.indexer_full[l] : true;
-    m.ikeys.emplace_back(full ? (size_t)m.ctx * c.indexer_head_size * 2 : 0);
+    m.ikeys.emplace_back(full ? (size_t)m.ctx * c.indexer_head_size * 4 : 0);
   }
 }
 Pipeline::~Pipeline() = default;

@@ -4,10 +4,11 @@
 //   auto logits = p.forward(ids, trace);   // [T * vocab] for tokens at positions n_past()..n_past()+T-1
 //   p.reset();                             // empties the latent and indexer caches
 //
-// Storage: weights as ggml blocks, latent cache [ctx, kv_lora+rope] and indexer key cache [ctx, Di]
-// in fp16 per layer, the residual stream in fp32, attention queries in fp16; every product
-// accumulates in fp32. Decode (T <= 8) uses the fused dequant GEMVs, prefill dequantizes to fp16 and
-// runs cuBLAS. Intermediates go to a Trace under core/trace.h's names, so a capture with this
+// Storage: weights as ggml blocks, the latent cache [ctx, kv_lora+rope] in fp16 per layer, attention
+// queries in fp16, the residual stream in fp32; every product accumulates in fp32. The indexer (q, key
+// cache [ctx, Di], scores) stays in fp32: its top-k is decided by near-ties that fp16 rounding flips.
+// Decode (T <= 8) uses the fused dequant GEMVs; prefill dequantizes weights to fp16 and runs cuBLAS
+// with the fp32 activations split into fp16 hi + lo parts. Intermediates go to a Trace under core/trace.h's names, so a capture with this
 // backend is judged by `mlaconf compare` against the reference.
 //
 // With the overflow check on (the default), each op's output is scanned and the first one holding

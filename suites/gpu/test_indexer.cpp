@@ -130,6 +130,44 @@ void indexer_case(IdxCase c) {
   EXPECT_GE(jmin, 0.99);
 }
 
+// The fp32 indexer (the pipeline's): NMSE <= 1e-12 against float64 on the same fp32 inputs.
+void indexer_f32_case() {
+  MLACONF_REQUIRE_CUDA();
+  const int64_t T = 3, Hi = 32, Di = 128, L = 5000;
+  std::mt19937_64 rng(12);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> q(T * Hi * Di), k(L * Di), w(T * Hi);
+  for (auto& v : q) v = u(rng);
+  for (auto& v : k) v = u(rng);
+  for (auto& v : w) v = u(rng) / 64;
+  std::vector<int32_t> pos = {4000, 4500, 4999};
+  auto d_q = cuda::to_device(q), d_k = cuda::to_device(k), d_w = cuda::to_device(w), d_pos = cuda::to_device(pos);
+  cuda::DeviceBuffer d_s(T * L * 4);
+  cuda::indexer_scores_f32(d_q.as<float>(), d_k.as<float>(), d_w.as<float>(), d_pos.as<int32_t>(), T, Hi, Di, L, d_s.as<float>());
+  cuda::synchronize();
+  auto s = cuda::to_host<float>(d_s, T * L);
+  std::vector<float> gf;
+  std::vector<double> rf;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < L; ++j) {
+      if (j > pos[t]) {
+        ASSERT_TRUE(std::isinf(s[t * L + j]));
+        continue;
+      }
+      double tot = 0;
+      for (int64_t h = 0; h < Hi; ++h) {
+        double d = 0;
+        for (int64_t x = 0; x < Di; ++x) d += (double)q[(t * Hi + h) * Di + x] * k[j * Di + x];
+        tot += (double)w[t * Hi + h] * std::max(d, 0.0);
+      }
+      gf.push_back(s[t * L + j]);
+      rf.push_back(tot);
+    }
+  const double e = nmse(gf, rf);
+  std::printf("  indexer f32: scores NMSE %.3e\n", e);
+  EXPECT_LE(e, 1e-12);
+}
+
 // Exact selection on tie-heavy rows (integer scores, -inf holes, short rows): equal to the host rule.
 void topk_exact_case(int64_t L, int64_t k, bool fault) {
   MLACONF_REQUIRE_CUDA();
@@ -165,6 +203,7 @@ const bool registered = [] {
   for (auto [L, k] : {std::pair<int64_t, int64_t>{4096, 2048}, {200000, 2048}, {1001, 37}, {50, 64}})
     register_case("indexer", "topk_exact(L=" + std::to_string(L) + ",k=" + std::to_string(k) + ",ties=many)",
                   [L = L, k = k] { topk_exact_case(L, k, false); });
+  register_case("indexer", "indexer_scores(t=3,hi=32,di=128,L=5000,dtype=f32)", indexer_f32_case);
   register_case("indexer", "topk_negative_control(fault=topk-upper-tie,L=4096,k=2048)", [] { topk_exact_case(4096, 2048, true); });
   return true;
 }();

@@ -209,6 +209,27 @@ void bad_input_case() {
   EXPECT_THROW(p.forward(many), InputError);
 }
 
+// The overflow check names the first op that produced inf/NaN (negative control: an injected inf).
+void overflow_case() {
+  MLACONF_REQUIRE_TINY_MODEL();
+  auto f = GgufFile::open(tiny_model_path());
+  auto c = ModelConfig::from_gguf(f);
+  cuda::Pipeline p(f, c);
+  auto ids = prompt_ids(5, c.n_vocab);
+  auto clean = p.forward(ids);
+  EXPECT_TRUE(all_finite(clean));
+  p.reset();
+  cuda::ScopedFault fault(cuda::Fault::InjectOverflow);
+  try {
+    p.forward(ids);
+    ADD_FAILURE() << "an injected inf must raise OverflowError";
+  } catch (const cuda::OverflowError& e) {
+    const std::string m = e.what();
+    std::printf("  %s\n", m.c_str());
+    EXPECT_NE(m.find("layer 1 op 'q_a'"), std::string::npos) << m;
+  }
+}
+
 const bool registered = [] {
 #ifdef MLACONF_HAVE_REF_MODEL
   register_case("model", "model_layers(model=glm-dsa-tiny,T=12)", [] { layers_case(12); });
@@ -219,6 +240,7 @@ const bool registered = [] {
   register_case("model", "model_negative_control(fault=dense-attention,T=40)", [] { dense_case(40, false); });
 #endif
   register_case("model", "model_bad_input(id=vocab|ctx_overflow)", bad_input_case);
+  register_case("model", "model_overflow_check(fault=inject-overflow,layer=1,op=q_a)", overflow_case);
   return true;
 }();
 

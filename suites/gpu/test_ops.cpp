@@ -84,16 +84,14 @@ void wuv_case() {
   EXPECT_LE(nmse(cuda::to_host<float>(d_o, T * H * v), want), 1e-10);
 }
 
-// Prefill linear: dequant to fp16, cuBLAS GEMM with fp32 accumulation. Judged against float64 on the
-// fp16-rounded weights and inputs: NMSE <= 1e-8.
+// Prefill linear: dequant to fp16, cuBLAS GEMM with fp32 accumulation (activations as fp16 hi + lo).
+// Judged against float64 on the fp16-rounded weights and the fp32 inputs: NMSE <= 1e-8.
 void prefill_case(GgmlType t, int64_t T, int64_t rows, int64_t cols) {
   MLACONF_REQUIRE_CUDA();
   auto blocks = random_blocks(t, rows * cols / traits(t).block_size, 55);
   auto W = host_dequant(t, blocks, rows * cols);
   std::mt19937_64 rng(6);
-  std::vector<uint16_t> xb;
-  std::vector<float> x;
-  random_half(rng, T * cols, 1.f, &xb, &x);
+  auto x = random_floats(rng, T * cols);
   std::vector<double> want(T * rows, 0.0);
   for (int64_t tt = 0; tt < T; ++tt)
     for (int64_t r = 0; r < rows; ++r) {
@@ -102,9 +100,9 @@ void prefill_case(GgmlType t, int64_t T, int64_t rows, int64_t cols) {
         acc += (double)cuda::half_bits_to_float_host(cuda::float_to_half_bits(W[r * cols + c])) * x[tt * cols + c];
       want[tt * rows + r] = acc;
     }
-  auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(xb);
+  auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
   cuda::DeviceBuffer d_y(T * rows * 4), scratch;
-  cuda::linear_prefill(t, d_w.get(), rows, cols, d_x.as<uint16_t>(), T, d_y.as<float>(), &scratch);
+  cuda::linear_prefill(t, d_w.get(), rows, cols, d_x.as<float>(), T, d_y.as<float>(), &scratch);
   cuda::synchronize();
   const double e = nmse(cuda::to_host<float>(d_y, T * rows), want);
   std::printf("  prefill %s T=%lld %lldx%lld: NMSE %.3e\n", type_name(t), (long long)T, (long long)rows, (long long)cols, e);
