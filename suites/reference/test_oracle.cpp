@@ -5,6 +5,7 @@
 // rounding alone is ~1e-15 NMSE.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -226,8 +227,18 @@ void dense_control_case() {
     ref::Model<double> m(f, c, o);
     ref::Mat<double> lg = m.forward(ids);
     std::vector<double> got(lg.data(), lg.data() + lg.size());
-    double e = nmse(got, h.read_f64(std::string("/") + cas + "/logits"));
-    std::printf("[ nmse ] dense attention %s logits %.3e\n", cas, e);
+    std::vector<int64_t> shp;
+    std::vector<double> want = h.read_f64(std::string("/") + cas + "/logits", &shp);
+    double e = nmse(got, want);
+    int64_t argmax_diff = 0;  // positions whose greedy token changes
+    for (int64_t t = 0; t < shp[0]; ++t) {
+      auto row = [&](const std::vector<double>& v) {
+        return std::max_element(v.begin() + t * shp[1], v.begin() + (t + 1) * shp[1]) - (v.begin() + t * shp[1]);
+      };
+      argmax_diff += row(got) != row(want);
+    }
+    std::printf("[ nmse ] dense attention %s logits %.3e, argmax differs on %lld of %lld positions\n", cas, e,
+                static_cast<long long>(argmax_diff), static_cast<long long>(shp[0]));
     if (std::string(cas) == "prompt12")
       EXPECT_LE(e, kTol<double>) << "dense == sparse below top_k";
     else
