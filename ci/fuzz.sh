@@ -35,7 +35,7 @@ if [ "$secs" -gt 0 ]; then
   echo "ci/fuzz.sh: fuzzing for ${secs} s"
   log="$B/fuzz-last.log"
   set +e
-  "$B/fuzz/fuzz_gguf" "${common[@]}" -max_total_time="$secs" -max_len=65536 -print_final_stats=1 \
+  "$B/fuzz/fuzz_gguf" "${common[@]}" -max_total_time="$secs" -print_final_stats=1 \
     "$B/fuzz-corpus" "$B/fuzz-seeds" >"$log" 2>&1
   rc=$?
   set -e
