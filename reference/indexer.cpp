@@ -10,7 +10,7 @@
 namespace mlaconf::ref {
 
 template <class S>
-Mat<S> indexer_scores(const Mat<S>& q, const Mat<S>& k, const Mat<S>& w, int64_t n_head, int64_t pos0) {
+Mat<S> indexer_scores(const Mat<S>& q, const Eigen::Ref<const Mat<S>>& k, const Mat<S>& w, int64_t n_head, int64_t pos0) {
   // q [T, Hi*Di], k [L, Di], w [T, Hi] -> [T, L]
   const int64_t T = q.rows(), L = k.rows(), Di = k.cols();
   if (q.cols() != n_head * Di || w.cols() != n_head || w.rows() != T)
@@ -68,8 +68,10 @@ TopK dense_selection(int64_t T, int64_t pos0) {
   return r;
 }
 
-template Mat<float> indexer_scores<float>(const Mat<float>&, const Mat<float>&, const Mat<float>&, int64_t, int64_t);
-template Mat<double> indexer_scores<double>(const Mat<double>&, const Mat<double>&, const Mat<double>&, int64_t, int64_t);
+template Mat<float> indexer_scores<float>(const Mat<float>&, const Eigen::Ref<const Mat<float>>&, const Mat<float>&,
+                                          int64_t, int64_t);
+template Mat<double> indexer_scores<double>(const Mat<double>&, const Eigen::Ref<const Mat<double>>&,
+                                            const Mat<double>&, int64_t, int64_t);
 template TopK topk_lower_index<float>(const Mat<float>&, int64_t);
 template TopK topk_lower_index<double>(const Mat<double>&, int64_t);
 

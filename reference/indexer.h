@@ -17,7 +17,7 @@ namespace mlaconf::ref {
 // not required: keys beyond the query's position are masked). q [T, Hi*Di], k [L, Di], w [T, Hi]
 // -> [T, L], -inf where t > pos0 + s.
 template <class S>
-Mat<S> indexer_scores(const Mat<S>& q, const Mat<S>& k, const Mat<S>& w, int64_t n_head, int64_t pos0);
+Mat<S> indexer_scores(const Mat<S>& q, const Eigen::Ref<const Mat<S>>& k, const Mat<S>& w, int64_t n_head, int64_t pos0);
 
 struct TopK {
   int64_t k = 0;              // columns per row (the configured top_k)

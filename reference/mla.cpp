@@ -48,7 +48,7 @@ Mat<S> absorb_query(const Mat<S>& q_nope, const Mat<S>& q_pe, const std::vector<
 }
 
 template <class S>
-Mat<S> sparse_mla_absorbed(const Mat<S>& q, const Mat<S>& cache, const int32_t* idx, int64_t n_idx, int64_t d_v,
+Mat<S> sparse_mla_absorbed(const Mat<S>& q, const CRef<S>& cache, const int32_t* idx, int64_t n_idx, int64_t d_v,
                            double scale) {
   // q [H, D], cache [L, D] -> [H, d_v]
   if (q.cols() != cache.cols()) throw std::invalid_argument("sparse_mla_absorbed: query and cache widths differ");
@@ -66,7 +66,7 @@ Mat<S> sparse_mla_absorbed(const Mat<S>& q, const Mat<S>& cache, const int32_t* 
 }
 
 template <class S>
-Mat<S> sparse_mla_naive(const Mat<S>& q_nope, const Mat<S>& q_pe, const Mat<S>& cache, const int32_t* idx,
+Mat<S> sparse_mla_naive(const Mat<S>& q_nope, const Mat<S>& q_pe, const CRef<S>& cache, const int32_t* idx,
                         int64_t n_idx, const std::vector<Mat<S>>& kb, const std::vector<Mat<S>>& vb, double scale) {
   const int64_t H = q_nope.rows(), R = q_pe.cols();
   const int64_t dl = cache.cols() - R;
@@ -115,8 +115,8 @@ void RowCache<S>::append(const Mat<S>& rows) {
 
 #define MLACONF_INSTANTIATE_MLA(S)                                                                                 \
   template Mat<S> absorb_query<S>(const Mat<S>&, const Mat<S>&, const std::vector<Mat<S>>&);                     \
-  template Mat<S> sparse_mla_absorbed<S>(const Mat<S>&, const Mat<S>&, const int32_t*, int64_t, int64_t, double); \
-  template Mat<S> sparse_mla_naive<S>(const Mat<S>&, const Mat<S>&, const Mat<S>&, const int32_t*, int64_t,       \
+  template Mat<S> sparse_mla_absorbed<S>(const Mat<S>&, const CRef<S>&, const int32_t*, int64_t, int64_t, double); \
+  template Mat<S> sparse_mla_naive<S>(const Mat<S>&, const Mat<S>&, const CRef<S>&, const int32_t*, int64_t,      \
                                       const std::vector<Mat<S>>&, const std::vector<Mat<S>>&, double);           \
   template Mat<S> apply_v_up<S>(const Mat<S>&, const std::vector<Mat<S>>&);                                      \
   template class RowCache<S>;

@@ -26,15 +26,19 @@ Mat<S> absorb_query(const Mat<S>& q_nope, const Mat<S>& q_pe, const std::vector<
 // q [H, D] (D = kv_lora + rope, e.g. 576), cache [L, D], idx [n_idx] (-1 = none; each index < L),
 // d_v = kv_lora (the leading value columns of the cache) -> [H, d_v]. A query with no valid index
 // gives zeros. Duplicated indices are counted once each (the caller's top-k never has duplicates).
+// The cache is taken by Ref: a Mat, or a block of the first rows of a larger buffer, without a copy.
 template <class S>
-Mat<S> sparse_mla_absorbed(const Mat<S>& q, const Mat<S>& cache, const int32_t* idx, int64_t n_idx, int64_t d_v,
+using CRef = Eigen::Ref<const Mat<S>>;
+
+template <class S>
+Mat<S> sparse_mla_absorbed(const Mat<S>& q, const CRef<S>& cache, const int32_t* idx, int64_t n_idx, int64_t d_v,
                            double scale);
 
 // The same attention of one query token in the naive form: k and v expanded per head from the latent.
 // q_nope [H, nope], q_pe [H, rope]; cache [L, kv_lora + rope]; kb: H x [kv_lora, nope]; vb: H x [v, kv_lora]
 // -> [H, v]. A query with no valid index gives zeros.
 template <class S>
-Mat<S> sparse_mla_naive(const Mat<S>& q_nope, const Mat<S>& q_pe, const Mat<S>& cache, const int32_t* idx,
+Mat<S> sparse_mla_naive(const Mat<S>& q_nope, const Mat<S>& q_pe, const CRef<S>& cache, const int32_t* idx,
                         int64_t n_idx, const std::vector<Mat<S>>& kb, const std::vector<Mat<S>>& vb, double scale);
 
 // o[h] = vb[h] o_lat[h]: o_lat [H, kv_lora], vb: H x [v, kv_lora] -> [H, v].
@@ -50,8 +54,8 @@ class RowCache {
   int64_t cols() const { return cols_; }
   void clear() { n_ = 0; }
   void append(const Mat<S>& rows);  // rows [k, cols]
-  // The first rows() rows (a view; valid until the next append).
-  auto view() const { return buf_.topRows(n_); }
+  // The first rows() rows (a view without a copy; valid until the next append).
+  CRef<S> view() const { return CRef<S>(buf_.topRows(n_)); }
   Mat<S> copy() const { return buf_.topRows(n_); }
 
  private:

@@ -202,7 +202,7 @@ TopK indexer_select(LayerCtx<S>& L, const Mat<S>& x, const Mat<S>& cq, RowCache<
   Mat<S> wts = linear<S>(x, L.W.mat(blk(L.l, wname::kIdxProj)));  // [T, Hi]
   rec<S>(L.tr, L.l, op::kIndexerWeights, wts, {T, Hi});
   keys.append(ki);
-  Mat<S> scores = indexer_scores<S>(qi, keys.copy(), wts, Hi, L.pos0);  // [T, pos0+T]
+  Mat<S> scores = indexer_scores<S>(qi, keys.view(), wts, Hi, L.pos0);  // [T, pos0+T]
   rec<S>(L.tr, L.l, op::kIndexerScores, scores, {T, scores.cols()});
   TopK sel = topk_lower_index<S>(scores, c.indexer_top_k);
   return sel;
@@ -211,7 +211,7 @@ TopK indexer_select(LayerCtx<S>& L, const Mat<S>& x, const Mat<S>& cq, RowCache<
 // Sparse MLA of T queries over the latent cache, rows limited to each query's selection.
 // q [T, H*(nope+rope)] (roped) -> per-head values [T, H*v].
 template <class S>
-Mat<S> mla_attend(LayerCtx<S>& L, const Mat<S>& q, const Mat<S>& cache, const TopK& sel, MlaForm form) {
+Mat<S> mla_attend(LayerCtx<S>& L, const Mat<S>& q, const CRef<S>& cache, const TopK& sel, MlaForm form) {
   const ModelConfig& c = L.c;
   const int64_t T = q.rows(), H = c.n_head, dn = c.qk_nope(), R = c.qk_rope(), dq = c.qk_head();
   const int64_t dl = c.kv_lora_rank, dv = c.v_head();
@@ -364,7 +364,7 @@ Mat<S> Model<S>::forward_layers(const Mat<S>& hidden, int64_t pos0, int64_t l_be
       rec_vec(trace, l, op::kIndexerTopkGap, sel[l]->gap);
     }
     const TopK used = opt_.dense_attention ? dense_selection(T, pos0) : *sel[l];
-    Mat<S> ov = mla_attend<S>(L, q, lc.latent.copy(), used, opt_.mla_form);  // [T, H*v]
+    Mat<S> ov = mla_attend<S>(L, q, lc.latent.view(), used, opt_.mla_form);  // [T, H*v]
     Mat<S> attn = linear<S>(ov, W.mat(blk(l, wname::kAttnOut)));            // [T, E]
     rec<S>(trace, l, op::kAttnOut, attn, {T, c_.n_embd});
     Mat<S> a = h + attn;
@@ -392,19 +392,28 @@ Mat<S> Model<S>::forward(std::span<const int32_t> ids, Trace* trace) {
 }
 
 template <class S>
+Mat<S> Model<S>::forward_last(std::span<const int32_t> ids, Trace* trace) {
+  if (ids.empty()) throw std::invalid_argument("forward_last: no tokens");
+  Mat<S> h = embed(ids);
+  h = forward_layers(h, n_past_, 0, c_.n_layer_run(), trace);
+  n_past_ += static_cast<int64_t>(ids.size());
+  return head(Mat<S>(h.bottomRows(1)), trace);
+}
+
+template <class S>
 GenerateResult Model<S>::generate(std::span<const int32_t> prompt, int64_t n_new, const StepCallback& on_step,
                                   Trace* trace) {
   GenerateResult r;
   if (n_new <= 0) return r;
   if (prompt.empty()) throw std::invalid_argument("generate: empty prompt");
-  Mat<S> logits = forward(prompt, trace);
+  Mat<S> logits = forward_last(prompt, trace);
   for (int64_t step = 0; step < n_new; ++step) {
     double margin = 0;
     const int32_t tok = argmax_lower<S>(logits.row(logits.rows() - 1).transpose(), &margin);
     r.tokens.push_back(tok);
     r.margins.push_back(margin);
     if (on_step) on_step(step, tok, margin);
-    if (step + 1 < n_new) logits = forward(std::span<const int32_t>(&tok, 1), trace);
+    if (step + 1 < n_new) logits = forward_last(std::span<const int32_t>(&tok, 1), trace);
   }
   return r;
 }

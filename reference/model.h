@@ -56,6 +56,10 @@ class Model {
   // Processes ids at positions n_past()..n_past()+T-1, using and extending every layer's caches.
   // Returns logits [T, vocab].
   Mat<S> forward(std::span<const int32_t> ids, Trace* trace = nullptr);
+  // The same, but the final norm and output head run on the last position only: logits [1, vocab]
+  // (final_norm / logits are then recorded as [1, ...]). What generation uses: a long prefill costs one
+  // vocab row, not T.
+  Mat<S> forward_last(std::span<const int32_t> ids, Trace* trace = nullptr);
 
   // Runs layers [l_begin, l_end) on given hidden states [T, E] at positions pos0..pos0+T-1 and
   // returns the hidden state after layer l_end-1. Each layer's caches must hold exactly pos0 rows

@@ -34,7 +34,7 @@ class ReferenceBackend : public Backend {
  public:
   ReferenceBackend(const GgufFile& f, const ModelConfig& c, size_t expert_bytes) : m_(f, c, options(expert_bytes)) {}
   std::vector<double> next_logits(const std::vector<int32_t>& ids) override {
-    ref::Mat<S> lg = m_.forward(ids);
+    ref::Mat<S> lg = m_.forward_last(ids);
     std::vector<double> out(static_cast<size_t>(lg.cols()));
     for (Eigen::Index v = 0; v < lg.cols(); ++v) out[v] = static_cast<double>(lg(lg.rows() - 1, v));
     return out;
