@@ -113,4 +113,17 @@ void linear_prefill(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, 
   gemm_f16_beta(xl, wh, T, n_rows, ncols, d_y, 1.f);
 }
 
+void linear_prefill_f32(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const float* d_x, int64_t T,
+                        float* d_y, DeviceBuffer* scratch_buf) {
+  if (T == 0) return;
+  const size_t wbytes = (size_t)n_rows * ncols * 4;
+  if (scratch_buf->bytes() < wbytes) *scratch_buf = DeviceBuffer(wbytes);
+  dequantize_f32(t, d_w, n_rows * ncols, scratch_buf->as<float>());
+  const float one = 1.f, zero = 0.f;
+  cublasStatus_t s = cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, (int)n_rows, (int)T, (int)ncols, &one,
+                                  scratch_buf->get(), CUDA_R_32F, (int)ncols, d_x, CUDA_R_32F, (int)ncols, &zero, d_y,
+                                  CUDA_R_32F, (int)n_rows, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
+  if (s != CUBLAS_STATUS_SUCCESS) throw CudaError("cublasGemmEx (fp32) failed with status " + std::to_string((int)s));
+}
+
 }  // namespace mlaconf::cuda

@@ -53,14 +53,17 @@ struct Pipeline::Impl {
   static DeviceBuffer fbuf(int64_t n) { return DeviceBuffer((size_t)std::max<int64_t>(n, 1) * 4); }
 
   // y [T, ne1] = W x, x [T, ne0]; `expert` selects one matrix of a 3-D expert tensor.
-  void linear(const DevTensor& t, const float* x, int64_t T, float* y, int64_t expert = -1) {
+  void linear(const DevTensor& t, const float* x, int64_t T, float* y, int64_t expert = -1, bool fp32 = false) {
     if (T == 0) return;
     const uint8_t* base = t.buf.as<uint8_t>() + (expert >= 0 ? expert * t.ne1 * t.row_bytes : 0);
     if (T <= opt.gemv_max_tokens || t.type == GgmlType::F32) {
       gemv(t.type, base, t.ne1, t.ne0, x, y, T, 0, t.ne0, t.ne1);  // F32 weights (the router) stay in fp32
       return;
     }
-    linear_prefill(t.type, base, t.ne1, t.ne0, x, T, y, &deq_scratch);
+    if (fp32)
+      linear_prefill_f32(t.type, base, t.ne1, t.ne0, x, T, y, &deq_scratch);
+    else
+      linear_prefill(t.type, base, t.ne1, t.ne0, x, T, y, &deq_scratch);
   }
 
   void check(int64_t layer, const char* name, const float* d, int64_t n) {
@@ -200,18 +203,18 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
     const int64_t Hi = c.indexer_n_head, Di = c.indexer_head_size;
     const bool neox = c.indexer_neox();
     auto qi = fbuf(T * Hi * Di);
-    linear(L(l, wname::kIdxQB), cq.as<float>(), T, qi.as<float>());
+    linear(L(l, wname::kIdxQB), cq.as<float>(), T, qi.as<float>(), -1, true);
     rope(qi.as<float>(), T, Hi, Di, 0, R, d_pos, theta, neox);
     done(l, op::kIndexerQ, qi.as<float>(), {T, Hi, Di});
     auto kraw = fbuf(T * Di), ki = fbuf(T * Di);
-    linear(L(l, wname::kIdxK), x.as<float>(), T, kraw.as<float>());
+    linear(L(l, wname::kIdxK), x.as<float>(), T, kraw.as<float>(), -1, true);
     layernorm(kraw.as<float>(), L(l, wname::kIdxKNorm).buf.as<float>(), L(l, wname::kIdxKNormB).buf.as<float>(), T, Di, 1e-6f,
               ki.as<float>());
     rope(ki.as<float>(), T, 1, Di, 0, R, d_pos, theta, neox);
     done(l, op::kIndexerK, ki.as<float>(), {T, Di});
     copy2d(ikeys[l].as<float>() + n_past * Di, Di * 4, ki.get(), Di * 4, Di * 4, T);
     auto wts = fbuf(T * Hi);
-    linear(L(l, wname::kIdxProj), x.as<float>(), T, wts.as<float>());
+    linear(L(l, wname::kIdxProj), x.as<float>(), T, wts.as<float>(), -1, true);
     done(l, op::kIndexerWeights, wts.as<float>(), {T, Hi});
     scale_inplace(wts.as<float>(), T * Hi, (float)(1.0 / std::sqrt((double)Hi * (double)Di)));
     auto scores = fbuf(T * Lkv);
