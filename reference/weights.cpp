@@ -1,6 +1,8 @@
 // mlaconf reference: lazy dequantization of the model's weights (see weights.h).
 #include "reference/weights.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/weight_layout.h"
 #include "reference/dequant/dequant.h"
@@ -23,11 +25,19 @@ const TensorInfo& Weights<S>::info(const std::string& name, int n_dims) const {
 }
 
 template <class S>
-std::vector<S> Weights<S>::load(const TensorInfo& t, int64_t row0, int64_t nrows) const {
-  std::vector<float> tmp(static_cast<size_t>(nrows * t.ne[0]));
-  dequantize_rows(t, row0, nrows, tmp.data());
-  if constexpr (std::is_same_v<S, float>) return tmp;
-  else return std::vector<S>(tmp.begin(), tmp.end());
+void Weights<S>::load_into(const TensorInfo& t, int64_t row0, int64_t nrows, S* dst) const {
+  const int64_t ne0 = t.ne[0];
+  if constexpr (std::is_same_v<S, float>) {
+    dequantize_rows(t, row0, nrows, dst);
+  } else {
+    const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 22) / std::max<int64_t>(ne0, 1));  // ~16 MB of floats
+    std::vector<float> tmp(static_cast<size_t>(std::min(chunk, nrows) * ne0));
+    for (int64_t r = 0; r < nrows; r += chunk) {
+      const int64_t n = std::min(chunk, nrows - r);
+      dequantize_rows(t, row0 + r, n, tmp.data());
+      std::copy(tmp.begin(), tmp.begin() + n * ne0, dst + r * ne0);
+    }
+  }
 }
 
 template <class S>
@@ -35,9 +45,9 @@ const Vec<S>& Weights<S>::vec(const std::string& name) {
   auto it = vecs_.find(name);
   if (it != vecs_.end()) return it->second;
   const TensorInfo& t = info(name, 1);
-  std::vector<S> v = load(t, 0, 1);
-  Vec<S> out = Eigen::Map<const Vec<S>>(v.data(), t.ne[0]);
-  dense_bytes_ += sizeof(S) * v.size();
+  Vec<S> out(t.ne[0]);
+  load_into(t, 0, 1, out.data());
+  dense_bytes_ += sizeof(S) * static_cast<size_t>(out.size());
   return vecs_.emplace(name, std::move(out)).first->second;
 }
 
@@ -46,10 +56,10 @@ const Mat<S>& Weights<S>::mat(const std::string& name) {
   auto it = mats_.find(name);
   if (it != mats_.end()) return it->second;
   const TensorInfo& t = info(name, 2);
-  std::vector<S> v = load(t, 0, t.ne[1]);
   // {in, out}: ne0 = in is the fastest dimension, so the rows of the row-major [out, in] matrix.
-  Mat<S> m = Eigen::Map<const Mat<S>>(v.data(), t.ne[1], t.ne[0]);
-  dense_bytes_ += sizeof(S) * v.size();
+  Mat<S> m(t.ne[1], t.ne[0]);
+  load_into(t, 0, t.ne[1], m.data());
+  dense_bytes_ += sizeof(S) * static_cast<size_t>(m.size());
   return mats_.emplace(name, std::move(m)).first->second;
 }
 
@@ -60,9 +70,10 @@ const std::vector<Mat<S>>& Weights<S>::per_head(const std::string& name) {
   const TensorInfo& t = info(name, 3);
   std::vector<Mat<S>> hs;
   for (int64_t h = 0; h < t.ne[2]; ++h) {
-    std::vector<S> v = load(t, h * t.ne[1], t.ne[1]);
-    hs.emplace_back(Eigen::Map<const Mat<S>>(v.data(), t.ne[1], t.ne[0]));  // [ne1, ne0]
-    dense_bytes_ += sizeof(S) * v.size();
+    Mat<S> m(t.ne[1], t.ne[0]);  // [ne1, ne0]
+    load_into(t, h * t.ne[1], t.ne[1], m.data());
+    dense_bytes_ += sizeof(S) * static_cast<size_t>(m.size());
+    hs.push_back(std::move(m));
   }
   return heads_.emplace(name, std::move(hs)).first->second;
 }
@@ -75,8 +86,7 @@ Mat<S> Weights<S>::embed_rows(const int32_t* ids, int64_t n) {
     if (ids[i] < 0 || ids[i] >= t.ne[1])
       throw InputError(f_.path() + ": token id " + std::to_string(ids[i]) + " is outside the vocabulary (" +
                        std::to_string(t.ne[1]) + " rows in " + wname::kTokenEmbd + ")");
-    std::vector<S> v = load(t, ids[i], 1);
-    out.row(i) = Eigen::Map<const Vec<S>>(v.data(), t.ne[0]).transpose();
+    load_into(t, ids[i], 1, out.row(i).data());
   }
   return out;
 }
@@ -94,8 +104,9 @@ const ExpertWeights<S>& Weights<S>::expert(int64_t layer, int64_t e) {
     const TensorInfo& t = info(wname::blk(layer, suffix), 3);
     if (e < 0 || e >= t.ne[2])
       throw InputError(f_.path() + ": expert " + std::to_string(e) + " is outside " + t.name + " " + t.shape_string());
-    std::vector<S> v = load(t, e * t.ne[1], t.ne[1]);  // expert e: rows [e*out, (e+1)*out) of [out*E, in]
-    return Mat<S>(Eigen::Map<const Mat<S>>(v.data(), t.ne[1], t.ne[0]));
+    Mat<S> m(t.ne[1], t.ne[0]);
+    load_into(t, e * t.ne[1], t.ne[1], m.data());  // expert e: rows [e*out, (e+1)*out) of [out*E, in]
+    return m;
   };
   auto w = std::make_unique<ExpertWeights<S>>();
   w->gate = one(wname::kGateExps);

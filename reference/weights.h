@@ -61,7 +61,9 @@ class Weights {
 
  private:
   const TensorInfo& info(const std::string& name, int n_dims) const;
-  std::vector<S> load(const TensorInfo& t, int64_t row0, int64_t nrows) const;
+  // Dequantizes rows [row0, row0 + nrows) straight into dst (nrows * ne0 values), through a bounded
+  // float staging buffer: a 1-GB tensor never exists twice in memory.
+  void load_into(const TensorInfo& t, int64_t row0, int64_t nrows, S* dst) const;
 
   const GgufFile& f_;
   ModelConfig c_;
