@@ -4,6 +4,8 @@
 #   ci/fuzz.sh --short        ... then fuzzes for about 60 s (CI: ci/test.sh calls this)
 #   ci/fuzz.sh --long SECONDS ... then fuzzes for SECONDS
 # Exits non-zero when an input crashes the parser (the input is kept under build-fuzz/fuzz-artifacts/).
+# Self-test of the crash path: put a file starting "CRASH" in build-fuzz/fuzz-corpus and run with
+# MLACONF_FUZZ_SELFTEST=1: the script must exit 1.
 # Where clang's libFuzzer runtime is missing it says so and exits 0 (not supported, not a failure).
 set -euo pipefail
 cd "$(dirname "$0")/.."

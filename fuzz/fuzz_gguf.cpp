@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/error.h"
@@ -32,6 +33,10 @@ struct RemoveAtExit {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // Negative control for ci/fuzz.sh: with MLACONF_FUZZ_SELFTEST set, an input starting "CRASH" crashes,
+  // so the script's crash path can be checked (it must exit non-zero).
+  static const bool selftest = std::getenv("MLACONF_FUZZ_SELFTEST") != nullptr;
+  if (selftest && size >= 5 && std::memcmp(data, "CRASH", 5) == 0) __builtin_trap();
   const std::string& p = scratch_path();
   FILE* f = std::fopen(p.c_str(), "wb");
   if (!f) std::abort();
