@@ -258,6 +258,9 @@ std::vector<PlannedTensor> plan(const Options& o) {
   if (o.alignment == 0 || (o.alignment & (o.alignment - 1)) != 0 || o.alignment > (1u << 20))
     throw InputError("synth: alignment " + std::to_string(o.alignment) + " is not a power of two <= 2^20");
   o.config.validate("synth");
+  if (o.config.indexer_full.size() != static_cast<size_t>(o.config.n_layer))
+    throw InputError("synth: indexer types list has " + std::to_string(o.config.indexer_full.size()) +
+                     " entries for " + std::to_string(o.config.n_layer) + " layers");
   std::vector<PlannedTensor> v;
   uint64_t total = 0;
   for (const TensorSpec& s : model_tensor_specs(o.config)) {

@@ -109,6 +109,23 @@ TEST(synth, round_trip_custom_dims_and_types) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(synth, bad_options_are_input_errors) {
+  synth::Options o;
+  o.config.indexer_full = {true, true};  // 4 layers
+  EXPECT_THROW(synth::plan(o), InputError);
+  o = synth::Options();
+  o.config.n_head = 0;
+  EXPECT_THROW(synth::plan(o), InputError);
+  o = synth::Options();
+  o.alignment = 48;
+  EXPECT_THROW(synth::plan(o), InputError);
+  o = synth::Options();
+  o.type_overrides = {{"attn_q_a", GgmlType::Q8_K}};  // not a weight type
+  EXPECT_THROW(synth::plan(o), InputError);
+  EXPECT_THROW(synth::preset("glm6"), InputError);
+  EXPECT_NO_THROW(synth::plan(synth::Options()));  // control
+}
+
 TEST(synth, fallback_when_block_does_not_divide_ne0) {
   EXPECT_EQ(synth::fallback_type(GgmlType::Q4_K, 192), GgmlType::Q5_0);
   EXPECT_EQ(synth::fallback_type(GgmlType::Q5_K, 192), GgmlType::Q5_1);
