@@ -24,7 +24,7 @@ if ! command -v clang++ >/dev/null 2>&1 || ! clang++ -fsanitize=fuzzer,address,u
   echo "ci/fuzz.sh: not supported: clang++ with the libFuzzer runtime is not installed (apt: clang libclang-rt-14-dev); skipped"
   exit 0
 fi
-export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/mlaconf-ccache}"
+export CCACHE_DIR="${CCACHE_DIR:-${HOME:-/tmp}/.cache/mlaconf-ccache}"
 cmake --preset fuzz >/dev/null
 cmake --build "$B" --target fuzz_gguf fuzz_corpus_gen -j "$(nproc)"
 rm -rf "$B/fuzz-seeds"
