@@ -99,6 +99,10 @@ void gemm_f16(const uint16_t* d_x, const uint16_t* d_w, int64_t T, int64_t n_row
 // fp16 hi + lo parts (two GEMMs, one accumulator), so activations keep ~22 bits; W is fp16.
 void linear_prefill(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const float* d_x, int64_t T,
                     float* d_y, DeviceBuffer* scratch);
+// Tensor-core variant with ~22-bit weights and activations: W and X each split into fp16 hi + lo, three
+// fp16 GEMMs (Xh.Wh + Xl.Wh + Xh.Wl) into one fp32 accumulator. The pipeline's default prefill.
+void linear_prefill_x3(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const float* d_x, int64_t T,
+                       float* d_y, DeviceBuffer* scratch);
 // The fp32 variant (the indexer's projections): W dequantized to fp32, fp32 GEMM (no TF32).
 void linear_prefill_f32(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const float* d_x, int64_t T,
                         float* d_y, DeviceBuffer* scratch);

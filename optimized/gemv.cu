@@ -113,6 +113,25 @@ void linear_prefill(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, 
   gemm_f16_beta(xl, wh, T, n_rows, ncols, d_y, 1.f);
 }
 
+void linear_prefill_x3(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const float* d_x, int64_t T,
+                       float* d_y, DeviceBuffer* scratch_buf) {
+  if (T == 0) return;
+  const size_t nw = (size_t)n_rows * ncols, nx = (size_t)T * ncols;
+  const size_t need = nw * 4 + nw * 4 + nx * 4;  // W f32, W hi+lo, X hi+lo
+  if (scratch_buf->bytes() < need) *scratch_buf = DeviceBuffer(need);
+  float* wf = scratch_buf->as<float>();
+  uint16_t* wh = reinterpret_cast<uint16_t*>(wf + nw);
+  uint16_t* wl = wh + nw;
+  uint16_t* xh = wl + nw;
+  uint16_t* xl = xh + nx;
+  dequantize_f32(t, d_w, (int64_t)nw, wf);
+  split_half(wf, (int64_t)nw, wh, wl);
+  split_half(d_x, (int64_t)nx, xh, xl);
+  gemm_f16_beta(xh, wh, T, n_rows, ncols, d_y, 0.f);
+  gemm_f16_beta(xl, wh, T, n_rows, ncols, d_y, 1.f);
+  gemm_f16_beta(xh, wl, T, n_rows, ncols, d_y, 1.f);
+}
+
 void linear_prefill_f32(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const float* d_x, int64_t T,
                         float* d_y, DeviceBuffer* scratch_buf) {
   if (T == 0) return;

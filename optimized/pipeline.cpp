@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -60,8 +61,10 @@ struct Pipeline::Impl {
       gemv(t.type, base, t.ne1, t.ne0, x, y, T, 0, t.ne0, t.ne1);  // F32 weights (the router) stay in fp32
       return;
     }
-    if (fp32)
+    if (fp32 || opt.prefill == PipelineOptions::Prefill::Fp32)
       linear_prefill_f32(t.type, base, t.ne1, t.ne0, x, T, y, &deq_scratch);
+    else if (opt.prefill == PipelineOptions::Prefill::Fp16x3)
+      linear_prefill_x3(t.type, base, t.ne1, t.ne0, x, T, y, &deq_scratch);
     else
       linear_prefill(t.type, base, t.ne1, t.ne0, x, T, y, &deq_scratch);
   }
@@ -389,6 +392,14 @@ Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt)
     throw InputError(f.path() + ": not supported: YaRN RoPE scaling (factor " + std::to_string(c.rope_scaling_factor) +
                      ") in the CUDA pipeline");
   Impl& m = *impl_;
+  if (const char* e = std::getenv("MLACONF_CUDA_PREFILL")) {
+    const std::string v = e;
+    if (v == "fp16") m.opt.prefill = PipelineOptions::Prefill::Fp16;
+    else if (v == "fp16x3") m.opt.prefill = PipelineOptions::Prefill::Fp16x3;
+    else if (v == "fp32") m.opt.prefill = PipelineOptions::Prefill::Fp32;
+    else throw InputError("MLACONF_CUDA_PREFILL must be fp16, fp16x3 or fp32, not '" + v + "'");
+  }
+  if (const char* e = std::getenv("MLACONF_CUDA_GEMV_MAX_TOKENS")) m.opt.gemv_max_tokens = std::atoll(e);
   m.ctx = std::min<int64_t>(opt.max_ctx, c.n_ctx_train > 0 ? c.n_ctx_train : opt.max_ctx);
   m.attn_scale = 1.0 / std::sqrt((double)c.qk_head());
   m.upload_weights();

@@ -7,8 +7,9 @@
 // Storage: weights as ggml blocks, the latent cache [ctx, kv_lora+rope] in fp16 per layer, attention
 // queries in fp16, the residual stream in fp32; every product accumulates in fp32. The indexer (q, key
 // cache [ctx, Di], scores) stays in fp32: its top-k is decided by near-ties that fp16 rounding flips.
-// Decode (T <= 8) uses the fused dequant GEMVs; prefill dequantizes weights to fp16 and runs cuBLAS
-// with the fp32 activations split into fp16 hi + lo parts. Intermediates go to a Trace under core/trace.h's names, so a capture with this
+// Decode (T <= 8) uses the fused dequant GEMVs (fp32 weights values, fp32 accumulation); prefill
+// dequantizes each weight and runs cuBLAS fp16 GEMMs with weights and activations split into fp16
+// hi + lo parts (PipelineOptions::prefill). Intermediates go to a Trace under core/trace.h's names, so a capture with this
 // backend is judged by `mlaconf compare` against the reference.
 //
 // With the overflow check on (the default), each op's output is scanned and the first one holding
@@ -38,6 +39,13 @@ struct PipelineOptions {
   int64_t max_ctx = 4096;         // cache rows per layer (capped at the model's context length)
   bool overflow_check = true;
   int64_t gemv_max_tokens = 8;    // passes of at most this many tokens use the fused GEMVs
+  // Prefill GEMM precision. Fp16: weights rounded to fp16 (activations hi+lo): measured on the tiny
+  // model, the rounding flips indexer near-ties that cascade (greedy diverged at step 1 against a
+  // reference margin of 0.56). Fp16x3 (default): weights and activations as fp16 hi + lo, three
+  // tensor-core GEMMs: 24/24 greedy tokens equal. Fp32: SGEMM on fp32 weights (no TF32), same result,
+  // slower. Environment MLACONF_CUDA_PREFILL=fp16|fp16x3|fp32 overrides.
+  enum class Prefill { Fp16, Fp16x3, Fp32 };
+  Prefill prefill = Prefill::Fp16x3;
 };
 
 class Pipeline {

@@ -109,6 +109,30 @@ void prefill_case(GgmlType t, int64_t T, int64_t rows, int64_t cols) {
   EXPECT_LE(e, 1e-8);
 }
 
+// The hi+lo variant: judged against float64 on the exact (fp32) weights: NMSE <= 1e-10.
+void prefill_x3_case() {
+  MLACONF_REQUIRE_CUDA();
+  const GgmlType t = GgmlType::Q4_K;
+  const int64_t T = 40, rows = 700, cols = 1024;
+  auto blocks = random_blocks(t, rows * cols / 256, 56);
+  auto W = host_dequant(t, blocks, rows * cols);
+  std::mt19937_64 rng(7);
+  auto x = random_floats(rng, T * cols);
+  std::vector<double> want(T * rows, 0.0);
+  for (int64_t tt = 0; tt < T; ++tt)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) want[tt * rows + r] += (double)W[r * cols + c] * x[tt * cols + c];
+  auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
+  cuda::DeviceBuffer d_y(T * rows * 4), d_z(T * rows * 4), scratch;
+  cuda::linear_prefill_x3(t, d_w.get(), rows, cols, d_x.as<float>(), T, d_y.as<float>(), &scratch);
+  cuda::linear_prefill_f32(t, d_w.get(), rows, cols, d_x.as<float>(), T, d_z.as<float>(), &scratch);
+  cuda::synchronize();
+  const double e3 = nmse(cuda::to_host<float>(d_y, T * rows), want), e32 = nmse(cuda::to_host<float>(d_z, T * rows), want);
+  std::printf("  prefill x3 NMSE %.3e, f32 NMSE %.3e (exact weights)\n", e3, e32);
+  EXPECT_LE(e3, 1e-10);
+  EXPECT_LE(e32, 1e-12);
+}
+
 void norms_case() {
   MLACONF_REQUIRE_CUDA();
   const int64_t T = 7, D = 1000;
@@ -184,6 +208,7 @@ const bool registered = [] {
   register_case("gemv", "apply_wuv(type=Q4_K,t=3,h=5,dv=512,v=256)", wuv_case);
   register_case("gemm", "linear_prefill(type=Q4_K,t=33,rows=1000,cols=2048)", [] { prefill_case(GgmlType::Q4_K, 33, 1000, 2048); });
   register_case("gemm", "linear_prefill(type=Q5_0,t=7,rows=512,cols=192)", [] { prefill_case(GgmlType::Q5_0, 7, 512, 192); });
+  register_case("gemm", "linear_prefill(type=Q4_K,t=40,rows=700,cols=1024,precision=fp16x3|fp32)", prefill_x3_case);
   register_case("ops", "norms(t=7,d=1000,rms_eps=1e-5,ln_eps=1e-6)", norms_case);
   register_case("ops", "rope(style=interleaved,dim=64,col0=192,theta=1e6)", [] { rope_case(false); });
   register_case("ops", "rope(style=neox,dim=64,col0=192,theta=1e6)", [] { rope_case(true); });
