@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -21,8 +22,10 @@ namespace mlaconf::gputest {
     if (!::mlaconf::cuda::cuda_available(&why_)) GTEST_SKIP() << "not supported: " << why_; \
   } while (0)
 
-// Registers `body` as test `name` (a canonical case name) of suite `suite`.
+// Registers `body` as test `name` (a canonical case name) of suite `suite`. Names hold no '-': gtest's
+// --gtest_filter (which ctest passes the name to) reads '-' as the start of its negative patterns.
 inline void register_case(const char* suite, const std::string& name, std::function<void()> body) {
+  if (name.find('-') != std::string::npos) throw std::logic_error("case name with '-' cannot be filtered: " + name);
   struct Case : testing::Test {
     explicit Case(std::function<void()> f) : f_(std::move(f)) {}
     void TestBody() override { f_(); }

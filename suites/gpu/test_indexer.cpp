@@ -204,7 +204,7 @@ const bool registered = [] {
     register_case("indexer", "topk_exact(L=" + std::to_string(L) + ",k=" + std::to_string(k) + ",ties=many)",
                   [L = L, k = k] { topk_exact_case(L, k, false); });
   register_case("indexer", "indexer_scores(t=3,hi=32,di=128,L=5000,dtype=f32)", indexer_f32_case);
-  register_case("indexer", "topk_negative_control(fault=topk-upper-tie,L=4096,k=2048)", [] { topk_exact_case(4096, 2048, true); });
+  register_case("indexer", "topk_negative_control(fault=topk_upper_tie,L=4096,k=2048)", [] { topk_exact_case(4096, 2048, true); });
   return true;
 }();
 

@@ -334,16 +334,16 @@ void overflow_case() {
 
 const bool registered = [] {
 #ifdef MLACONF_HAVE_REF_MODEL
-  register_case("model", "model_layers(model=glm-dsa-tiny,T=12)", [] { layers_case(12); });
-  register_case("model", "model_layers(model=glm-dsa-tiny,T=200)", [] { layers_case(200); });
-  register_case("model", "model_decode(model=glm-dsa-tiny,prefill=40,steps=20)", decode_case);
-  register_case("model", "model_decode_long(model=glm-dsa-tiny,prefill=200,steps=1)", [] { long_decode_case(200); });
-  register_case("model", "model_greedy(model=glm-dsa-tiny,T=200,new=24)", [] { greedy_case(200, 24); });
-  register_case("model", "model_negative_control(fault=dense-attention,T=200)", [] { dense_case(200, true); });
-  register_case("model", "model_negative_control(fault=dense-attention,T=40)", [] { dense_case(40, false); });
+  register_case("model", "model_layers(model=glm_dsa_tiny,T=12)", [] { layers_case(12); });
+  register_case("model", "model_layers(model=glm_dsa_tiny,T=200)", [] { layers_case(200); });
+  register_case("model", "model_decode(model=glm_dsa_tiny,prefill=40,steps=20)", decode_case);
+  register_case("model", "model_decode_long(model=glm_dsa_tiny,prefill=200,steps=1)", [] { long_decode_case(200); });
+  register_case("model", "model_greedy(model=glm_dsa_tiny,T=200,new=24)", [] { greedy_case(200, 24); });
+  register_case("model", "model_negative_control(fault=dense_attention,T=200)", [] { dense_case(200, true); });
+  register_case("model", "model_negative_control(fault=dense_attention,T=40)", [] { dense_case(40, false); });
 #endif
   register_case("model", "model_bad_input(id=vocab|ctx_overflow)", bad_input_case);
-  register_case("model", "model_overflow_check(fault=inject-overflow,layer=1,op=q_a)", overflow_case);
+  register_case("model", "model_overflow_check(fault=inject_overflow,layer=1,op=q_a)", overflow_case);
   return true;
 }();
 

@@ -209,7 +209,7 @@ const bool registered = [] {
   register_case("gemm", "linear_prefill(type=Q4_K,t=33,rows=1000,cols=2048)", [] { prefill_case(GgmlType::Q4_K, 33, 1000, 2048); });
   register_case("gemm", "linear_prefill(type=Q5_0,t=7,rows=512,cols=192)", [] { prefill_case(GgmlType::Q5_0, 7, 512, 192); });
   register_case("gemm", "linear_prefill(type=Q4_K,t=40,rows=700,cols=1024,precision=fp16x3|fp32)", prefill_x3_case);
-  register_case("ops", "norms(t=7,d=1000,rms_eps=1e-5,ln_eps=1e-6)", norms_case);
+  register_case("ops", "norms(t=7,d=1000,rms_eps=0.00001,ln_eps=0.000001)", norms_case);
   register_case("ops", "rope(style=interleaved,dim=64,col0=192,theta=1e6)", [] { rope_case(false); });
   register_case("ops", "rope(style=neox,dim=64,col0=192,theta=1e6)", [] { rope_case(true); });
   register_case("ops", "silu_gate(n=4099)", silu_case);

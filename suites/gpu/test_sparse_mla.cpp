@@ -269,11 +269,11 @@ const bool registered = [] {
   }
   register_case("sparse_mla", "sparse_mla_decode(h=64,d=576,dv=512,topk=2048,L=3800000,cache=gt2^31elems,dtype=f16)",
                 huge_cache_case);
-  register_case("sparse_mla", "sparse_mla_negative_control(fault=dense-attention,h=64,topk=2048,L=4096)",
+  register_case("sparse_mla", "sparse_mla_negative_control(fault=dense_attention,h=64,topk=2048,L=4096)",
                 [] { dense_control_case(true); });
-  register_case("sparse_mla", "sparse_mla_negative_control(fault=dense-attention,h=64,topk=2048,L=1024)",
+  register_case("sparse_mla", "sparse_mla_negative_control(fault=dense_attention,h=64,topk=2048,L=1024)",
                 [] { dense_control_case(false); });
-  register_case("sparse_mla", "sparse_mla_negative_control(fault=no-lse-merge,h=16,topk=2048,L=4096)", merge_control_case);
+  register_case("sparse_mla", "sparse_mla_negative_control(fault=no_lse_merge,h=16,topk=2048,L=4096)", merge_control_case);
   register_case("sparse_mla", "sparse_mla_bad_input(d=2000|dv=513)", bad_input_case);
   return true;
 }();
