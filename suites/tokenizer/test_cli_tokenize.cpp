@@ -86,10 +86,10 @@ void check_synth_roundtrip() {
 }
 
 const bool registered = [] {
-  tokt::register_case("TokenizeCli", "cli_tokenize(model=glm-dsa-tiny,case=prompt12)", check_json_tiny);
-  tokt::register_case("TokenizeCli", "cli_tokenize(model=synthetic-2048,case=decode_specials)", check_decode_and_specials);
+  tokt::register_case("TokenizeCli", "cli_tokenize(model=glm_dsa_tiny,case=prompt12)", check_json_tiny);
+  tokt::register_case("TokenizeCli", "cli_tokenize(model=synthetic_2048,case=decode_specials)", check_decode_and_specials);
   tokt::register_case("TokenizeCli", "cli_tokenize(case=errors)", check_errors);
-  tokt::register_case("TokenizeCli", "cli_tokenize(model=synth-tiny,case=roundtrip)", check_synth_roundtrip);
+  tokt::register_case("TokenizeCli", "cli_tokenize(model=synth_tiny,case=roundtrip)", check_synth_roundtrip);
   return true;
 }();
 

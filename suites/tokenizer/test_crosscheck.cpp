@@ -82,13 +82,13 @@ const Tokenizer& llama_bpe_variant(std::string* path) {
 }
 
 void check_hf_encode(const std::string& which) {
-  if (which == "glm-dsa-tiny" && !tokt::tiny_tokenizer()) GTEST_SKIP() << "skipped: ../shared absent";
+  if (which == "glm_dsa_tiny" && !tokt::tiny_tokenizer()) GTEST_SKIP() << "skipped: ../shared absent";
   std::string gguf;
   const Tokenizer* tp = nullptr;
-  if (which == "glm-dsa-tiny") {
+  if (which == "glm_dsa_tiny") {
     gguf = tokt::tiny_gguf_path();
     tp = tokt::tiny_tokenizer();
-  } else if (which == "synthetic-2048") {
+  } else if (which == "synthetic_2048") {
     gguf = tokt::synthetic_gguf_path(2048);
     tp = &tokt::synthetic_tokenizer(2048);
   } else {
@@ -187,13 +187,13 @@ void check_utf8_python() {
 }
 
 const bool registered = [] {
-  tokt::register_case("TokenizerCrossCheck", "hf_crosscheck(tokenizer=glm-dsa-tiny,what=encode_decode)",
-                      [] { check_hf_encode("glm-dsa-tiny"); });
-  tokt::register_case("TokenizerCrossCheck", "hf_crosscheck(tokenizer=synthetic-2048,what=encode_decode)",
-                      [] { check_hf_encode("synthetic-2048"); });
-  tokt::register_case("TokenizerCrossCheck", "hf_crosscheck(tokenizer=synthetic-2048-llama-bpe,what=encode_decode)",
-                      [] { check_hf_encode("synthetic-2048-llama-bpe"); });
-  tokt::register_case("TokenizerCrossCheck", "hf_crosscheck_negative(tokenizer=synthetic-2048,variant=pre_gpt-2)",
+  tokt::register_case("TokenizerCrossCheck", "hf_crosscheck(tokenizer=glm_dsa_tiny,what=encode_decode)",
+                      [] { check_hf_encode("glm_dsa_tiny"); });
+  tokt::register_case("TokenizerCrossCheck", "hf_crosscheck(tokenizer=synthetic_2048,what=encode_decode)",
+                      [] { check_hf_encode("synthetic_2048"); });
+  tokt::register_case("TokenizerCrossCheck", "hf_crosscheck(tokenizer=synthetic_2048_llama_bpe,what=encode_decode)",
+                      [] { check_hf_encode("synthetic_2048_llama_bpe"); });
+  tokt::register_case("TokenizerCrossCheck", "hf_crosscheck_negative(tokenizer=synthetic_2048,variant=pre_gpt2)",
                       check_hf_negative);
   tokt::register_case("TokenizerCrossCheck", "regex_crosscheck(pre=glm4)", check_regex_split);
   tokt::register_case("TokenizerCrossCheck", "utf8_crosscheck(impl=python_replace,n=3000)", check_utf8_python);

@@ -152,10 +152,10 @@ void check_greedy_stream() {
 
 const bool registered = [] {
   for (const char* g : {"prompt12", "prompt200", "greedy200x24"})
-    tokt::register_case("TokenizerOracle", std::string("tokenize_oracle(model=glm-dsa-tiny,case=") + g + ")",
+    tokt::register_case("TokenizerOracle", std::string("tokenize_oracle(model=glm_dsa_tiny,case=") + g + ")",
                         [g] { check_oracle(g); });
-  tokt::register_case("TokenizerOracle", "stream_oracle_greedy(model=glm-dsa-tiny,case=greedy200x24)", check_greedy_stream);
-  tokt::register_case("TokenizerOracle", "tokenize_oracle_negative(model=glm-dsa-tiny,case=prompt200,variant=longest_match)",
+  tokt::register_case("TokenizerOracle", "stream_oracle_greedy(model=glm_dsa_tiny,case=greedy200x24)", check_greedy_stream);
+  tokt::register_case("TokenizerOracle", "tokenize_oracle_negative(model=glm_dsa_tiny,case=prompt200,variant=longest_match)",
                       negative_control_wrong_pre);
   return true;
 }();

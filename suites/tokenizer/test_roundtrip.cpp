@@ -14,7 +14,7 @@ using mlaconf::tok::Tokenizer;
 using mlaconf::tok::TokenType;
 
 const Tokenizer* get(const std::string& which) {
-  if (which == "glm-dsa-tiny") return tokt::tiny_tokenizer();
+  if (which == "glm_dsa_tiny") return tokt::tiny_tokenizer();
   return &tokt::synthetic_tokenizer(std::stoll(which.substr(std::string("synthetic-").size())));
 }
 
@@ -111,7 +111,7 @@ void check_random_bytes() {
 }
 
 const bool registered = [] {
-  for (const char* which : {"glm-dsa-tiny", "synthetic-2048"}) {
+  for (const char* which : {"glm_dsa_tiny", "synthetic_2048"}) {
     for (const auto& e : tokt::awkward_corpus()) {
       tokt::register_case("TokenizerRoundTrip", std::string("roundtrip(tokenizer=") + which + ",text=" + e.name + ")",
                           [which, e] { check_roundtrip(which, e, true); });
@@ -121,9 +121,9 @@ const bool registered = [] {
                             [which, e] { check_roundtrip(which, e, false); });
     }
   }
-  tokt::register_case("TokenizerRoundTrip", "special_tokens(tokenizer=glm-dsa-tiny)", check_specials_tiny);
-  tokt::register_case("TokenizerRoundTrip", "invalid_utf8_input(tokenizer=glm-dsa-tiny)", check_invalid_input_tiny);
-  tokt::register_case("TokenizerRoundTrip", "random_bytes(tokenizer=synthetic-2048,seed=99,n=1000)", check_random_bytes);
+  tokt::register_case("TokenizerRoundTrip", "special_tokens(tokenizer=glm_dsa_tiny)", check_specials_tiny);
+  tokt::register_case("TokenizerRoundTrip", "invalid_utf8_input(tokenizer=glm_dsa_tiny)", check_invalid_input_tiny);
+  tokt::register_case("TokenizerRoundTrip", "random_bytes(tokenizer=synthetic_2048,seed=99,n=1000)", check_random_bytes);
   return true;
 }();
 

@@ -14,7 +14,7 @@ namespace {
 using namespace mlaconf::tok;
 
 const Tokenizer* get(const std::string& which) {
-  if (which == "glm-dsa-tiny") return tokt::tiny_tokenizer();
+  if (which == "glm_dsa_tiny") return tokt::tiny_tokenizer();
   return &tokt::synthetic_tokenizer(std::stoll(which.substr(std::string("synthetic-").size())));
 }
 
@@ -89,7 +89,7 @@ void negative_control_naive_streamer() {
 }
 
 const bool registered = [] {
-  for (const char* which : {"glm-dsa-tiny", "synthetic-2048"}) {
+  for (const char* which : {"glm_dsa_tiny", "synthetic_2048"}) {
     for (const auto& e : tokt::awkward_corpus())
       for (const char* split : {"token", "byte"})
         tokt::register_case("TokenizerStream",
