@@ -311,7 +311,11 @@ struct Registrar {
     }
     for (const char* key : kRequiredKeys) {
       std::string k = key;
-      std::string name = "missing_key(key=" + k + ")";
+      // gtest filters read '-' as the start of negative patterns: the name spells "glm-dsa" as "glm_dsa".
+      std::string shown = k;
+      for (char& ch : shown)
+        if (ch == '-') ch = '_';
+      std::string name = "missing_key(key=" + shown + ")";
       ::testing::RegisterTest("gguf_reader", name.c_str(), nullptr, nullptr, __FILE__, __LINE__, [k]() -> ::testing::Test* {
         struct T : ::testing::Test {
           std::string k;
