@@ -1,12 +1,34 @@
-// `mlaconf generate`: greedy generation, printing each token as it comes and the top-1/top-2 margin.
+// `mlaconf generate`: greedy generation from a text prompt (or token ids), streamed as text.
 //
-//   mlaconf generate --model M.gguf --prompt-ids 1,2,3 -n 24 [--precision f32|f64] [--json]
+//   mlaconf generate --model M.gguf --prompt "text" [-n N] [--backend reference|cuda|both]
+//                    [--precision f32|f64] [--ignore-eos] [--verbose] [--json] [--fault NAME]
+//   mlaconf generate --model M.gguf --prompt-ids 1,2,3 ...        (ids instead of text)
 //
-// The generation loop talks to a Backend (prefill/decode -> logits of the last position), so another
-// backend (cuda) or a text front end (--prompt through a tokenizer) plugs in without touching the loop:
-// add a make_backend() case, or fill `prompt_ids` from the text before the loop.
+// The prompt text is encoded with the GGUF's own tokenizer (tokenizer.ggml.*, no bos: GLM's
+// add_bos_token is false; the GGUF's flag is honoured). The generated text goes to stdout token by
+// token (TextStreamer: a character split over byte tokens appears when it is complete); the header,
+// the per-step lines (--verbose: token, its text, top-1 minus top-2 logit margin) and the summary go
+// to stderr. Generation stops after an end-of-generation token (eos/eot/eom) unless --ignore-eos.
+//
+// --backend both: the reference and the CUDA pipeline run side by side on the SAME prefix: at each
+// step both see the prompt plus the reference's tokens so far, and each picks its argmax. So every
+// step stays comparable after a first split. A step where they pick different tokens is a divergence;
+// it is a near-tie when the reference margin is < 0.05 (logit units): recorded, exit 0. Any other
+// divergence is a failure: exit 1. The first divergence is reported with both tokens and margins.
+//
+// --json prints one line, one object. Single backend: {"backend", "prompt_ids", "tokens", "margins",
+// "text", "stop"} (tokens: generated only, an end-of-generation token included; text: their decoding
+// without control tokens; stop: "eos" or "length"). Both: {"prompt_ids", "reference": {...},
+// "cuda": {...}, "first_divergence": null | {"step", "reference_token", "cuda_token",
+// "reference_margin", "cuda_margin", "near_tie"}, "divergences", "near_tie_margin", "verdict"};
+// cuda.tokens[i] is the pipeline's pick given the reference's prefix.
+//
+// Exit codes: 0 ok (or only near-ties), 1 a real divergence (both), 2 bad input, 3 not supported
+// (--backend cuda|both without CUDA in the build or without a device).
+#include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,10 +37,24 @@
 #include "core/gguf.h"
 #include "core/model_config.h"
 #include "reference/model.h"
+#include "tokenizer/streamer.h"
+#include "tokenizer/tokenizer.h"
 #include "tools/command.h"
+#ifdef MLACONF_HAVE_CUDA
+#include "optimized/faults.h"
+#include "optimized/pipeline.h"
+#endif
 
 namespace mlaconf::cli {
 namespace {
+
+// A divergence below this reference margin (top-1 minus top-2, logit units) is a near-tie.
+constexpr double kNearTieMargin = 0.05;
+
+// What `--backend cuda|both` reports when it cannot run (exit 3).
+struct NotSupported : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 // Something that turns token ids into next-token logits, keeping its own caches.
 class Backend {
@@ -32,32 +68,65 @@ class Backend {
 template <class S>
 class ReferenceBackend : public Backend {
  public:
-  ReferenceBackend(const GgufFile& f, const ModelConfig& c, size_t expert_bytes) : m_(f, c, options(expert_bytes)) {}
+  ReferenceBackend(const GgufFile& f, const ModelConfig& c, size_t expert_bytes, bool dense)
+      : m_(f, c, options(expert_bytes, dense)), dense_(dense) {}
   std::vector<double> next_logits(const std::vector<int32_t>& ids) override {
     ref::Mat<S> lg = m_.forward_last(ids);
     std::vector<double> out(static_cast<size_t>(lg.cols()));
     for (Eigen::Index v = 0; v < lg.cols(); ++v) out[v] = static_cast<double>(lg(lg.rows() - 1, v));
     return out;
   }
-  std::string describe() const override { return std::string("reference ") + (sizeof(S) == 8 ? "f64" : "f32"); }
+  std::string describe() const override {
+    return std::string("reference ") + (sizeof(S) == 8 ? "f64" : "f32") + (dense_ ? " (fault: dense-attention)" : "");
+  }
 
  private:
-  static ref::ModelOptions options(size_t expert_bytes) {
+  static ref::ModelOptions options(size_t expert_bytes, bool dense) {
     ref::ModelOptions o;
     o.expert_cache_bytes = expert_bytes;
+    o.dense_attention = dense;
     return o;
   }
   ref::Model<S> m_;
+  bool dense_;
 };
+
+#ifdef MLACONF_HAVE_CUDA
+class CudaBackend : public Backend {
+ public:
+  CudaBackend(const GgufFile& f, const ModelConfig& c, int64_t ctx, const std::string& fault)
+      : fault_(fault), p_(f, c, options(ctx)), vocab_(c.n_vocab) {}
+  std::vector<double> next_logits(const std::vector<int32_t>& ids) override {
+    std::vector<float> lg = p_.forward(ids);  // [T, vocab]
+    return std::vector<double>(lg.end() - vocab_, lg.end());
+  }
+  std::string describe() const override {
+    return "cuda" + (fault_.empty() || fault_ == "none" ? std::string() : " (fault: " + fault_ + ")");
+  }
+
+ private:
+  static cuda::PipelineOptions options(int64_t ctx) {
+    cuda::PipelineOptions o;
+    o.max_ctx = ctx;
+    return o;
+  }
+  std::string fault_;
+  cuda::Pipeline p_;
+  int64_t vocab_;
+};
+#endif
 
 struct GenerateArgs {
   std::string model;
   std::string prompt_ids;
-  std::string prompt;  // text; needs a tokenizer (not wired here yet)
+  std::optional<std::string> prompt;  // text, encoded with the GGUF's tokenizer (set when given, even "")
   int64_t n = 16;
   std::string precision = "f32";
   std::string backend = "reference";
+  std::string fault;
   double expert_cache_gib = 4.0;
+  bool ignore_eos = false;
+  bool verbose = false;
   bool json = false;
 };
 
@@ -84,13 +153,23 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   return ids;
 }
 
-std::unique_ptr<Backend> make_backend(const GenerateArgs& a, const GgufFile& f, const ModelConfig& c) {
+std::unique_ptr<Backend> make_reference(const GenerateArgs& a, const GgufFile& f, const ModelConfig& c, bool dense) {
   const size_t bytes = static_cast<size_t>(a.expert_cache_gib * double(1ull << 30));
-  if (a.backend == "reference") {
-    if (a.precision == "f64") return std::make_unique<ReferenceBackend<double>>(f, c, bytes);
-    return std::make_unique<ReferenceBackend<float>>(f, c, bytes);
-  }
-  return nullptr;  // e.g. cuda: not wired into generate yet
+  if (a.precision == "f64") return std::make_unique<ReferenceBackend<double>>(f, c, bytes, dense);
+  return std::make_unique<ReferenceBackend<float>>(f, c, bytes, dense);
+}
+
+// Throws NotSupported where the build or the machine has no CUDA.
+std::unique_ptr<Backend> make_cuda(const GenerateArgs& a, const GgufFile& f, const ModelConfig& c, int64_t ctx) {
+#ifdef MLACONF_HAVE_CUDA
+  std::string why;
+  if (!cuda::cuda_available(&why)) throw NotSupported("--backend " + a.backend + ": " + why);
+  cuda::set_fault(a.fault);  // InputError for an unknown name; stays on for this process
+  return std::make_unique<CudaBackend>(f, c, ctx, a.fault);
+#else
+  (void)f, (void)c, (void)ctx;
+  throw NotSupported("--backend " + a.backend + ": built without CUDA (configure with -DMLACONF_CUDA=ON and nvcc)");
+#endif
 }
 
 // Greedy argmax, ties to the lower id; margin = top-1 minus top-2.
@@ -108,72 +187,259 @@ int32_t argmax(const std::vector<double>& lg, double* margin) {
   return best;
 }
 
+// JSON string literal of (valid UTF-8) text.
+std::string json_string(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char ch : s) {
+    switch (ch) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\r': o += "\\r"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (ch < 0x20 || ch == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+          o += buf;
+        } else {
+          o += static_cast<char>(ch);
+        }
+    }
+  }
+  return o + "\"";
+}
+
+std::string json_ints(const std::vector<int32_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+std::string json_double(double d) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", d);
+  return buf;
+}
+
+std::string json_doubles(const std::vector<double>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + json_double(v[i]);
+  return s + "]";
+}
+
+// One backend's run: generated tokens, their margins, the text.
+struct Stream {
+  std::vector<int32_t> tokens;
+  std::vector<double> margins;
+  std::string text;
+  std::string stop = "length";
+  std::string json(const std::string& backend) const {
+    return "{\"backend\": " + json_string(backend) + ", \"tokens\": " + json_ints(tokens) +
+           ", \"margins\": " + json_doubles(margins) + ", \"text\": " + json_string(text) +
+           ", \"stop\": " + json_string(stop) + "}";
+  }
+};
+
+struct Divergence {
+  int64_t step;
+  int32_t ref_token, cuda_token;
+  double ref_margin, cuda_margin;
+  bool near_tie() const { return ref_margin < kNearTieMargin; }
+  std::string json() const {
+    return "{\"step\": " + std::to_string(step) + ", \"reference_token\": " + std::to_string(ref_token) +
+           ", \"cuda_token\": " + std::to_string(cuda_token) + ", \"reference_margin\": " + json_double(ref_margin) +
+           ", \"cuda_margin\": " + json_double(cuda_margin) + ", \"near_tie\": " + (near_tie() ? "true" : "false") + "}";
+  }
+};
+
+// A token's text for the --verbose lines (printable, quotes escaped).
+std::string token_label(const tok::Tokenizer* t, int32_t id) {
+  if (!t || id < 0 || id >= t->n_vocab()) return "";
+  return " " + json_string(t->token_text(id));
+}
+
 void run(const GenerateArgs& a) {
-  if (!a.prompt.empty()) {
-    std::fprintf(stderr, "mlaconf generate: --prompt (text) needs a tokenizer, which generate does not use yet; "
-                         "pass --prompt-ids\n");
+  if (a.prompt && !a.prompt_ids.empty()) throw InputError("generate: give --prompt (text) or --prompt-ids, not both");
+  if (!a.prompt && a.prompt_ids.empty()) throw InputError("generate: give --prompt \"text\" or --prompt-ids 1,2,3");
+  if (a.n < 0) throw InputError("generate: -n must be >= 0");
+  if (a.backend != "reference" && a.backend != "cuda" && a.backend != "both")
+    throw InputError("generate: --backend must be reference, cuda or both, not '" + a.backend + "'");
+  const bool use_ref = a.backend != "cuda", use_cuda = a.backend != "reference";
+  const bool faulty = !a.fault.empty() && a.fault != "none";
+  if (faulty && a.backend == "reference" && a.fault != "dense-attention") {
+    std::fprintf(stderr, "mlaconf generate: not supported: the reference has one fault, dense-attention (not '%s')\n",
+                 a.fault.c_str());
     set_exit_code(kExitNotSupported);
     return;
   }
-  if (a.prompt_ids.empty()) throw InputError("generate: give --prompt-ids (comma-separated token ids)");
-  if (a.n < 0) throw InputError("generate: -n must be >= 0");
-  std::vector<int32_t> ids = parse_ids(a.prompt_ids);
+
   GgufFile f = GgufFile::open(a.model);
   ModelConfig c = ModelConfig::from_gguf(f);
+  // The tokenizer: required for a text prompt; with ids, used for the text when the GGUF has one.
+  std::optional<tok::Tokenizer> tk;
+  if (a.prompt) {
+    tk.emplace(tok::Tokenizer::from_gguf(f));
+  } else if (f.find("tokenizer.ggml.model")) {
+    try {
+      tk.emplace(tok::Tokenizer::from_gguf(f));
+    } catch (const InputError& e) {
+      std::fprintf(stderr, "mlaconf generate: no text output (%s)\n", e.what());
+    }
+  }
+  std::vector<int32_t> ids;
+  if (a.prompt) {
+    ids = tk->encode(*a.prompt, {.add_bos = tk->add_bos_default(), .parse_special = true});
+    if (ids.empty()) throw InputError("generate: --prompt encodes to no tokens (empty text)");
+  } else {
+    ids = parse_ids(a.prompt_ids);
+  }
   for (int32_t id : ids)
     if (id >= c.n_vocab)
       throw InputError(a.model + ": prompt token " + std::to_string(id) + " is outside the vocabulary (" +
                        std::to_string(c.n_vocab) + ")");
-  std::unique_ptr<Backend> be = make_backend(a, f, c);
-  if (!be) {
-    std::fprintf(stderr, "mlaconf generate: backend '%s' is not supported by generate\n", a.backend.c_str());
+  if (tk && tk->n_vocab() > c.n_vocab)
+    throw InputError(a.model + ": the tokenizer has " + std::to_string(tk->n_vocab()) +
+                     " tokens, more than the model's vocabulary (" + std::to_string(c.n_vocab) + ")");
+  const int64_t ctx = static_cast<int64_t>(ids.size()) + a.n;
+  if (c.n_ctx_train > 0 && ctx > c.n_ctx_train)
+    throw InputError(a.model + ": prompt (" + std::to_string(ids.size()) + ") + -n " + std::to_string(a.n) +
+                     " exceeds the context length " + std::to_string(c.n_ctx_train));
+
+  std::unique_ptr<Backend> ref, gpu;
+  try {
+    if (use_cuda) gpu = make_cuda(a, f, c, std::max<int64_t>(ctx, 1));
+  } catch (const NotSupported& e) {
+    std::fprintf(stderr, "mlaconf generate: not supported: %s\n", e.what());
     set_exit_code(kExitNotSupported);
     return;
   }
-  if (!a.json) std::printf("generate: %s, %zu prompt tokens, %lld new\n", be->describe().c_str(), ids.size(),
-                           static_cast<long long>(a.n));
-  std::vector<int32_t> tokens;
-  std::vector<double> margins;
+  if (use_ref) ref = make_reference(a, f, c, faulty && a.backend == "reference");
+  Backend* lead = ref ? ref.get() : gpu.get();  // whose tokens extend the prefix
+
+  if (!a.json) {
+    std::fprintf(stderr, "generate: %s%s%s, %zu prompt tokens, up to %lld new%s\n", lead->describe().c_str(),
+                 gpu && ref ? " vs " : "", gpu && ref ? gpu->describe().c_str() : "", ids.size(),
+                 static_cast<long long>(a.n), a.ignore_eos ? " (ignoring eos)" : "");
+    if (a.prompt) std::fputs(a.prompt->c_str(), stdout);  // the continuation follows the prompt
+    std::fflush(stdout);
+  }
+
+  Stream lead_s, gpu_s;  // lead_s: the reference (or cuda alone); gpu_s: cuda beside the reference
+  std::vector<Divergence> divs;
+  std::optional<tok::TextStreamer> streamer;
+  if (tk) streamer.emplace(*tk, tok::DecodeOptions{.special = false});
   std::vector<int32_t> feed = ids;  // prefill first, then one token per step (incremental decode)
   for (int64_t step = 0; step < a.n; ++step) {
-    std::vector<double> lg = be->next_logits(feed);
-    double margin = 0;
-    int32_t tok = argmax(lg, &margin);
-    tokens.push_back(tok);
-    margins.push_back(margin);
+    double m = 0;
+    const int32_t t = argmax(lead->next_logits(feed), &m);
+    lead_s.tokens.push_back(t);
+    lead_s.margins.push_back(m);
+    double gm = 0;
+    int32_t gt = -1;
+    if (ref && gpu) {
+      gt = argmax(gpu->next_logits(feed), &gm);
+      gpu_s.tokens.push_back(gt);
+      gpu_s.margins.push_back(gm);
+      if (gt != t) divs.push_back({step, t, gt, m, gm});
+    }
+    if (a.verbose) {
+      std::fprintf(stderr, "\nstep %lld: token %d%s margin %.6g", static_cast<long long>(step), t,
+                   token_label(tk ? &*tk : nullptr, t).c_str(), m);
+      if (gt >= 0)
+        std::fprintf(stderr, " | cuda %d%s margin %.6g%s", gt, token_label(tk ? &*tk : nullptr, gt).c_str(), gm,
+                     gt != t ? (m < kNearTieMargin ? "  <- near-tie divergence" : "  <- DIVERGENCE") : "");
+      std::fprintf(stderr, "\n");
+    }
     if (!a.json) {
-      std::printf("step %lld: token %d  margin %.6g\n", static_cast<long long>(step), tok, margin);
+      std::fputs(streamer ? streamer->push(t).c_str() : ("[" + std::to_string(t) + "]").c_str(), stdout);
       std::fflush(stdout);
     }
-    feed.assign(1, tok);
-  }
-  if (a.json) {
-    std::string s = "{\"tokens\": [";
-    for (size_t i = 0; i < tokens.size(); ++i) s += (i ? ", " : "") + std::to_string(tokens[i]);
-    s += "], \"margins\": [";
-    char buf[64];
-    for (size_t i = 0; i < margins.size(); ++i) {
-      std::snprintf(buf, sizeof buf, "%s%.17g", i ? ", " : "", margins[i]);
-      s += buf;
+    const bool end = tk && tk->is_end_of_generation(t);
+    if (end && !a.ignore_eos) {
+      lead_s.stop = "eos";
+      break;
     }
-    s += "]}";
-    std::printf("%s\n", s.c_str());
+    feed.assign(1, t);
   }
-  set_exit_code(kExitOk);
+  if (!a.json && streamer) std::fputs(streamer->flush().c_str(), stdout);
+  if (tk) {
+    lead_s.text = tk->decode(lead_s.tokens, {.special = false});
+    gpu_s.text = tk->decode(gpu_s.tokens, {.special = false});
+  }
+  gpu_s.stop = lead_s.stop;
+
+  const Divergence* first = divs.empty() ? nullptr : &divs.front();
+  int64_t real = 0;
+  for (const Divergence& d : divs) real += d.near_tie() ? 0 : 1;
+  const char* verdict = real ? "fail" : (divs.empty() ? "agree" : "near-tie");
+
+  if (a.json) {
+    std::string s;
+    if (ref && gpu) {
+      std::string dl = "[";
+      for (size_t i = 0; i < divs.size(); ++i) dl += (i ? ", " : "") + divs[i].json();
+      dl += "]";
+      s = "{\"prompt_ids\": " + json_ints(ids) + ", \"reference\": " + lead_s.json(ref->describe()) +
+          ", \"cuda\": " + gpu_s.json(gpu->describe()) + ", \"first_divergence\": " + (first ? first->json() : "null") +
+          ", \"divergences\": " + dl + ", \"near_tie_margin\": " + json_double(kNearTieMargin) +
+          ", \"verdict\": " + json_string(verdict) + "}";
+    } else {
+      // {"tokens", "margins"} is the contract suites/reference/test_cli_generate.cpp holds.
+      s = "{\"backend\": " + json_string(lead->describe()) + ", \"prompt_ids\": " + json_ints(ids) +
+          ", \"tokens\": " + json_ints(lead_s.tokens) + ", \"margins\": " + json_doubles(lead_s.margins) +
+          ", \"text\": " + json_string(lead_s.text) + ", \"stop\": " + json_string(lead_s.stop) + "}";
+    }
+    std::printf("%s\n", s.c_str());
+  } else {
+    std::printf("\n");
+    double minm = 0;
+    for (size_t i = 0; i < lead_s.margins.size(); ++i) minm = i ? std::min(minm, lead_s.margins[i]) : lead_s.margins[i];
+    std::fprintf(stderr, "generate: %zu tokens (stop: %s), smallest margin %.4g\n", lead_s.tokens.size(),
+                 lead_s.stop.c_str(), minm);
+    if (ref && gpu) {
+      if (!first) {
+        std::fprintf(stderr, "generate: reference and cuda agree on all %zu steps\n", lead_s.tokens.size());
+      } else {
+        std::fprintf(stderr,
+                     "generate: first divergence at step %lld: reference %d%s (margin %.6g) vs cuda %d%s (margin "
+                     "%.6g): %s\n",
+                     static_cast<long long>(first->step), first->ref_token,
+                     token_label(tk ? &*tk : nullptr, first->ref_token).c_str(), first->ref_margin, first->cuda_token,
+                     token_label(tk ? &*tk : nullptr, first->cuda_token).c_str(), first->cuda_margin,
+                     first->near_tie() ? "near-tie (reference margin < 0.05)" : "FAILURE");
+        std::fprintf(stderr, "generate: %zu divergent steps of %zu, %lld not near-ties: %s\n", divs.size(),
+                     lead_s.tokens.size(), static_cast<long long>(real), verdict);
+      }
+    }
+  }
+  set_exit_code(real ? kExitFail : kExitOk);
 }
 
 const CommandRegistration reg(30, [](CLI::App& root) {
   auto a = std::make_shared<GenerateArgs>();
-  CLI::App* s = root.add_subcommand("generate", "Greedy generation with the reference (token ids in, token ids out)");
+  CLI::App* s = root.add_subcommand(
+      "generate", "Greedy generation from a text prompt, streamed; --backend both checks CUDA against the reference");
   s->add_option("--model,-m", a->model, "GGUF model (any shard of a split model)")->required();
-  s->add_option("--prompt-ids", a->prompt_ids, "prompt token ids, comma-separated");
-  s->add_option("--prompt", a->prompt, "prompt text (needs a tokenizer: not supported yet)");
-  s->add_option("-n,--n-new", a->n, "tokens to generate (default 16)");
-  s->add_option("--precision", a->precision, "f32 (default) or f64")->check(CLI::IsMember({"f32", "f64"}));
-  s->add_option("--backend", a->backend, "reference (default); others are not wired into generate yet");
+  auto text = std::make_shared<std::string>();
+  CLI::Option* text_opt = s->add_option("--prompt", *text, "prompt text, encoded with the GGUF's tokenizer");
+  s->add_option("--prompt-ids", a->prompt_ids, "prompt token ids, comma-separated (instead of --prompt)");
+  s->add_option("-n,--n-new", a->n, "tokens to generate at most (default 16)");
+  s->add_option("--precision", a->precision, "reference precision: f32 (default) or f64")
+      ->check(CLI::IsMember({"f32", "f64"}));
+  s->add_option("--backend", a->backend, "reference (default), cuda, or both (side by side, first divergence)")
+      ->check(CLI::IsMember({"reference", "cuda", "both"}));
+  s->add_option("--fault", a->fault,
+                "negative control: inject a fault (dense-attention; cuda: any of optimized/faults.h) into the "
+                "backend under test (cuda with both)");
   s->add_option("--expert-cache-gib", a->expert_cache_gib, "LRU budget for dequantized experts (default 4)");
-  s->add_flag("--json", a->json, "print one JSON object {\"tokens\": [...], \"margins\": [...]} (generated only)");
-  s->callback([a] { run(*a); });
+  s->add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-generation tokens (eos/eot/eom)");
+  s->add_flag("--verbose,-v", a->verbose, "per-step token, text and margin (top-1 minus top-2 logit) on stderr");
+  s->add_flag("--json", a->json, "print one JSON object {\"tokens\", \"margins\", \"text\", ...} (generated only)");
+  s->callback([a, text, text_opt] {
+    if (text_opt->count()) a->prompt = *text;
+    run(*a);
+  });
 });
 
 }  // namespace

@@ -72,7 +72,7 @@ void exit_codes() {
   EXPECT_EQ(run(g + " --prompt-ids 1,999999 -n 2", &out), 2);
   EXPECT_EQ(run(std::string(MLACONF_CLI) + " generate --model /nonexistent.gguf --prompt-ids 1 -n 2", &out), 2);
   EXPECT_EQ(run(g + " --prompt-ids 1 --precision f16", &out), 2);
-  EXPECT_EQ(run(g + " --prompt hello -n 2", &out), 3) << "text prompts: not supported yet";
+  EXPECT_EQ(run(g + " --prompt hello --prompt-ids 1 -n 2", &out), 2) << "a text prompt and ids together";
 }
 
 template <class F>
