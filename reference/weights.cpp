@@ -1,7 +1,12 @@
 // mlaconf reference: lazy dequantization of the model's weights (see weights.h).
 #include "reference/weights.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <exception>
+#include <thread>
 
 #include "core/error.h"
 #include "core/weight_layout.h"
@@ -24,20 +29,96 @@ const TensorInfo& Weights<S>::info(const std::string& name, int n_dims) const {
   return t;
 }
 
+namespace {
+
+// Gives the file pages of bytes [p, p + n) of the GGUF mapping back to the kernel once they have been
+// dequantized. The mapping is read-only and private, so its pages are clean: MADV_DONTNEED only drops
+// them from this process (they stay in the page cache, and a later read faults them in again with the
+// same contents). Without it every byte read through the mapping stays resident, and counted in RSS,
+// for the life of the mapping (~4 GB for one GLM-5 MoE layer). Best effort: errors are ignored.
+void release_file_pages(const uint8_t* p, uint64_t n) {
+  if (!p || n == 0) return;
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + n + page - 1) & ~(page - 1);
+  (void)madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+
+// Threads for dequantizing one large range (dequantization is exact per block, so any split of the
+// rows gives bit-identical values).
+int dequant_threads() {
+  static const int n = [] {
+    const unsigned hw = std::thread::hardware_concurrency();
+    return static_cast<int>(std::clamp<unsigned>(hw == 0 ? 1 : hw, 1, 8));
+  }();
+  return n;
+}
+
+// Rows [row0, row0 + nrows) of t into dst (S = float or double), through a bounded float staging buffer
+// for double, releasing the file pages of each chunk right after it is dequantized.
 template <class S>
-void Weights<S>::load_into(const TensorInfo& t, int64_t row0, int64_t nrows, S* dst) const {
+void dequant_range(const TensorInfo& t, int64_t row0, int64_t nrows, S* dst) {
   const int64_t ne0 = t.ne[0];
-  if constexpr (std::is_same_v<S, float>) {
-    dequantize_rows(t, row0, nrows, dst);
-  } else {
-    const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 22) / std::max<int64_t>(ne0, 1));  // ~16 MB of floats
-    std::vector<float> tmp(static_cast<size_t>(std::min(chunk, nrows) * ne0));
-    for (int64_t r = 0; r < nrows; r += chunk) {
-      const int64_t n = std::min(chunk, nrows - r);
+  int64_t rb = 0;  // known good once dequantize_rows has accepted the tensor
+  // Chunks of ~4 Mi values: the file pages in use and the staging buffer stay small.
+  const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 22) / std::max<int64_t>(ne0, 1));
+  if (nrows == 0) {  // still validates the tensor (type, row size) as a non-empty call would
+    float none = 0;
+    dequantize_rows(t, row0, 0, &none);
+    return;
+  }
+  std::vector<float> tmp;
+  if constexpr (!std::is_same_v<S, float>) tmp.resize(static_cast<size_t>(std::min(chunk, nrows) * ne0));
+  for (int64_t r = 0; r < nrows; r += chunk) {
+    const int64_t n = std::min(chunk, nrows - r);
+    if constexpr (std::is_same_v<S, float>) {
+      dequantize_rows(t, row0 + r, n, dst + r * ne0);
+    } else {
       dequantize_rows(t, row0 + r, n, tmp.data());
       std::copy(tmp.begin(), tmp.begin() + n * ne0, dst + r * ne0);
     }
+    if (rb == 0) rb = t.row_bytes();
+    release_file_pages(t.data + (row0 + r) * rb, static_cast<uint64_t>(n * rb));
   }
+}
+
+}  // namespace
+
+template <class S>
+void Weights<S>::load_into(const TensorInfo& t, int64_t row0, int64_t nrows, S* dst) const {
+  const int64_t ne0 = t.ne[0];
+  // Large ranges are split over the cores by rows; small ones (norms, single embedding rows) are not
+  // worth a thread.
+  constexpr int64_t kMinValuesPerThread = int64_t{1} << 20;
+  const int nt = static_cast<int>(std::min<int64_t>(dequant_threads(), (nrows * ne0) / kMinValuesPerThread));
+  if (nt <= 1) {
+    dequant_range<S>(t, row0, nrows, dst);
+    return;
+  }
+  // A bad tensor (a type that cannot be dequantized, rows past its bytes) throws in every chunk; the
+  // first chunk's error is rethrown, so the message is the one a single-threaded call gives.
+  const int64_t per = (nrows + nt - 1) / nt;
+  std::vector<std::thread> pool;
+  std::vector<std::exception_ptr> err(static_cast<size_t>(nt));
+  for (int i = 1; i < nt; ++i) {
+    const int64_t b = std::min(nrows, i * per), e = std::min(nrows, (i + 1) * per);
+    if (b >= e) break;
+    pool.emplace_back([&, i, b, e] {
+      try {
+        dequant_range<S>(t, row0 + b, e - b, dst + b * ne0);
+      } catch (...) {
+        err[static_cast<size_t>(i)] = std::current_exception();
+      }
+    });
+  }
+  try {
+    dequant_range<S>(t, row0, std::min(nrows, per), dst);
+  } catch (...) {
+    err[0] = std::current_exception();
+  }
+  for (auto& th : pool) th.join();
+  for (auto& ep : err)
+    if (ep) std::rethrow_exception(ep);
 }
 
 template <class S>
@@ -100,26 +181,36 @@ const ExpertWeights<S>& Weights<S>::expert(int64_t layer, int64_t e) {
     lru_.splice(lru_.begin(), lru_, it->second);  // most recently used to the front
     return *lru_.front().second;
   }
-  auto one = [&](const char* suffix) {
-    const TensorInfo& t = info(wname::blk(layer, suffix), 3);
-    if (e < 0 || e >= t.ne[2])
-      throw InputError(f_.path() + ": expert " + std::to_string(e) + " is outside " + t.name + " " + t.shape_string());
-    Mat<S> m(t.ne[1], t.ne[0]);
-    load_into(t, e * t.ne[1], t.ne[1], m.data());  // expert e: rows [e*out, (e+1)*out) of [out*E, in]
-    return m;
-  };
-  auto w = std::make_unique<ExpertWeights<S>>();
-  w->gate = one(wname::kGateExps);
-  w->up = one(wname::kUpExps);
-  w->down = one(wname::kDownExps);
-  const size_t nb = w->bytes();
-  ++expert_loads_;
-  // Evict least recently used experts until the new one fits (the cache may still hold just it).
+  const TensorInfo* ts[3];
+  const char* suffixes[3] = {wname::kGateExps, wname::kUpExps, wname::kDownExps};
+  for (int i = 0; i < 3; ++i) {
+    ts[i] = &info(wname::blk(layer, suffixes[i]), 3);
+    if (e < 0 || e >= ts[i]->ne[2])
+      throw InputError(f_.path() + ": expert " + std::to_string(e) + " is outside " + ts[i]->name + " " +
+                       ts[i]->shape_string());
+  }
+  const size_t nb = sizeof(S) * static_cast<size_t>(ts[0]->ne[0] * ts[0]->ne[1] + ts[1]->ne[0] * ts[1]->ne[1] +
+                                                    ts[2]->ne[0] * ts[2]->ne[1]);
+  // Evict least recently used experts until the new one fits (the cache may then hold just it), before
+  // dequantizing, so the budget is never exceeded by one expert. The last evicted expert's buffers are
+  // reused for the new one when their shapes match (every expert of a model has the same shapes): a
+  // fresh 50-MB allocation per matrix would be zero-filled by the kernel page by page, which costs more
+  // system time than the dequantization itself.
+  std::unique_ptr<ExpertWeights<S>> w;
   while (!lru_.empty() && expert_bytes_ + nb > budget_) {
     expert_bytes_ -= lru_.back().second->bytes();
     lru_index_.erase(lru_.back().first);
+    w = std::move(lru_.back().second);
     lru_.pop_back();
   }
+  if (!w) w = std::make_unique<ExpertWeights<S>>();
+  Mat<S>* dst[3] = {&w->gate, &w->up, &w->down};
+  for (int i = 0; i < 3; ++i) {
+    const TensorInfo& t = *ts[i];
+    dst[i]->resize(t.ne[1], t.ne[0]);  // keeps the allocation when the size is unchanged
+    load_into(t, e * t.ne[1], t.ne[1], dst[i]->data());  // expert e: rows [e*out, (e+1)*out) of [out*E, in]
+  }
+  ++expert_loads_;
   lru_.emplace_front(key, std::move(w));
   lru_index_[key] = lru_.begin();
   expert_bytes_ += nb;
