@@ -378,6 +378,7 @@ Mat<S> Model<S>::forward_layers(const Mat<S>& hidden, int64_t pos0, int64_t l_be
     rec<S>(trace, l, op::kMlpOut, mlp, {T, c_.n_embd});
     h = a + mlp;
     rec<S>(trace, l, op::kOutputHidden, h, {T, c_.n_embd});
+    if (opt_.release_layer_weights) W.release_layer(l);
   }
   return h;
 }
