@@ -368,6 +368,8 @@ Mat<S> Model<S>::forward_layers(const Mat<S>& hidden, int64_t pos0, int64_t l_be
     Mat<S> attn = linear<S>(ov, W.mat(blk(l, wname::kAttnOut)));            // [T, E]
     rec<S>(trace, l, op::kAttnOut, attn, {T, c_.n_embd});
     Mat<S> a = h + attn;
+    // The attention weights are done with for this pass: drop them before the FFN's are dequantized.
+    if (opt_.release_layer_weights) W.release_layer(l);
 
     // FFN block.
     Mat<S> y = rmsnorm<S>(a, W.vec(blk(l, wname::kFfnNorm)), c_.rms_eps);
