@@ -156,7 +156,9 @@ Judgement cuda_run(const std::string& group) {
 #define REQUIRE_CUDA()                                                                      \
   do {                                                                                      \
     std::string why_;                                                                       \
-    if (!cuda::cuda_available(&why_)) GTEST_SKIP() << "not supported: no CUDA device (" << why_ << ")"; \
+    if (!cuda::cuda_available(&why_))                                                       \
+      GTEST_SKIP() << "not supported: "                                                     \
+                   << (why_.find("no CUDA device") == 0 ? why_ : "no CUDA device (" + why_ + ")"); \
   } while (0)
 #else
 #define REQUIRE_CUDA() GTEST_SKIP() << "not supported: no CUDA device (built without CUDA)"
