@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <system_error>
 #include <thread>
 
 #include "core/error.h"
@@ -100,19 +101,26 @@ void Weights<S>::load_into(const TensorInfo& t, int64_t row0, int64_t nrows, S* 
   const int64_t per = (nrows + nt - 1) / nt;
   std::vector<std::thread> pool;
   std::vector<std::exception_ptr> err(static_cast<size_t>(nt));
+  int64_t inline_from = nrows;
   for (int i = 1; i < nt; ++i) {
     const int64_t b = std::min(nrows, i * per), e = std::min(nrows, (i + 1) * per);
     if (b >= e) break;
-    pool.emplace_back([&, i, b, e] {
-      try {
-        dequant_range<S>(t, row0 + b, e - b, dst + b * ne0);
-      } catch (...) {
-        err[static_cast<size_t>(i)] = std::current_exception();
-      }
-    });
+    try {
+      pool.emplace_back([&, i, b, e] {
+        try {
+          dequant_range<S>(t, row0 + b, e - b, dst + b * ne0);
+        } catch (...) {
+          err[static_cast<size_t>(i)] = std::current_exception();
+        }
+      });
+    } catch (const std::system_error&) {  // no thread to be had: this thread does the rest
+      inline_from = b;
+      break;
+    }
   }
   try {
     dequant_range<S>(t, row0, std::min(nrows, per), dst);
+    if (inline_from < nrows) dequant_range<S>(t, row0 + inline_from, nrows - inline_from, dst + inline_from * ne0);
   } catch (...) {
     err[0] = std::current_exception();
   }
