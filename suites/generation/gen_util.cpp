@@ -1,4 +1,5 @@
 // suites/generation: see gen_util.h.
+#include "suites/common/case_registry.h"
 #include "suites/generation/gen_util.h"
 
 #include <fcntl.h>
@@ -220,15 +221,7 @@ void copy_gguf(const std::string& in, const std::string& out, const GgufValueEdi
 }
 
 void register_case(const std::string& name, std::function<void()> body) {
-  if (name.find_first_of("-*?:") != std::string::npos)
-    throw std::logic_error("case name with a gtest filter character ('-', '*', '?', ':'): " + name);
-  struct Case : testing::Test {
-    explicit Case(std::function<void()> f) : f_(std::move(f)) {}
-    void TestBody() override { f_(); }
-    std::function<void()> f_;
-  };
-  testing::RegisterTest("generation", name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
-                        [body]() -> testing::Test* { return new Case(body); });
+  mlaconf::test::register_case("generation", name, std::move(body));
 }
 
 std::string ids_csv(const std::vector<int32_t>& ids) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "suites/common/case_registry.h"
 #include "core/ggml_types.h"
 #include "optimized/api.h"
 
@@ -22,18 +23,8 @@ namespace mlaconf::gputest {
     if (!::mlaconf::cuda::cuda_available(&why_)) GTEST_SKIP() << "not supported: " << why_; \
   } while (0)
 
-// Registers `body` as test `name` (a canonical case name) of suite `suite`. Names hold no '-': gtest's
-// --gtest_filter (which ctest passes the name to) reads '-' as the start of its negative patterns.
-inline void register_case(const char* suite, const std::string& name, std::function<void()> body) {
-  if (name.find('-') != std::string::npos) throw std::logic_error("case name with '-' cannot be filtered: " + name);
-  struct Case : testing::Test {
-    explicit Case(std::function<void()> f) : f_(std::move(f)) {}
-    void TestBody() override { f_(); }
-    std::function<void()> f_;
-  };
-  testing::RegisterTest(suite, name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
-                        [body]() -> testing::Test* { return new Case(body); });
-}
+// Case registration: suites/common/case_registry.h.
+using ::mlaconf::test::register_case;
 
 // Normalised mean squared error sum (a-b)^2 / sum b^2 (b = reference), and cosine similarity.
 inline double nmse(const std::vector<float>& a, const std::vector<double>& b) {

@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "suites/common/case_registry.h"
 #include "core/gguf.h"
 #include "core/model_config.h"
 #include "fixtures/digest.h"
@@ -394,19 +395,6 @@ void stale_synth_case(const std::string& h5) {
   EXPECT_NE(why.find("no longer reproduces"), std::string::npos) << why;
 }
 
-template <class F>
-void reg(const std::string& name, F fn) {
-  // '-', '*', '?', ':' are gtest filter syntax: canonical names here avoid them.
-  if (name.find_first_of("-*?:") != std::string::npos) throw std::logic_error("test name with a filter character: " + name);
-  testing::RegisterTest("hf", name.c_str(), nullptr, nullptr, __FILE__, __LINE__, [fn]() -> testing::Test* {
-    struct T : testing::Test {
-      F f;
-      explicit T(F g) : f(g) {}
-      void TestBody() override { f(); }
-    };
-    return new T(fn);
-  });
-}
 
 struct Registrar {
   Registrar() {
@@ -416,24 +404,24 @@ struct Registrar {
         if (e.path().extension() == ".h5") files.push_back(e.path());
     std::sort(files.begin(), files.end());
     if (files.empty()) {
-      reg("hf_oracle(files=none)", [] { GTEST_SKIP() << "skipped: no HF oracle files in " << kDataDir; });
+      register_case("hf", "hf_oracle(files=none)", [] { GTEST_SKIP() << "skipped: no HF oracle files in " << kDataDir; });
       return;
     }
     // The smallest model is the cheapest to re-synthesize for the staleness control.
     const fs::path smallest = *std::min_element(files.begin(), files.end(), [](const fs::path& a, const fs::path& b) {
       return fs::file_size(a) < fs::file_size(b);
     });
-    reg("negative_stale_synth(model=" + smallest.stem().string() + ")", [h5 = smallest.string()] { stale_synth_case(h5); });
+    register_case("hf", "negative_stale_synth(model=" + smallest.stem().string() + ")", [h5 = smallest.string()] { stale_synth_case(h5); });
     for (const fs::path& p : files) {
       const std::string h5 = p.string(), model = p.stem().string();
       for (const std::string& cas : root_groups(h5)) {
         if (cas.rfind("prompt", 0) == 0) {
-          reg("hf_forward(model=" + model + ",case=" + cas + ",dtype=f64)", [h5, cas] { forward_case<double>(h5, cas); });
-          reg("hf_forward(model=" + model + ",case=" + cas + ",dtype=f32)", [h5, cas] { forward_case<float>(h5, cas); });
-          reg("negative_dense_attention(model=" + model + ",case=" + cas + ")", [h5, cas] { dense_control_case(h5, cas); });
+          register_case("hf", "hf_forward(model=" + model + ",case=" + cas + ",dtype=f64)", [h5, cas] { forward_case<double>(h5, cas); });
+          register_case("hf", "hf_forward(model=" + model + ",case=" + cas + ",dtype=f32)", [h5, cas] { forward_case<float>(h5, cas); });
+          register_case("hf", "negative_dense_attention(model=" + model + ",case=" + cas + ")", [h5, cas] { dense_control_case(h5, cas); });
         } else if (cas.rfind("greedy", 0) == 0) {
-          reg("hf_greedy(model=" + model + ",case=" + cas + ",dtype=f64)", [h5, cas] { greedy_case<double>(h5, cas); });
-          reg("hf_greedy(model=" + model + ",case=" + cas + ",dtype=f32)", [h5, cas] { greedy_case<float>(h5, cas); });
+          register_case("hf", "hf_greedy(model=" + model + ",case=" + cas + ",dtype=f64)", [h5, cas] { greedy_case<double>(h5, cas); });
+          register_case("hf", "hf_greedy(model=" + model + ",case=" + cas + ",dtype=f32)", [h5, cas] { greedy_case<float>(h5, cas); });
         }
       }
     }

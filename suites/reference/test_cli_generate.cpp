@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <vector>
 
+#include "suites/common/case_registry.h"
 #include "suites/reference/oracle_h5.h"
 
 namespace mlaconf::test {
@@ -75,24 +76,12 @@ void exit_codes() {
   EXPECT_EQ(run(g + " --prompt hello --prompt-ids 1 -n 2", &out), 2) << "a text prompt and ids together";
 }
 
-template <class F>
-void reg(const std::string& name, F fn) {
-  if (name.find_first_of("-*?:") != std::string::npos) throw std::logic_error("test name with a filter character: " + name);
-  testing::RegisterTest("reference", name.c_str(), nullptr, nullptr, __FILE__, __LINE__, [fn]() -> testing::Test* {
-    struct T : testing::Test {
-      F f;
-      explicit T(F g) : f(g) {}
-      void TestBody() override { f(); }
-    };
-    return new T(fn);
-  });
-}
 
 struct Registrar {
   Registrar() {
-    reg("cli_generate(case=greedy200x24,precision=f32,json)", [] { generate_json("f32"); });
-    reg("cli_generate(case=greedy200x24,precision=f64,json)", [] { generate_json("f64"); });
-    reg("cli_generate(bad_input)", [] { exit_codes(); });
+    register_case("reference", "cli_generate(case=greedy200x24,precision=f32,json)", [] { generate_json("f32"); });
+    register_case("reference", "cli_generate(case=greedy200x24,precision=f64,json)", [] { generate_json("f64"); });
+    register_case("reference", "cli_generate(bad_input)", [] { exit_codes(); });
   }
 } registrar;
 

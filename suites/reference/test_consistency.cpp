@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "suites/common/case_registry.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/model_config.h"
@@ -172,30 +173,16 @@ void forward_layers_subrange() {
   EXPECT_EQ(nmse(flat<double>(out), cf.get(2, op::kOutputHidden)->back().f), 0.0);
 }
 
-template <class F>
-void reg(const std::string& name, F fn) {
-  // gtest filters read '-' as the start of negative patterns (ctest would then run nothing), and
-  // '*', '?', ':' as pattern syntax: canonical names here avoid them.
-  if (name.find_first_of("-*?:") != std::string::npos) throw std::logic_error("test name with a filter character: " + name);
-  testing::RegisterTest("reference", name.c_str(), nullptr, nullptr, __FILE__, __LINE__, [fn]() -> testing::Test* {
-    struct T : testing::Test {
-      F f;
-      explicit T(F g) : f(g) {}
-      void TestBody() override { f(); }
-    };
-    return new T(fn);
-  });
-}
 
 struct Registrar {
   Registrar() {
-    reg("decode_vs_recompute(model=glm_dsa_tiny,T=100,prefill=40+7,dtype=f64)", [] { decode_equals_recompute<double>(); });
-    reg("decode_vs_recompute(model=glm_dsa_tiny,T=100,prefill=40+7,dtype=f32)", [] { decode_equals_recompute<float>(); });
-    reg("absorbed_vs_naive(model=glm_dsa_tiny,case=prompt200,dtype=f64)", [] { absorbed_equals_naive<double>(); });
-    reg("absorbed_vs_naive(model=glm_dsa_tiny,case=prompt200,dtype=f32)", [] { absorbed_equals_naive<float>(); });
-    reg("expert_cache_budget(model=glm_dsa_tiny,budget=2.5experts)", [] { expert_cache_budget(); });
-    reg("bad_input(model=glm_dsa_tiny)", [] { bad_inputs(); });
-    reg("forward_layers(model=glm_dsa_tiny,layers=2..3,T=90)", [] { forward_layers_subrange(); });
+    register_case("reference", "decode_vs_recompute(model=glm_dsa_tiny,T=100,prefill=40+7,dtype=f64)", [] { decode_equals_recompute<double>(); });
+    register_case("reference", "decode_vs_recompute(model=glm_dsa_tiny,T=100,prefill=40+7,dtype=f32)", [] { decode_equals_recompute<float>(); });
+    register_case("reference", "absorbed_vs_naive(model=glm_dsa_tiny,case=prompt200,dtype=f64)", [] { absorbed_equals_naive<double>(); });
+    register_case("reference", "absorbed_vs_naive(model=glm_dsa_tiny,case=prompt200,dtype=f32)", [] { absorbed_equals_naive<float>(); });
+    register_case("reference", "expert_cache_budget(model=glm_dsa_tiny,budget=2.5experts)", [] { expert_cache_budget(); });
+    register_case("reference", "bad_input(model=glm_dsa_tiny)", [] { bad_inputs(); });
+    register_case("reference", "forward_layers(model=glm_dsa_tiny,layers=2..3,T=90)", [] { forward_layers_subrange(); });
   }
 } registrar;
 

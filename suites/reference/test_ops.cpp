@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "suites/common/case_registry.h"
 #include "reference/indexer.h"
 #include "reference/mla.h"
 #include "reference/moe.h"
@@ -197,27 +198,15 @@ void sparse_mla_contract() {
   EXPECT_THROW(ref::sparse_mla_absorbed<double>(q, cache, bad.data(), 2, dl, 0.3), std::out_of_range);
 }
 
-template <class F>
-void reg(const std::string& name, F fn) {
-  if (name.find_first_of("-*?:") != std::string::npos) throw std::logic_error("test name with a filter character: " + name);
-  testing::RegisterTest("reference", name.c_str(), nullptr, nullptr, __FILE__, __LINE__, [fn]() -> testing::Test* {
-    struct T : testing::Test {
-      F f;
-      explicit T(F g) : f(g) {}
-      void TestBody() override { f(); }
-    };
-    return new T(fn);
-  });
-}
 
 struct Registrar {
   Registrar() {
-    reg("op_rope(styles=interleaved+neox,d=8,theta=100)", rope_layouts);
-    reg("op_norms(rmsnorm+layernorm)", norms);
-    reg("op_topk(rule=lower_index,k=2+3)", topk_rule);
-    reg("op_indexer_scores(Hi=3,Di=4,T=2,L=5,pos0=2)", indexer_score_formula);
-    reg("op_router(experts=8,used=2,groups=4/2)", router_groups);
-    reg("op_sparse_mla(h=3,d=24,kv_lora=16,L=10)", sparse_mla_contract);
+    register_case("reference", "op_rope(styles=interleaved+neox,d=8,theta=100)", rope_layouts);
+    register_case("reference", "op_norms(rmsnorm+layernorm)", norms);
+    register_case("reference", "op_topk(rule=lower_index,k=2+3)", topk_rule);
+    register_case("reference", "op_indexer_scores(Hi=3,Di=4,T=2,L=5,pos0=2)", indexer_score_formula);
+    register_case("reference", "op_router(experts=8,used=2,groups=4/2)", router_groups);
+    register_case("reference", "op_sparse_mla(h=3,d=24,kv_lora=16,L=10)", sparse_mla_contract);
   }
 } registrar;
 

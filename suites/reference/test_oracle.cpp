@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "suites/common/case_registry.h"
 #include "core/gguf.h"
 #include "core/model_config.h"
 #include "reference/model.h"
@@ -256,32 +257,17 @@ void dense_control_case() {
   }
 }
 
-template <class F>
-void reg(const std::string& name, F fn) {
-  // gtest filters read '-' as the start of negative patterns (ctest would then run nothing), and
-  // '*', '?', ':' as pattern syntax: canonical names here avoid them.
-  if (name.find_first_of("-*?:") != std::string::npos) throw std::logic_error("test name with a filter character: " + name);
-  testing::RegisterTest("reference", name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
-                        [fn]() -> testing::Test* {
-                          struct T : testing::Test {
-                            F f;
-                            explicit T(F g) : f(g) {}
-                            void TestBody() override { f(); }
-                          };
-                          return new T(fn);
-                        });
-}
 
 struct Registrar {
   Registrar() {
     for (const char* cas : {"prompt12", "prompt200"}) {
       std::string s = cas;
-      reg("oracle_forward(case=" + s + ",dtype=f64)", [s] { full_forward_case<double>(s); });
-      reg("oracle_forward(case=" + s + ",dtype=f32)", [s] { full_forward_case<float>(s); });
+      register_case("reference", "oracle_forward(case=" + s + ",dtype=f64)", [s] { full_forward_case<double>(s); });
+      register_case("reference", "oracle_forward(case=" + s + ",dtype=f32)", [s] { full_forward_case<float>(s); });
     }
-    reg("oracle_greedy(case=greedy200x24,dtype=f64)", [] { greedy_case<double>("greedy200x24"); });
-    reg("oracle_greedy(case=greedy200x24,dtype=f32)", [] { greedy_case<float>("greedy200x24"); });
-    reg("negative_dense_attention(case=prompt12+prompt200,dtype=f64)", [] { dense_control_case(); });
+    register_case("reference", "oracle_greedy(case=greedy200x24,dtype=f64)", [] { greedy_case<double>("greedy200x24"); });
+    register_case("reference", "oracle_greedy(case=greedy200x24,dtype=f32)", [] { greedy_case<float>("greedy200x24"); });
+    register_case("reference", "negative_dense_attention(case=prompt12+prompt200,dtype=f64)", [] { dense_control_case(); });
   }
 } registrar;
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "suites/common/case_registry.h"
 #include "core/gguf.h"
 #include "core/model_config.h"
 #include "reference/model.h"
@@ -231,24 +232,10 @@ void run_case(const SynthCase& sc) {
 #endif
 }
 
-template <class F>
-void reg(const std::string& name, F fn) {
-  // gtest filters read '-' as the start of negative patterns (ctest would then run nothing), and
-  // '*', '?', ':' as pattern syntax: canonical names here avoid them.
-  if (name.find_first_of("-*?:") != std::string::npos) throw std::logic_error("test name with a filter character: " + name);
-  testing::RegisterTest("reference", name.c_str(), nullptr, nullptr, __FILE__, __LINE__, [fn]() -> testing::Test* {
-    struct T : testing::Test {
-      F f;
-      explicit T(F g) : f(g) {}
-      void TestBody() override { f(); }
-    };
-    return new T(fn);
-  });
-}
 
 struct Registrar {
   Registrar() {
-    for (SynthCase sc : {case_glm(), case_ds32()}) reg(sc.name, [sc] { run_case(sc); });
+    for (SynthCase sc : {case_glm(), case_ds32()}) register_case("reference", sc.name, [sc] { run_case(sc); });
   }
 } registrar;
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "suites/common/case_registry.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/model_config.h"
@@ -65,17 +66,6 @@ void check_cli(const hostile::Case& c) {
   EXPECT_NE(r.err.find(std::filesystem::path(p).parent_path().string()), std::string::npos) << "error does not name the file: " << r.err;
 }
 
-template <class F>
-void reg(const char* suite, const std::string& name, F f) {
-  ::testing::RegisterTest(suite, name.c_str(), nullptr, nullptr, __FILE__, __LINE__, [f]() -> ::testing::Test* {
-    struct T : ::testing::Test {
-      F f;
-      explicit T(F f) : f(std::move(f)) {}
-      void TestBody() override { f(); }
-    };
-    return new T(f);
-  });
-}
 
 }  // namespace
 }  // namespace mlaconf
@@ -87,22 +77,22 @@ int main(int argc, char** argv) {
   const std::vector<uint8_t> valid = hostile::small_valid_model();
   static const std::vector<hostile::Case> cases = hostile::corpus(valid);
   for (const hostile::Case& c : cases) {
-    reg("hostile", c.name, [&c] { check_in_process(c); });
-    reg("hostile_cli", c.name, [&c] { check_cli(c); });
+    mlaconf::test::register_case("hostile", c.name, [&c] { check_in_process(c); });
+    mlaconf::test::register_case("hostile_cli", c.name, [&c] { check_cli(c); });
   }
   // Negative control: the untouched model passes both ways.
-  reg("hostile", "valid_model_accepted", [valid] {
+  mlaconf::test::register_case("hostile", "valid_model_accepted", [valid] {
     hostile::Case c{"valid", "valid.gguf", valid, "", {}};
     EXPECT_NO_THROW(open_fully(materialize(c)));
   });
-  reg("hostile_cli", "valid_model_accepted", [valid] {
+  mlaconf::test::register_case("hostile_cli", "valid_model_accepted", [valid] {
     if (!std::filesystem::exists(MLACONF_CLI)) GTEST_SKIP() << "skipped: " << MLACONF_CLI << " not built";
     hostile::Case c{"valid", "valid.gguf", valid, "", {}};
     auto r = testing_synth::run_cmd(std::string(MLACONF_CLI) + " inspect " + materialize(c));
     EXPECT_EQ(r.status, 0) << r.err;
     EXPECT_TRUE(r.err.empty()) << r.err;
   });
-  reg("hostile", "corpus_covers_every_kind", [] {
+  mlaconf::test::register_case("hostile", "corpus_covers_every_kind", [] {
     // The kinds issue 2 item 7 names, each present at least once.
     for (const char* k : {"truncated", "bad_magic", "version_", "absurd_tensor_count", "absurd_kv_count", "absurd_key_length",
                           "absurd_array_length", "tensor_data_past_eof", "overlapping_offsets", "misaligned_offset",

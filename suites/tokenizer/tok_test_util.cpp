@@ -1,4 +1,5 @@
 #include <stdexcept>
+#include "suites/common/case_registry.h"
 #include "tok_test_util.h"
 
 #include <sys/stat.h>
@@ -154,27 +155,13 @@ std::string escaped(const std::string& s) {
   return out;
 }
 
-namespace {
-class FnTest : public testing::Test {
- public:
-  explicit FnTest(std::function<void()> f) : f_(std::move(f)) {}
-  void TestBody() override { f_(); }
-
- private:
-  std::function<void()> f_;
-};
-}  // namespace
-
 void register_case(const std::string& suite, const std::string& name, std::function<void()> body) {
-  // ctest selects each case with --gtest_filter=<suite>.<name>: a '-' there starts the negative patterns
-  // and '*', '?', ':' are wildcards/separators, so such a name would silently run nothing. Pre-tokenizer
-  // names carry dashes ("llama-bpe"): spell them with '_' in test names.
-  if (name.find_first_of("*?:") != std::string::npos) throw std::logic_error("test name with a filter character: " + name);
+  // Pre-tokenizer names carry dashes ("llama-bpe"), which a gtest filter reads as its negative
+  // patterns: test names spell them with '_'.
   std::string safe = name;
   for (char& c : safe)
     if (c == '-') c = '_';
-  testing::RegisterTest(suite.c_str(), safe.c_str(), nullptr, nullptr, __FILE__, __LINE__,
-                        [body]() -> testing::Test* { return new FnTest(body); });
+  mlaconf::test::register_case(suite.c_str(), safe, std::move(body));
 }
 
 }  // namespace tokt
