@@ -184,7 +184,7 @@ std::string json_object(const std::string& json, const std::string& key) {
   if (p == std::string::npos) return "";
   p += pat.size();
   if (json.compare(p, 4, "null") == 0) return "null";
-  if (json[p] != '{') return "";
+  if (json[p] != '{' && json[p] != '[') return "";
   int depth = 0;
   bool in_str = false;
   for (size_t i = p; i < json.size(); ++i) {
@@ -194,9 +194,9 @@ std::string json_object(const std::string& json, const std::string& key) {
       else if (c == '"') in_str = false;
     } else if (c == '"') {
       in_str = true;
-    } else if (c == '{') {
+    } else if (c == '{' || c == '[') {
       ++depth;
-    } else if (c == '}' && --depth == 0) {
+    } else if ((c == '}' || c == ']') && --depth == 0) {
       return json.substr(p, i - p + 1);
     }
   }

@@ -46,7 +46,7 @@ int run_process(const std::vector<std::string>& argv, std::string* out, std::str
 // "key": inside `json` (the first occurrence at or after `from`).
 std::vector<double> json_numbers(const std::string& json, const std::string& key, size_t from = 0);
 std::optional<std::string> json_string(const std::string& json, const std::string& key, size_t from = 0);
-// The raw text of an object value {"key": {...}} (balanced braces), or "null".
+// The raw text of an object or array value {"key": {...}} / [...] (balanced brackets), or "null".
 std::string json_object(const std::string& json, const std::string& key);
 
 // Copies a GGUF (single file) to `out`, replacing metadata values as `edit` says: edit(key, value) may

@@ -106,7 +106,10 @@ void cli_both_case(const std::string& group, const std::string& fault) {
     EXPECT_TRUE(first == "null" || first.find("\"near_tie\": true") != std::string::npos) << first;
   } else {
     EXPECT_EQ(rc, 1) << "the " << fault << " fault must be reported as a failure: " << out;
-    EXPECT_NE(first.find("\"near_tie\": false"), std::string::npos) << first;
+    // The first divergence may fall on a near-tie (greedy200x24's step 0 has a reference margin of
+    // 0.0076); the fault must still produce at least one divergence that is not a near-tie.
+    const std::string divs = json_object(out, "divergences");
+    EXPECT_NE(divs.find("\"near_tie\": false"), std::string::npos) << divs;
     EXPECT_EQ(json_string(out, "verdict").value_or(""), "fail");
   }
 }
