@@ -36,85 +36,16 @@
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/model_config.h"
-#include "reference/model.h"
 #include "tokenizer/streamer.h"
 #include "tokenizer/tokenizer.h"
+#include "tools/cli_backend.h"
 #include "tools/command.h"
-#ifdef MLACONF_HAVE_CUDA
-#include "optimized/faults.h"
-#include "optimized/pipeline.h"
-#endif
 
 namespace mlaconf::cli {
 namespace {
 
 // A divergence below this reference margin (top-1 minus top-2, logit units) is a near-tie.
 constexpr double kNearTieMargin = 0.05;
-
-// What `--backend cuda|both` reports when it cannot run (exit 3).
-struct NotSupported : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// Something that turns token ids into next-token logits, keeping its own caches.
-class Backend {
- public:
-  virtual ~Backend() = default;
-  // Appends `ids` at the next positions; returns the logits of the last one (double, [vocab]).
-  virtual std::vector<double> next_logits(const std::vector<int32_t>& ids) = 0;
-  virtual std::string describe() const = 0;
-};
-
-template <class S>
-class ReferenceBackend : public Backend {
- public:
-  ReferenceBackend(const GgufFile& f, const ModelConfig& c, size_t expert_bytes, bool dense)
-      : m_(f, c, options(expert_bytes, dense)), dense_(dense) {}
-  std::vector<double> next_logits(const std::vector<int32_t>& ids) override {
-    ref::Mat<S> lg = m_.forward_last(ids);
-    std::vector<double> out(static_cast<size_t>(lg.cols()));
-    for (Eigen::Index v = 0; v < lg.cols(); ++v) out[v] = static_cast<double>(lg(lg.rows() - 1, v));
-    return out;
-  }
-  std::string describe() const override {
-    return std::string("reference ") + (sizeof(S) == 8 ? "f64" : "f32") + (dense_ ? " (fault: dense-attention)" : "");
-  }
-
- private:
-  static ref::ModelOptions options(size_t expert_bytes, bool dense) {
-    ref::ModelOptions o;
-    o.expert_cache_bytes = expert_bytes;
-    o.dense_attention = dense;
-    return o;
-  }
-  ref::Model<S> m_;
-  bool dense_;
-};
-
-#ifdef MLACONF_HAVE_CUDA
-class CudaBackend : public Backend {
- public:
-  CudaBackend(const GgufFile& f, const ModelConfig& c, int64_t ctx, const std::string& fault)
-      : fault_(fault), p_(f, c, options(ctx)), vocab_(c.n_vocab) {}
-  std::vector<double> next_logits(const std::vector<int32_t>& ids) override {
-    std::vector<float> lg = p_.forward(ids);  // [T, vocab]
-    return std::vector<double>(lg.end() - vocab_, lg.end());
-  }
-  std::string describe() const override {
-    return "cuda" + (fault_.empty() || fault_ == "none" ? std::string() : " (fault: " + fault_ + ")");
-  }
-
- private:
-  static cuda::PipelineOptions options(int64_t ctx) {
-    cuda::PipelineOptions o;
-    o.max_ctx = ctx;
-    return o;
-  }
-  std::string fault_;
-  cuda::Pipeline p_;
-  int64_t vocab_;
-};
-#endif
 
 struct GenerateArgs {
   std::string model;
@@ -151,25 +82,6 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   }
   if (ids.empty()) throw InputError("generate: --prompt-ids is empty");
   return ids;
-}
-
-std::unique_ptr<Backend> make_reference(const GenerateArgs& a, const GgufFile& f, const ModelConfig& c, bool dense) {
-  const size_t bytes = static_cast<size_t>(a.expert_cache_gib * double(1ull << 30));
-  if (a.precision == "f64") return std::make_unique<ReferenceBackend<double>>(f, c, bytes, dense);
-  return std::make_unique<ReferenceBackend<float>>(f, c, bytes, dense);
-}
-
-// Throws NotSupported where the build or the machine has no CUDA.
-std::unique_ptr<Backend> make_cuda(const GenerateArgs& a, const GgufFile& f, const ModelConfig& c, int64_t ctx) {
-#ifdef MLACONF_HAVE_CUDA
-  std::string why;
-  if (!cuda::cuda_available(&why)) throw NotSupported("--backend " + a.backend + ": " + why);
-  cuda::set_fault(a.fault);  // InputError for an unknown name; stays on for this process
-  return std::make_unique<CudaBackend>(f, c, ctx, a.fault);
-#else
-  (void)f, (void)c, (void)ctx;
-  throw NotSupported("--backend " + a.backend + ": built without CUDA (configure with -DMLACONF_CUDA=ON and nvcc)");
-#endif
 }
 
 // Greedy argmax, ties to the lower id; margin = top-1 minus top-2.
@@ -308,13 +220,13 @@ void run(const GenerateArgs& a) {
 
   std::unique_ptr<Backend> ref, gpu;
   try {
-    if (use_cuda) gpu = make_cuda(a, f, c, std::max<int64_t>(ctx, 1));
+    if (use_cuda) gpu = make_cuda_backend("--backend " + a.backend, a.fault, f, c, std::max<int64_t>(ctx, 1));
   } catch (const NotSupported& e) {
     std::fprintf(stderr, "mlaconf generate: not supported: %s\n", e.what());
     set_exit_code(kExitNotSupported);
     return;
   }
-  if (use_ref) ref = make_reference(a, f, c, faulty && a.backend == "reference");
+  if (use_ref) ref = make_reference_backend(a.precision, a.expert_cache_gib, f, c, faulty && a.backend == "reference");
   Backend* lead = ref ? ref.get() : gpu.get();  // whose tokens extend the prefix
 
   if (!a.json) {

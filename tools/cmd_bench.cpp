@@ -1,0 +1,124 @@
+// `mlaconf bench`: prefill and decode throughput of a backend on a model.
+//
+//   mlaconf bench --model M.gguf [--backend reference|cuda] [--precision f32|f64]
+//                 [--prompt-tokens 128] [--decode-steps 32] [--seed 1] [--no-warmup] [--json]
+//
+// Feeds --prompt-tokens seeded random ids as one prefill, then --decode-steps greedy steps of one
+// token each, and reports wall time and tokens/s for both phases. By default a warm-up pass (the same
+// prefill, then reset) runs first, so the timed prefill excludes one-time work: the reference's lazy
+// dequantization on first use, the pipeline's uploads. A timing, not a check: it always exits 0 when it
+// ran, 2 for bad input, 3 where the backend is not supported here.
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/gguf.h"
+#include "core/model_config.h"
+#include "tools/cli_backend.h"
+#include "tools/command.h"
+
+namespace mlaconf::cli {
+namespace {
+
+struct BenchArgs {
+  std::string model;
+  std::string backend = "reference";
+  std::string precision = "f32";
+  int64_t prompt_tokens = 128;
+  int64_t decode_steps = 32;
+  uint64_t seed = 1;
+  double expert_cache_gib = 4.0;
+  bool no_warmup = false;
+  bool json = false;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int32_t argmax_lower(const std::vector<double>& lg) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < static_cast<int32_t>(lg.size()); ++i)
+    if (lg[i] > lg[best]) best = i;
+  return best;
+}
+
+void run_bench(const BenchArgs& a) {
+  if (a.backend != "reference" && a.backend != "cuda")
+    throw InputError("bench: --backend must be reference or cuda, not '" + a.backend + "'");
+  if (a.precision != "f32" && a.precision != "f64") throw InputError("bench: --precision must be f32 or f64");
+  if (a.prompt_tokens < 1 || a.decode_steps < 0) throw InputError("bench: --prompt-tokens >= 1 and --decode-steps >= 0");
+  GgufFile f = GgufFile::open(a.model);
+  ModelConfig c = ModelConfig::from_gguf(f);
+  const int64_t ctx = a.prompt_tokens + a.decode_steps;
+  if (ctx > c.n_ctx_train)
+    throw InputError("bench: " + std::to_string(ctx) + " tokens exceed the model's context " + std::to_string(c.n_ctx_train));
+
+  std::unique_ptr<Backend> b;
+  try {
+    b = a.backend == "cuda" ? make_cuda_backend("bench --backend cuda", "", f, c, ctx)
+                            : make_reference_backend(a.precision, a.expert_cache_gib, f, c, false);
+  } catch (const NotSupported& e) {
+    std::fprintf(stderr, "mlaconf bench: not supported: %s\n", e.what());
+    set_exit_code(kExitNotSupported);
+    return;
+  }
+  std::mt19937_64 rng(a.seed);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(c.n_vocab - 1));
+  std::vector<int32_t> prompt(static_cast<size_t>(a.prompt_tokens));
+  for (auto& t : prompt) t = pick(rng);
+
+  double warm_s = 0;
+  if (!a.no_warmup) {
+    auto t0 = std::chrono::steady_clock::now();
+    b->next_logits(prompt);
+    b->reset();
+    warm_s = seconds_since(t0);
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<double> lg = b->next_logits(prompt);
+  const double prefill_s = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  for (int64_t s = 0; s < a.decode_steps; ++s) lg = b->next_logits({argmax_lower(lg)});
+  const double decode_s = seconds_since(t0);
+
+  const double prefill_tps = a.prompt_tokens / prefill_s;
+  const double decode_tps = a.decode_steps > 0 ? a.decode_steps / decode_s : 0.0;
+  if (a.json) {
+    std::printf("{\"backend\": \"%s\", \"precision\": \"%s\", \"model\": \"%s\", \"prompt_tokens\": %lld, "
+                "\"decode_steps\": %lld, \"warmup_s\": %.6f, \"prefill_s\": %.6f, \"prefill_tokens_per_s\": %.3f, "
+                "\"decode_s\": %.6f, \"decode_tokens_per_s\": %.3f}\n",
+                a.backend.c_str(), a.backend == "cuda" ? "f16" : a.precision.c_str(), a.model.c_str(),
+                static_cast<long long>(a.prompt_tokens), static_cast<long long>(a.decode_steps), warm_s, prefill_s,
+                prefill_tps, decode_s, decode_tps);
+  } else {
+    std::printf("backend   %s\nmodel     %s\n", b->describe().c_str(), a.model.c_str());
+    if (!a.no_warmup) std::printf("warm-up   %.3f s (prefill + reset, not counted)\n", warm_s);
+    std::printf("prefill   %lld tokens in %.3f s: %.1f tokens/s\n", static_cast<long long>(a.prompt_tokens), prefill_s,
+                prefill_tps);
+    if (a.decode_steps > 0)
+      std::printf("decode    %lld steps in %.3f s: %.1f tokens/s (%.2f ms/token)\n", static_cast<long long>(a.decode_steps),
+                  decode_s, decode_tps, 1e3 * decode_s / a.decode_steps);
+  }
+}
+
+CommandRegistration reg(60, [](CLI::App& root) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* sub = root.add_subcommand("bench", "Prefill and decode throughput of a backend (a timing, not a check)");
+  sub->add_option("--model", a->model, "GGUF model (any shard of a split model)")->required();
+  sub->add_option("--backend", a->backend, "reference or cuda")->capture_default_str();
+  sub->add_option("--precision", a->precision, "reference precision: f32 or f64 (cuda runs f16/f32)")->capture_default_str();
+  sub->add_option("--prompt-tokens", a->prompt_tokens, "prefill length (seeded random ids)")->capture_default_str();
+  sub->add_option("--decode-steps", a->decode_steps, "greedy decode steps after the prefill")->capture_default_str();
+  sub->add_option("--seed", a->seed, "seed of the random prompt")->capture_default_str();
+  sub->add_option("--expert-cache-gib", a->expert_cache_gib, "reference expert cache budget")->capture_default_str();
+  sub->add_flag("--no-warmup", a->no_warmup, "time the first pass too (includes lazy weight loading)");
+  sub->add_flag("--json", a->json, "one JSON object on stdout");
+  sub->callback([a] { run_bench(*a); });
+});
+
+}  // namespace
+}  // namespace mlaconf::cli
