@@ -305,6 +305,7 @@ void run(const GenerateArgs& a) {
     std::printf("%s\n", s.c_str());
   } else {
     std::printf("\n");
+    std::fflush(stdout);  // the text's last line before the summary on stderr
     double minm = 0;
     for (size_t i = 0; i < lead_s.margins.size(); ++i) minm = i ? std::min(minm, lead_s.margins[i]) : lead_s.margins[i];
     std::fprintf(stderr, "generate: %zu tokens (stop: %s), smallest margin %.4g\n", lead_s.tokens.size(),
