@@ -13,10 +13,12 @@
 #include "reference/dequant/dequant.h"
 #include "suites/quant/h5_read.h"
 #include "suites/quant/register_case.h"
-#include "suites/quant/sha256.h"
+#include "fixtures/digest.h"
 
 namespace mlaconf::test {
 namespace {
+
+using ::mlaconf::fx::sha256_hex;  // the one SHA-256 of the project (fixtures/digest.h)
 
 const std::string kModel = shared_path("models/glm-dsa-tiny.gguf");
 const std::string kOracle = shared_path("models/glm-dsa-tiny.oracle.h5");
