@@ -1,3 +1,4 @@
+#include <cmath>
 #include "suites/core/synth_files.h"
 
 #include <sys/wait.h>
@@ -67,6 +68,18 @@ CmdResult run_cmd(const std::string& cmd) {
   r.err = slurp(dir + "/err");
   std::system(("rm -rf " + dir).c_str());
   return r;
+}
+
+std::string as_stored(ModelConfig want, const ModelConfig& got) {
+  auto f = [](double& w, double g) {
+    if (std::fabs(w - g) <= 1e-7 * std::fabs(w)) w = g;
+  };
+  f(want.rms_eps, got.rms_eps);
+  f(want.rope_freq_base, got.rope_freq_base);
+  f(want.expert_weights_scale, got.expert_weights_scale);
+  f(want.rope_scaling_factor, got.rope_scaling_factor);
+  f(want.rope_yarn_log_multiplier, got.rope_yarn_log_multiplier);
+  return want.to_json();
 }
 
 }  // namespace mlaconf::testing_synth

@@ -2,6 +2,8 @@
 #pragma once
 #include <string>
 
+#include "core/model_config.h"
+
 namespace mlaconf::testing_synth {
 
 // The embedded tiny model, seed 11, tiny type mix: one file.
@@ -17,5 +19,9 @@ struct CmdResult {
   std::string out, err;
 };
 CmdResult run_cmd(const std::string& cmd);
+
+// `want` as it reads back from a GGUF, as JSON: float hyperparameters are stored as f32, so they may
+// differ from the double asked for by the f32 rounding (relative 1e-7); such fields are taken from `got`.
+std::string as_stored(ModelConfig want, const ModelConfig& got);
 
 }  // namespace mlaconf::testing_synth

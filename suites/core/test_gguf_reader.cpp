@@ -23,19 +23,6 @@
 namespace mlaconf {
 namespace {
 
-// `want` as it reads back: float hyperparameters are stored as f32 in GGUF, so they may differ from
-// the double asked for by the f32 rounding (relative 1e-7); equal fields are then taken from `got`.
-std::string as_stored(ModelConfig want, const ModelConfig& got) {
-  auto f = [](double& w, double g) {
-    if (std::fabs(w - g) <= 1e-7 * std::fabs(w)) w = g;
-  };
-  f(want.rms_eps, got.rms_eps);
-  f(want.rope_freq_base, got.rope_freq_base);
-  f(want.expert_weights_scale, got.expert_weights_scale);
-  f(want.rope_scaling_factor, got.rope_scaling_factor);
-  f(want.rope_yarn_log_multiplier, got.rope_yarn_log_multiplier);
-  return want.to_json();
-}
 using testing_gguf::Bytes;
 using testing_gguf::write_bytes;
 
@@ -269,7 +256,7 @@ TEST(gguf_reader, shared_tiny_model_opens) {
   ModelConfig c = ModelConfig::from_gguf(f);
   EXPECT_EQ(c.n_embd, 512);
   EXPECT_EQ(c.n_layer, 4);
-  EXPECT_EQ(c.to_json(), as_stored(ModelConfig::tiny_default(), c));
+  EXPECT_EQ(c.to_json(), testing_synth::as_stored(ModelConfig::tiny_default(), c));
   EXPECT_NO_THROW(validate_weights(f, c));
 }
 

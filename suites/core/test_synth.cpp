@@ -25,19 +25,6 @@
 namespace mlaconf {
 namespace {
 
-// `want` as it reads back: float hyperparameters are stored as f32 in GGUF, so they may differ from
-// the double asked for by the f32 rounding (relative 1e-7); equal fields are then taken from `got`.
-std::string as_stored(ModelConfig want, const ModelConfig& got) {
-  auto f = [](double& w, double g) {
-    if (std::fabs(w - g) <= 1e-7 * std::fabs(w)) w = g;
-  };
-  f(want.rms_eps, got.rms_eps);
-  f(want.rope_freq_base, got.rope_freq_base);
-  f(want.expert_weights_scale, got.expert_weights_scale);
-  f(want.rope_scaling_factor, got.rope_scaling_factor);
-  f(want.rope_yarn_log_multiplier, got.rope_yarn_log_multiplier);
-  return want.to_json();
-}
 
 // The file holds exactly the planned tensors, in order, and the config it was made from.
 void expect_round_trip(const synth::Options& o, const std::string& path) {
@@ -54,7 +41,7 @@ void expect_round_trip(const synth::Options& o, const std::string& path) {
     EXPECT_EQ(t.nbytes, p.nbytes) << t.name;
   }
   ModelConfig c = ModelConfig::from_gguf(f);
-  EXPECT_EQ(c.to_json(), as_stored(o.config, c));
+  EXPECT_EQ(c.to_json(), testing_synth::as_stored(o.config, c));
   EXPECT_NO_THROW(validate_weights(f, c));
 }
 
