@@ -1,8 +1,8 @@
-#include <cmath>
 #include "suites/core/synth_files.h"
 
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
