@@ -41,6 +41,7 @@ struct Pipeline::Impl {
   std::vector<DeviceBuffer> ikeys;   // per layer [ctx, Di] f32 (full indexer layers): near-ties decide the top-k
   DeviceBuffer deq_scratch;
   Trace* tr = nullptr;
+  const ForcedDecisions* forced = nullptr;  // this pass's forced decisions (may be null)
 
   Impl(const GgufFile& file, const ModelConfig& cfg, PipelineOptions o) : f(file), c(cfg), opt(o) {}
 
@@ -231,6 +232,14 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
       tr->record_i32((int)l, op::kIndexerTopk, top.data(), {T, K});
     }
     record_topk_extras(l, scores.as<float>(), T, Lkv, K);
+    // Forced selections replace ours for attention (ours were recorded above).
+    if (const int32_t* fk = forced ? forced->topk_of((int)l, T, K) : nullptr) {
+      for (int64_t i = 0; i < T * K; ++i)
+        if (fk[i] < -1 || fk[i] > n_past + i / K)
+          throw InputError("forced indexer_topk of layer " + std::to_string(l) + ", row " + std::to_string(i / K) + ": " +
+                           std::to_string(fk[i]) + " is not a causal key position");
+      topk_by_layer[l].upload(fk, (size_t)T * K * 4);
+    }
   }
   const int64_t src = full ? l : c.indexer_source_layer(l);
   if (src < 0 || src >= l + 1 || !topk_by_layer[src].get())
@@ -292,14 +301,26 @@ void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out) {
   std::vector<int32_t> ids(T * k);
   std::vector<float> wts(T * k);
   std::vector<double> gap(T, std::numeric_limits<double>::infinity());
+  std::vector<float> probs(T * nE);
+  // The routed weights of one token's ids (ascending): gating probabilities at the ids, normalized, scaled.
+  auto weights_of = [&](int64_t t) {
+    float sum = 0;
+    for (int64_t j = 0; j < k; ++j) sum += probs[t * nE + ids[t * k + j]];
+    for (int64_t j = 0; j < k; ++j) {
+      float wv = probs[t * nE + ids[t * k + j]];
+      if (c.expert_weights_norm) wv = wv / (sum + 1e-20f);
+      wts[t * k + j] = wv * (float)c.expert_weights_scale;
+    }
+  };
   for (int64_t t = 0; t < T; ++t) {
-    std::vector<float> prob(nE), choice(nE);
+    std::vector<float> choice(nE);
+    float* prob = &probs[t * nE];
     const float* z = &lg[t * nE];
     if (c.gating == GatingFunc::Softmax) {
       const float mx = *std::max_element(z, z + nE);
       float s = 0;
       for (int64_t e = 0; e < nE; ++e) s += (prob[e] = std::exp(z[e] - mx));
-      for (auto& p : prob) p /= s;
+      for (int64_t e = 0; e < nE; ++e) prob[e] /= s;
     } else {
       for (int64_t e = 0; e < nE; ++e) prob[e] = 1.0f / (1.0f + std::exp(-z[e]));
     }
@@ -326,16 +347,19 @@ void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out) {
     if (nE > k) gap[t] = (double)choice[order[k - 1]] - (double)choice[order[k]];
     std::vector<int32_t> sel(order.begin(), order.begin() + k);
     std::sort(sel.begin(), sel.end());
-    float sum = 0;
-    for (int64_t j = 0; j < k; ++j) sum += prob[sel[j]];
-    for (int64_t j = 0; j < k; ++j) {
-      float wv = prob[sel[j]];
-      if (c.expert_weights_norm) wv = wv / (sum + 1e-20f);
-      ids[t * k + j] = sel[j];
-      wts[t * k + j] = wv * (float)c.expert_weights_scale;
-    }
+    for (int64_t j = 0; j < k; ++j) ids[t * k + j] = sel[j];
+    weights_of(t);
   }
-  if (wants(l, op::kRouterIds)) tr->record_i32((int)l, op::kRouterIds, ids.data(), {T, k});
+  if (wants(l, op::kRouterIds)) tr->record_i32((int)l, op::kRouterIds, ids.data(), {T, k});  // ours, also when forced
+  // Forced expert ids replace ours, with their own weights (the gap recorded below stays ours).
+  if (const int32_t* fe = forced ? forced->experts_of((int)l, T, k) : nullptr) {
+    for (int64_t i = 0; i < T * k; ++i) {
+      if (fe[i] < 0 || fe[i] >= nE)
+        throw InputError("forced router_ids of layer " + std::to_string(l) + ": " + std::to_string(fe[i]) + " is not an expert id");
+      ids[i] = fe[i];
+    }
+    for (int64_t t = 0; t < T; ++t) weights_of(t);
+  }
   if (wants(l, op::kRouterWeights)) {
     auto d = to_double(wts);
     tr->record((int)l, op::kRouterWeights, d.data(), {T, k});
@@ -415,7 +439,7 @@ int64_t Pipeline::n_past() const { return impl_->n_past; }
 const ModelConfig& Pipeline::config() const { return impl_->c; }
 void Pipeline::reset() { impl_->n_past = 0; }
 
-std::vector<float> Pipeline::forward(std::span<const int32_t> ids, Trace* trace) {
+std::vector<float> Pipeline::forward(std::span<const int32_t> ids, Trace* trace, const ForcedDecisions* forced) {
   Impl& m = *impl_;
   const ModelConfig& c = m.c;
   const int64_t T = ids.size(), E = c.n_embd;
@@ -426,6 +450,7 @@ std::vector<float> Pipeline::forward(std::span<const int32_t> ids, Trace* trace)
     throw InputError("context full: " + std::to_string(m.n_past) + " + " + std::to_string(T) + " tokens exceed the " +
                      std::to_string(m.ctx) + "-row caches (PipelineOptions::max_ctx)");
   m.tr = trace;
+  m.forced = forced;
   std::vector<int32_t> pos(T);
   for (int64_t t = 0; t < T; ++t) pos[t] = (int32_t)(m.n_past + t);
   auto d_pos = to_device(pos);
@@ -445,6 +470,7 @@ std::vector<float> Pipeline::forward(std::span<const int32_t> ids, Trace* trace)
   copy_to_host(out.data(), lg.get(), out.size() * 4);
   m.n_past += T;
   m.tr = nullptr;
+  m.forced = nullptr;
   return out;
 }
 
@@ -466,6 +492,11 @@ std::vector<int32_t> Pipeline::generate(std::span<const int32_t> prompt, int64_t
     if (step + 1 < n_new) lg = forward(std::span<const int32_t>(&toks.back(), 1), trace);
   }
   return toks;
+}
+
+std::map<std::string, OpTensor> Pipeline::replay_op(int layer, const std::string& op, const std::map<std::string, OpTensor>& in,
+                                                   int64_t pos0) {
+  throw InputError("not supported: CUDA op replay of " + op + " is not implemented yet");
 }
 
 }  // namespace mlaconf::cuda

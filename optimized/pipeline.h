@@ -16,12 +16,14 @@
 // inf/NaN raises OverflowError naming the layer and the op.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "core/decisions.h"
 #include "core/gguf.h"
 #include "core/model_config.h"
 #include "core/trace.h"
@@ -48,6 +50,12 @@ struct PipelineOptions {
   Prefill prefill = Prefill::Fp16x3;
 };
 
+// A host tensor of op replay: row-major values, shape.
+struct OpTensor {
+  std::vector<int64_t> shape;
+  std::vector<double> v;
+};
+
 class Pipeline {
  public:
   // Validates the weights against the config (InputError), uploads them, allocates the caches.
@@ -56,10 +64,17 @@ class Pipeline {
   ~Pipeline();
   Pipeline(Pipeline&&) noexcept;
 
-  // Logits [T, vocab], row-major.
-  std::vector<float> forward(std::span<const int32_t> ids, Trace* trace = nullptr);
+  // Logits [T, vocab], row-major. `forced` (may be null): indexer selections and expert ids used instead
+  // of the pipeline's own (core/decisions.h); its own are still computed and recorded.
+  std::vector<float> forward(std::span<const int32_t> ids, Trace* trace = nullptr, const ForcedDecisions* forced = nullptr);
   void reset();
   int64_t n_past() const;
+
+  // Op replay: runs one op of `layer` (an output dataset name of tools/backend/op_table.h) on exact
+  // inputs, with this pipeline's kernels and precision, and returns its outputs by dataset name.
+  // `pos0` is the position of the first input row. Throws InputError for an unknown op or bad shapes.
+  std::map<std::string, OpTensor> replay_op(int layer, const std::string& op, const std::map<std::string, OpTensor>& in,
+                                            int64_t pos0);
   const ModelConfig& config() const;
 
   // Greedy generation (ties to the lower id): prefill `prompt`, then n_new decode steps. margins[i]

@@ -157,7 +157,23 @@ struct LayerCtx {
   int64_t l;
   int64_t pos0;
   std::vector<int64_t> pos;  // absolute positions of the T rows
+  const ForcedDecisions* forced;  // may be null
 };
+
+// A forced [T, width] decision array as a matrix, each entry checked against [lo, hi(row)].
+template <class Hi>
+MatI forced_rows(const int32_t* d, int64_t T, int64_t width, const char* what, int64_t layer, int32_t lo, Hi hi) {
+  MatI m(T, width);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < width; ++j) {
+      const int32_t v = d[t * width + j];
+      if (v < lo || v > hi(t))
+        throw InputError("forced " + std::string(what) + " of layer " + std::to_string(layer) + ", row " + std::to_string(t) +
+                         ": " + std::to_string(v) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi(t)) + "]");
+      m(t, j) = v;
+    }
+  return m;
+}
 
 // MLA projections: returns q [T, H*(nope+rope)] (q_pe roped), appends [c | k_pe] to the latent cache.
 template <class S>
@@ -280,10 +296,15 @@ Mat<S> moe_forward(LayerCtx<S>& L, const Mat<S>& y) {
   rec<S>(L.tr, L.l, op::kRouterLogits, logits, {T, c.n_expert});
   const std::string bias_name = blk(L.l, wname::kExpProbsB);
   Vec<S> bias = L.W.has(bias_name) ? L.W.vec(bias_name) : Vec<S>();
-  Route<S> r = moe_route<S>(logits, bias, RouterParams::from(c));
-  rec_i32(L.tr, L.l, op::kRouterIds, r.ids);
-  rec<S>(L.tr, L.l, op::kRouterWeights, r.weights, {T, K});
+  const RouterParams rp = RouterParams::from(c);
+  Route<S> r = moe_route<S>(logits, bias, rp);
+  rec_i32(L.tr, L.l, op::kRouterIds, r.ids);  // our own decision, also when another is forced
   rec_vec(L.tr, L.l, op::kRouterTopkGap, r.gap);
+  if (const int32_t* f = L.forced ? L.forced->experts_of(static_cast<int>(L.l), T, K) : nullptr) {
+    r.ids = forced_rows(f, T, K, "router_ids", L.l, 0, [&](int64_t) { return c.n_expert - 1; });
+    r.weights = route_weights<S>(logits, r.ids, rp);  // the weights that are used: those of the forced ids
+  }
+  rec<S>(L.tr, L.l, op::kRouterWeights, r.weights, {T, K});
   const bool want_expert_out = L.tr && L.tr->wants(static_cast<int>(L.l), op::kExpertOut);
   Mat<S> expert_out;
   if (want_expert_out) expert_out = Mat<S>::Zero(T, K * E);
@@ -317,7 +338,8 @@ Mat<S> moe_forward(LayerCtx<S>& L, const Mat<S>& y) {
 }  // namespace
 
 template <class S>
-Mat<S> Model<S>::forward_layers(const Mat<S>& hidden, int64_t pos0, int64_t l_begin, int64_t l_end, Trace* trace) {
+Mat<S> Model<S>::forward_layers(const Mat<S>& hidden, int64_t pos0, int64_t l_begin, int64_t l_end, Trace* trace,
+                                const ForcedDecisions* forced) {
   const int64_t n_run = c_.n_layer_run();
   if (l_begin < 0 || l_end > n_run || l_begin > l_end)
     throw std::invalid_argument("forward_layers: layer range [" + std::to_string(l_begin) + ", " +
@@ -331,11 +353,12 @@ Mat<S> Model<S>::forward_layers(const Mat<S>& hidden, int64_t pos0, int64_t l_be
                                   std::to_string(pos0));
   }
   Weights<S>& W = impl_->w;
-  std::vector<std::optional<TopK>> sel(static_cast<size_t>(n_run));
+  // Per layer: our own selection (recorded) and the one attention uses (forced, or our own).
+  std::vector<std::optional<TopK>> sel(static_cast<size_t>(n_run)), used_sel(static_cast<size_t>(n_run));
   Mat<S> h = hidden;
   for (int64_t l = l_begin; l < l_end; ++l) {
     auto& lc = impl_->caches[l];
-    LayerCtx<S> L{c_, opt_, W, impl_->inv_freq, impl_->attn_scale, trace, l, pos0, {}};
+    LayerCtx<S> L{c_, opt_, W, impl_->inv_freq, impl_->attn_scale, trace, l, pos0, {}, forced};
     for (int64_t t = 0; t < T; ++t) L.pos.push_back(pos0 + t);
     rec<S>(trace, l, op::kInputHidden, h, {T, c_.n_embd});
 
@@ -351,19 +374,23 @@ Mat<S> Model<S>::forward_layers(const Mat<S>& hidden, int64_t pos0, int64_t l_be
     const int64_t src = c_.indexer_source_layer(l);
     if (src == l) {
       sel[l] = indexer_select<S>(L, x, cq, lc.index_key);
+      used_sel[l] = sel[l];
+      if (const int32_t* f = forced ? forced->topk_of(static_cast<int>(l), T, c_.indexer_top_k) : nullptr)
+        used_sel[l]->idx = forced_rows(f, T, c_.indexer_top_k, "indexer_topk", l, -1, [&](int64_t t) { return pos0 + t; });
     } else if (src < l_begin || !sel[src]) {
       throw InputError("forward_layers: layer " + std::to_string(l) + " reuses the selection of layer " +
                        std::to_string(src) + ", which is outside the range [" + std::to_string(l_begin) + ", " +
                        std::to_string(l_end) + ")");
     } else {
       sel[l] = *sel[src];
+      used_sel[l] = *used_sel[src];
     }
     rec_i32(trace, l, op::kIndexerTopk, sel[l]->idx);
     if (src == l) {
       rec_vec_i32(trace, l, op::kIndexerTopkTie, sel[l]->tie);
       rec_vec(trace, l, op::kIndexerTopkGap, sel[l]->gap);
     }
-    const TopK used = opt_.dense_attention ? dense_selection(T, pos0) : *sel[l];
+    const TopK used = opt_.dense_attention ? dense_selection(T, pos0) : *used_sel[l];
     Mat<S> ov = mla_attend<S>(L, q, lc.latent.view(), used, opt_.mla_form);  // [T, H*v]
     Mat<S> attn = linear<S>(ov, W.mat(blk(l, wname::kAttnOut)));            // [T, E]
     rec<S>(trace, l, op::kAttnOut, attn, {T, c_.n_embd});
@@ -386,19 +413,19 @@ Mat<S> Model<S>::forward_layers(const Mat<S>& hidden, int64_t pos0, int64_t l_be
 }
 
 template <class S>
-Mat<S> Model<S>::forward(std::span<const int32_t> ids, Trace* trace) {
+Mat<S> Model<S>::forward(std::span<const int32_t> ids, Trace* trace, const ForcedDecisions* forced) {
   if (ids.empty()) throw std::invalid_argument("forward: no tokens");
   Mat<S> h = embed(ids);
-  h = forward_layers(h, n_past_, 0, c_.n_layer_run(), trace);
+  h = forward_layers(h, n_past_, 0, c_.n_layer_run(), trace, forced);
   n_past_ += static_cast<int64_t>(ids.size());
   return head(h, trace);
 }
 
 template <class S>
-Mat<S> Model<S>::forward_last(std::span<const int32_t> ids, Trace* trace) {
+Mat<S> Model<S>::forward_last(std::span<const int32_t> ids, Trace* trace, const ForcedDecisions* forced) {
   if (ids.empty()) throw std::invalid_argument("forward_last: no tokens");
   Mat<S> h = embed(ids);
-  h = forward_layers(h, n_past_, 0, c_.n_layer_run(), trace);
+  h = forward_layers(h, n_past_, 0, c_.n_layer_run(), trace, forced);
   n_past_ += static_cast<int64_t>(ids.size());
   return head(Mat<S>(h.bottomRows(1)), trace);
 }

@@ -14,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "core/decisions.h"
 #include "core/gguf.h"
 #include "core/model_config.h"
 #include "core/trace.h"
@@ -60,18 +61,20 @@ class Model {
   const ModelOptions& options() const { return opt_; }
 
   // Processes ids at positions n_past()..n_past()+T-1, using and extending every layer's caches.
-  // Returns logits [T, vocab].
-  Mat<S> forward(std::span<const int32_t> ids, Trace* trace = nullptr);
+  // Returns logits [T, vocab]. `forced` (may be null): the indexer selections and expert ids this pass
+  // uses instead of its own (core/decisions.h); its own are still computed and recorded.
+  Mat<S> forward(std::span<const int32_t> ids, Trace* trace = nullptr, const ForcedDecisions* forced = nullptr);
   // The same, but the final norm and output head run on the last position only: logits [1, vocab]
   // (final_norm / logits are then recorded as [1, ...]). What generation uses: a long prefill costs one
   // vocab row, not T.
-  Mat<S> forward_last(std::span<const int32_t> ids, Trace* trace = nullptr);
+  Mat<S> forward_last(std::span<const int32_t> ids, Trace* trace = nullptr, const ForcedDecisions* forced = nullptr);
 
   // Runs layers [l_begin, l_end) on given hidden states [T, E] at positions pos0..pos0+T-1 and
   // returns the hidden state after layer l_end-1. Each layer's caches must hold exactly pos0 rows
   // (a fresh model: pos0 = 0); they are extended. l_begin must be a full indexer layer or have its
   // source layer inside the range. Does not move n_past() (forward() does).
-  Mat<S> forward_layers(const Mat<S>& hidden, int64_t pos0, int64_t l_begin, int64_t l_end, Trace* trace = nullptr);
+  Mat<S> forward_layers(const Mat<S>& hidden, int64_t pos0, int64_t l_begin, int64_t l_end, Trace* trace = nullptr,
+                        const ForcedDecisions* forced = nullptr);
 
   // Embedding rows [T, E]; final norm + output head [T, vocab] (records final_norm, logits).
   Mat<S> embed(std::span<const int32_t> ids);

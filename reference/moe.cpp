@@ -31,7 +31,35 @@ std::vector<int32_t> top_indices(const std::vector<T>& v, int64_t n) {
   o.resize(static_cast<size_t>(std::min<int64_t>(n, static_cast<int64_t>(o.size()))));
   return o;
 }
+
+// Gating probabilities of one token's router logits, in S: sigmoid (GLM-5) or softmax.
+template <class S>
+Vec<S> gating_probs(const Vec<S>& z, GatingFunc g) {
+  if (g == GatingFunc::Softmax) return softmax<S>(z);
+  return (S(1) / (S(1) + (-z.array()).exp())).matrix();
+}
 }  // namespace
+
+template <class S>
+Mat<S> route_weights(const Mat<S>& logits, const MatI& ids, const RouterParams& p) {
+  const int64_t T = logits.rows(), E = logits.cols(), K = ids.cols();
+  if (ids.rows() != T) throw std::invalid_argument("route_weights: ids rows differ from logits rows");
+  Mat<S> w(T, K);
+  for (int64_t t = 0; t < T; ++t) {
+    const Vec<S> prob = gating_probs<S>(Vec<S>(logits.row(t).transpose()), p.gating);
+    S sum = 0;
+    for (int64_t j = 0; j < K; ++j) {
+      if (ids(t, j) < 0 || ids(t, j) >= E) throw std::invalid_argument("route_weights: expert id out of range");
+      sum += prob[ids(t, j)];
+    }
+    for (int64_t j = 0; j < K; ++j) {
+      S v = prob[ids(t, j)];
+      if (p.norm) v = v / (sum + static_cast<S>(1e-20));
+      w(t, j) = v * static_cast<S>(p.scale);
+    }
+  }
+  return w;
+}
 
 template <class S>
 Route<S> moe_route(const Mat<S>& logits, const Vec<S>& bias, const RouterParams& p) {
@@ -48,12 +76,7 @@ Route<S> moe_route(const Mat<S>& logits, const Vec<S>& bias, const RouterParams&
   const S ninf = -std::numeric_limits<S>::infinity();
   for (int64_t t = 0; t < T; ++t) {
     // Gating probabilities, in S.
-    Vec<S> prob(E);
-    if (p.gating == GatingFunc::Softmax) {
-      prob = softmax<S>(logits.row(t).transpose());
-    } else {
-      prob = (S(1) / (S(1) + (-logits.row(t).array()).exp())).matrix().transpose();
-    }
+    const Vec<S> prob = gating_probs<S>(Vec<S>(logits.row(t).transpose()), p.gating);
     std::vector<S> choice(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e) choice[e] = prob[e] + (bias.size() ? bias[e] : S(0));
     // Group limit: a group's score is the sum of its two best choices; keep n_group_used groups.
@@ -79,18 +102,14 @@ Route<S> moe_route(const Mat<S>& logits, const Vec<S>& bias, const RouterParams&
       sel.resize(static_cast<size_t>(K));
     }
     std::sort(sel.begin(), sel.end());
-    S sum = 0;
-    for (int32_t e : sel) sum += prob[e];
-    for (int64_t j = 0; j < K; ++j) {
-      r.ids(t, j) = sel[j];
-      S w = prob[sel[j]];
-      if (p.norm) w = w / (sum + static_cast<S>(1e-20));
-      r.weights(t, j) = w * static_cast<S>(p.scale);
-    }
+    for (int64_t j = 0; j < K; ++j) r.ids(t, j) = sel[j];
   }
+  r.weights = route_weights<S>(logits, r.ids, p);
   return r;
 }
 
+template Mat<float> route_weights<float>(const Mat<float>&, const MatI&, const RouterParams&);
+template Mat<double> route_weights<double>(const Mat<double>&, const MatI&, const RouterParams&);
 template Route<float> moe_route<float>(const Mat<float>&, const Vec<float>&, const RouterParams&);
 template Route<double> moe_route<double>(const Mat<double>&, const Vec<double>&, const RouterParams&);
 

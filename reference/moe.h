@@ -38,4 +38,10 @@ struct Route {
 template <class S>
 Route<S> moe_route(const Mat<S>& logits, const Vec<S>& bias, const RouterParams& p);
 
+// The mixing weights of given expert ids (one token's ids, ascending, as a route's): the gating
+// probabilities at ids (no bias), normalized and scaled. logits [T, n_expert], ids [T, n_used] -> [T, n_used].
+// moe_route uses it for its own ids; a pass with forced decisions uses it for the forced ones.
+template <class S>
+Mat<S> route_weights(const Mat<S>& logits, const MatI& ids, const RouterParams& p);
+
 }  // namespace mlaconf::ref

@@ -17,7 +17,8 @@
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/model_config.h"
-#include "tools/cli_backend.h"
+#include "core/argmax.h"
+#include "tools/backend/backend.h"
 #include "tools/command.h"
 
 namespace mlaconf::cli {
@@ -39,13 +40,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-int32_t argmax_lower(const std::vector<double>& lg) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < static_cast<int32_t>(lg.size()); ++i)
-    if (lg[i] > lg[best]) best = i;
-  return best;
-}
-
 void run_bench(const BenchArgs& a) {
   if (a.backend != "reference" && a.backend != "cuda")
     throw InputError("bench: --backend must be reference or cuda, not '" + a.backend + "'");
@@ -57,11 +51,14 @@ void run_bench(const BenchArgs& a) {
   if (ctx > c.n_ctx_train)
     throw InputError("bench: " + std::to_string(ctx) + " tokens exceed the model's context " + std::to_string(c.n_ctx_train));
 
-  std::unique_ptr<Backend> b;
+  std::unique_ptr<be::Backend> b;
   try {
-    b = a.backend == "cuda" ? make_cuda_backend("bench --backend cuda", "", f, c, ctx)
-                            : make_reference_backend(a.precision, a.expert_cache_gib, f, c, false);
-  } catch (const NotSupported& e) {
+    be::BackendOptions bo;
+    bo.precision = a.precision;
+    bo.expert_cache_gib = a.expert_cache_gib;
+    bo.max_ctx = ctx;
+    b = be::make_backend(a.backend, f, c, bo);
+  } catch (const be::NotSupported& e) {
     std::fprintf(stderr, "mlaconf bench: not supported: %s\n", e.what());
     set_exit_code(kExitNotSupported);
     return;
@@ -74,15 +71,18 @@ void run_bench(const BenchArgs& a) {
   double warm_s = 0;
   if (!a.no_warmup) {
     auto t0 = std::chrono::steady_clock::now();
-    b->next_logits(prompt);
+    b->forward(prompt);
     b->reset();
     warm_s = seconds_since(t0);
   }
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<double> lg = b->next_logits(prompt);
+  std::vector<double> lg = b->forward(prompt);
   const double prefill_s = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
-  for (int64_t s = 0; s < a.decode_steps; ++s) lg = b->next_logits({argmax_lower(lg)});
+  for (int64_t s = 0; s < a.decode_steps; ++s) {
+    const int32_t t = argmax_lower(lg);
+    lg = b->forward(std::span<const int32_t>(&t, 1));
+  }
   const double decode_s = seconds_since(t0);
 
   const double prefill_tps = a.prompt_tokens / prefill_s;

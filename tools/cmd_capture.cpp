@@ -9,14 +9,15 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "fixtures/capture.h"
+#include "tools/backend/capture.h"
+#include "tools/backend/backend.h"
 #include "tools/command.h"
 
 namespace mlaconf::cli {
 namespace {
 
 struct CaptureArgs {
-  fx::CaptureOptions o;
+  be::CaptureOptions o;
   std::string layers = "all", prompt_ids, backend = "reference", op_layers;
   bool quiet = false, no_op_level = false;
 };
@@ -71,9 +72,12 @@ CommandRegistration reg(40, [](CLI::App& root) {
   c->add_option("--op-layers", a->op_layers, "op-level datasets only for these captured layers (default: all captured)");
   c->add_flag("--no-op-level", a->no_op_level, "model-level datasets only");
   c->add_flag("--dense-attention", a->o.dense_attention, "negative control: ignore the indexer (dense causal attention)");
+  c->add_option("--fault", a->o.fault, "cuda negative control: a fault of optimized/faults.h (dense-attention, topk-upper-tie, ...)");
+  c->add_option("--force-decisions", a->o.force_decisions,
+                "use this fixture's decisions (indexer top-k, router ids) in every pass; the backend's own are still stored");
   c->add_flag("--quiet", a->quiet, "no progress bar");
   c->callback([a, c] {
-    fx::CaptureOptions o = a->o;
+    be::CaptureOptions o = a->o;
     if (a->layers == "all") {
       o.all_layers = true;
     } else {
@@ -98,12 +102,14 @@ CommandRegistration reg(40, [](CLI::App& root) {
     if (o.decode_steps) cl << " --decode-steps " << o.decode_steps;
     if (o.generate) cl << " --generate " << o.generate;
     if (a->backend != "reference") cl << " --backend " << a->backend;
+    if (!o.force_decisions.empty()) cl << " --force-decisions " << o.force_decisions;
+    if (!o.fault.empty()) cl << " --fault " << o.fault;
     cl << " --precision " << o.precision << " --hidden-source " << o.hidden_source << " --out " << o.out;
     o.command_line = cl.str();
     o.backend = a->backend;
     try {
-      fx::capture(o);
-    } catch (const fx::NotSupported& e) {
+      be::capture(o);
+    } catch (const be::NotSupported& e) {
       std::fprintf(stderr, "mlaconf capture: not supported: %s\n", e.what());
       set_exit_code(kExitNotSupported);
       return;

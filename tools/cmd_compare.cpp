@@ -18,6 +18,7 @@ namespace {
 struct CompareArgs {
   std::string expected, actual, json, plot, filter, precision;
   bool brief = false;
+  bool no_attribution = false;
 };
 
 CommandRegistration reg(50, [](CLI::App& root) {
@@ -31,10 +32,13 @@ CommandRegistration reg(50, [](CLI::App& root) {
   c->add_option("--precision", a->precision, "tolerances for this precision (f64|f32|f16|bf16) instead of ACTUAL's")
       ->check(CLI::IsMember({"f64", "f32", "f16", "bf16"}));
   c->add_flag("--brief", a->brief, "print only failing datasets and the summary");
+  c->add_flag("--no-attribution", a->no_attribution,
+              "judge every row, also those a differing decision (a near-tie flip) reached (default: decision-aware)");
   c->callback([a] {
     fx::CompareOptions o;
     o.filter = a->filter;
     o.precision = a->precision;
+    o.attribution = !a->no_attribution;
     fx::CompareReport r = fx::compare_files(a->expected, a->actual, o);
     std::cout << fx::report_table(r, a->brief);
     if (!a->json.empty()) {

@@ -16,6 +16,18 @@
 // it is a near-tie when the reference margin is < 0.05 (logit units): recorded, exit 0. Any other
 // divergence is a failure: exit 1. The first divergence is reported with both tokens and margins.
 //
+// Attribution (default with both; --no-attribution switches it off): a third run, the CUDA pipeline
+// FORCED onto the reference's decisions at every pass (indexer top-k rows, router ids), runs beside them
+// on the same prefix. Each divergence of the CUDA pipeline is then classified:
+//   near_tie       the reference's final-logit margin is < 0.05;
+//   decision_flip  caused by an upstream decision taken the other way at a near-tie: the forced run
+//                  agrees with the reference at that step (evidence: the first differing decision of
+//                  the pipeline's own, with the reference's gap there);
+//   failure        anything else (exit 1).
+// --force-decisions: the backend under test IS the forced run (its own decisions are recorded and judged
+// apart: a decision that differs where the reference's gap is not a near-tie fails); only near_tie and
+// failure remain.
+//
 // --json prints one line, one object. Single backend: {"backend", "prompt_ids", "tokens", "margins",
 // "text", "stop"} (tokens: generated only, an end-of-generation token included; text: their decoding
 // without control tokens; stop: "eos" or "length"). Both: {"prompt_ids", "reference": {...},
@@ -26,6 +38,7 @@
 // Exit codes: 0 ok (or only near-ties), 1 a real divergence (both), 2 bad input, 3 not supported
 // (--backend cuda|both without CUDA in the build or without a device).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -38,7 +51,9 @@
 #include "core/model_config.h"
 #include "tokenizer/streamer.h"
 #include "tokenizer/tokenizer.h"
-#include "tools/cli_backend.h"
+#include "core/argmax.h"
+#include "tools/backend/backend.h"
+#include "tools/backend/decision_trace.h"
 #include "tools/command.h"
 
 namespace mlaconf::cli {
@@ -59,7 +74,14 @@ struct GenerateArgs {
   bool ignore_eos = false;
   bool verbose = false;
   bool json = false;
+  bool force_decisions = false;
+  bool no_attribution = false;
 };
+
+// A decision of the backend under test that differs from the reference's where the reference's gap is
+// larger than this (score units of the indexer / router) is not a near-tie. The f16 tie_gap of
+// docs/TOLERANCES.md.
+constexpr double kDecisionTieGap = 5e-3;
 
 std::vector<int32_t> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;
@@ -82,21 +104,6 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   }
   if (ids.empty()) throw InputError("generate: --prompt-ids is empty");
   return ids;
-}
-
-// Greedy argmax, ties to the lower id; margin = top-1 minus top-2.
-int32_t argmax(const std::vector<double>& lg, double* margin) {
-  int32_t best = 0, second = -1;
-  for (int32_t i = 1; i < static_cast<int32_t>(lg.size()); ++i) {
-    if (lg[i] > lg[best]) {
-      second = best;
-      best = i;
-    } else if (second < 0 || lg[i] > lg[second]) {
-      second = i;
-    }
-  }
-  *margin = second < 0 ? 0.0 : lg[best] - lg[second];
-  return best;
 }
 
 // JSON string literal of (valid UTF-8) text.
@@ -157,11 +164,25 @@ struct Divergence {
   int64_t step;
   int32_t ref_token, cuda_token;
   double ref_margin, cuda_margin;
+  int32_t forced_token = -1;  // the forced run's pick at this step (-1: not run)
+  be::DecisionDiff flip;      // the pipeline's first own decision that differs from the reference's (so far)
   bool near_tie() const { return ref_margin < kNearTieMargin; }
+  // near_tie | decision_flip | failure (see the header).
+  std::string cls() const {
+    if (near_tie()) return "near_tie";
+    if (forced_token >= 0 && forced_token == ref_token) return "decision_flip";
+    return "failure";
+  }
   std::string json() const {
-    return "{\"step\": " + std::to_string(step) + ", \"reference_token\": " + std::to_string(ref_token) +
-           ", \"cuda_token\": " + std::to_string(cuda_token) + ", \"reference_margin\": " + json_double(ref_margin) +
-           ", \"cuda_margin\": " + json_double(cuda_margin) + ", \"near_tie\": " + (near_tie() ? "true" : "false") + "}";
+    std::string s = "{\"step\": " + std::to_string(step) + ", \"reference_token\": " + std::to_string(ref_token) +
+                    ", \"cuda_token\": " + std::to_string(cuda_token) + ", \"reference_margin\": " + json_double(ref_margin) +
+                    ", \"cuda_margin\": " + json_double(cuda_margin) + ", \"near_tie\": " + (near_tie() ? "true" : "false") +
+                    ", \"class\": " + json_string(cls());
+    if (forced_token >= 0) s += ", \"forced_token\": " + std::to_string(forced_token);
+    if (flip.found)
+      s += ", \"first_decision_flip\": {\"layer\": " + std::to_string(flip.layer) + ", \"kind\": " + json_string(flip.kind) +
+           ", \"row\": " + std::to_string(flip.row) + ", \"reference_gap\": " + json_double(flip.gap) + "}";
+    return s + "}";
   }
 };
 
@@ -218,21 +239,34 @@ void run(const GenerateArgs& a) {
     throw InputError(a.model + ": prompt (" + std::to_string(ids.size()) + ") + -n " + std::to_string(a.n) +
                      " exceeds the context length " + std::to_string(c.n_ctx_train));
 
-  std::unique_ptr<Backend> ref, gpu;
+  if (a.force_decisions && a.backend != "both") throw InputError("generate: --force-decisions needs --backend both");
+  std::unique_ptr<be::Backend> ref, gpu, forced;  // forced: the pipeline on the reference's decisions
   try {
-    if (use_cuda) gpu = make_cuda_backend("--backend " + a.backend, a.fault, f, c, std::max<int64_t>(ctx, 1));
-  } catch (const NotSupported& e) {
+    be::BackendOptions bo;
+    bo.precision = a.precision;
+    bo.expert_cache_gib = a.expert_cache_gib;
+    bo.max_ctx = std::max<int64_t>(ctx, 1);
+    bo.fault = a.fault;
+    if (use_cuda && !a.force_decisions) gpu = be::make_backend("cuda", f, c, bo);
+    if (use_cuda && use_ref && (a.force_decisions || !a.no_attribution)) forced = be::make_backend("cuda", f, c, bo);
+    if (use_ref) {
+      if (a.backend != "reference") bo.fault.clear();  // with both, the fault goes to the backend under test
+      ref = be::make_backend("reference", f, c, bo);
+    }
+  } catch (const be::NotSupported& e) {
     std::fprintf(stderr, "mlaconf generate: not supported: %s\n", e.what());
     set_exit_code(kExitNotSupported);
     return;
   }
-  if (use_ref) ref = make_reference_backend(a.precision, a.expert_cache_gib, f, c, faulty && a.backend == "reference");
-  Backend* lead = ref ? ref.get() : gpu.get();  // whose tokens extend the prefix
+  // The backend under test beside the reference: the pipeline itself, or (--force-decisions) its forced run.
+  be::Backend* test = a.force_decisions ? forced.get() : gpu.get();
+  be::Backend* lead = ref ? ref.get() : test;  // whose tokens extend the prefix
 
   if (!a.json) {
-    std::fprintf(stderr, "generate: %s%s%s, %zu prompt tokens, up to %lld new%s\n", lead->describe().c_str(),
-                 gpu && ref ? " vs " : "", gpu && ref ? gpu->describe().c_str() : "", ids.size(),
-                 static_cast<long long>(a.n), a.ignore_eos ? " (ignoring eos)" : "");
+    std::fprintf(stderr, "generate: %s%s%s%s, %zu prompt tokens, up to %lld new%s\n", lead->describe().c_str(),
+                 test && ref ? " vs " : "", test && ref ? test->describe().c_str() : "",
+                 a.force_decisions ? " on the reference's decisions" : forced ? " (+ a forced run for attribution)" : "",
+                 ids.size(), static_cast<long long>(a.n), a.ignore_eos ? " (ignoring eos)" : "");
     if (a.prompt) std::fputs(a.prompt->c_str(), stdout);  // the continuation follows the prompt
     std::fflush(stdout);
   }
@@ -242,25 +276,34 @@ void run(const GenerateArgs& a) {
   std::optional<tok::TextStreamer> streamer;
   if (tk) streamer.emplace(*tk, tok::DecodeOptions{.special = false});
   std::vector<int32_t> feed = ids;  // prefill first, then one token per step (incremental decode)
+  be::DecisionDiff first_flip;        // the pipeline's first own decision that differs from the reference's
+  int64_t decision_failures = 0;      // --force-decisions: own decisions differing outside near-ties
   for (int64_t step = 0; step < a.n; ++step) {
     double m = 0;
-    const int32_t t = argmax(lead->next_logits(feed), &m);
+    be::DecisionTrace ref_dec;
+    const int32_t t = argmax_lower(lead->forward(feed, ref ? &ref_dec : nullptr), &m);
     lead_s.tokens.push_back(t);
     lead_s.margins.push_back(m);
     double gm = 0;
-    int32_t gt = -1;
-    if (ref && gpu) {
-      gt = argmax(gpu->next_logits(feed), &gm);
+    int32_t gt = -1, ft = -1;
+    if (ref && test) {
+      be::DecisionTrace own;
+      gt = argmax_lower(test->forward(feed, &own, a.force_decisions ? &ref_dec.decisions() : nullptr), &gm);
       gpu_s.tokens.push_back(gt);
       gpu_s.margins.push_back(gm);
-      if (gt != t) divs.push_back({step, t, gt, m, gm});
+      const be::DecisionDiff d = be::first_decision_difference(ref_dec, own, kDecisionTieGap);
+      if (d.found && !first_flip.found) first_flip = d;
+      if (a.force_decisions) decision_failures += d.rows_outside_ties;
+      if (forced && !a.force_decisions) ft = argmax_lower(forced->forward(feed, nullptr, &ref_dec.decisions()));
+      if (gt != t) divs.push_back({step, t, gt, m, gm, ft, first_flip});
     }
     if (a.verbose) {
       std::fprintf(stderr, "\nstep %lld: token %d%s margin %.6g", static_cast<long long>(step), t,
                    token_label(tk ? &*tk : nullptr, t).c_str(), m);
       if (gt >= 0)
         std::fprintf(stderr, " | cuda %d%s margin %.6g%s", gt, token_label(tk ? &*tk : nullptr, gt).c_str(), gm,
-                     gt != t ? (m < kNearTieMargin ? "  <- near-tie divergence" : "  <- DIVERGENCE") : "");
+                     gt != t ? ("  <- divergence: " + divs.back().cls()).c_str() : "");
+      if (ft >= 0) std::fprintf(stderr, " | forced %d", ft);
       std::fprintf(stderr, "\n");
     }
     if (!a.json) {
@@ -282,19 +325,29 @@ void run(const GenerateArgs& a) {
   gpu_s.stop = lead_s.stop;
 
   const Divergence* first = divs.empty() ? nullptr : &divs.front();
-  int64_t real = 0;
-  for (const Divergence& d : divs) real += d.near_tie() ? 0 : 1;
-  const char* verdict = real ? "fail" : (divs.empty() ? "agree" : "near-tie");
+  int64_t real = 0, flips = 0;
+  for (const Divergence& d : divs) {
+    if (d.cls() == "failure") ++real;
+    if (d.cls() == "decision_flip") ++flips;
+  }
+  real += decision_failures;
+  const char* verdict = real ? "fail" : divs.empty() ? "agree" : flips ? "decision-flip" : "near-tie";
 
   if (a.json) {
     std::string s;
-    if (ref && gpu) {
+    if (ref && test) {
       std::string dl = "[";
       for (size_t i = 0; i < divs.size(); ++i) dl += (i ? ", " : "") + divs[i].json();
       dl += "]";
       s = "{\"prompt_ids\": " + json_ints(ids) + ", \"reference\": " + lead_s.json(ref->describe()) +
-          ", \"cuda\": " + gpu_s.json(gpu->describe()) + ", \"first_divergence\": " + (first ? first->json() : "null") +
+          ", \"cuda\": " + gpu_s.json(test->describe()) + ", \"first_divergence\": " + (first ? first->json() : "null") +
           ", \"divergences\": " + dl + ", \"near_tie_margin\": " + json_double(kNearTieMargin) +
+          ", \"forced_decisions\": " + (a.force_decisions ? "true" : "false") + ", \"attribution\": " + (forced ? "true" : "false") +
+          ", \"decision_failures\": " + std::to_string(decision_failures) +
+          ", \"first_decision_flip\": " + (first_flip.found ? "{\"layer\": " + std::to_string(first_flip.layer) + ", \"kind\": " +
+                                                                 json_string(first_flip.kind) + ", \"row\": " + std::to_string(first_flip.row) +
+                                                                 ", \"reference_gap\": " + json_double(first_flip.gap) + "}"
+                                                             : std::string("null")) +
           ", \"verdict\": " + json_string(verdict) + "}";
     } else {
       // {"tokens", "margins"} is the contract suites/reference/test_cli_generate.cpp holds.
@@ -310,7 +363,15 @@ void run(const GenerateArgs& a) {
     for (size_t i = 0; i < lead_s.margins.size(); ++i) minm = i ? std::min(minm, lead_s.margins[i]) : lead_s.margins[i];
     std::fprintf(stderr, "generate: %zu tokens (stop: %s), smallest margin %.4g\n", lead_s.tokens.size(),
                  lead_s.stop.c_str(), minm);
-    if (ref && gpu) {
+    if (ref && test) {
+      if (first_flip.found)
+        std::fprintf(stderr, "generate: first own decision of cuda that differs from the reference's: layer %d %s row %lld "
+                             "(reference gap %.3g)%s\n",
+                     first_flip.layer, first_flip.kind.c_str(), static_cast<long long>(first_flip.row), first_flip.gap,
+                     a.force_decisions ? " (forced: the reference's was used)" : "");
+      if (decision_failures)
+        std::fprintf(stderr, "generate: FAILURE: %lld own decisions differ where the reference's gap is above %.0e\n",
+                     static_cast<long long>(decision_failures), kDecisionTieGap);
       if (!first) {
         std::fprintf(stderr, "generate: reference and cuda agree on all %zu steps\n", lead_s.tokens.size());
       } else {
@@ -320,9 +381,11 @@ void run(const GenerateArgs& a) {
                      static_cast<long long>(first->step), first->ref_token,
                      token_label(tk ? &*tk : nullptr, first->ref_token).c_str(), first->ref_margin, first->cuda_token,
                      token_label(tk ? &*tk : nullptr, first->cuda_token).c_str(), first->cuda_margin,
-                     first->near_tie() ? "near-tie (reference margin < 0.05)" : "FAILURE");
-        std::fprintf(stderr, "generate: %zu divergent steps of %zu, %lld not near-ties: %s\n", divs.size(),
-                     lead_s.tokens.size(), static_cast<long long>(real), verdict);
+                     first->near_tie()                   ? "near-tie (reference margin < 0.05)"
+                     : first->cls() == "decision_flip" ? "decision flip upstream (the forced run agrees here)"
+                                                        : "FAILURE");
+        std::fprintf(stderr, "generate: %zu divergent steps of %zu: %lld decision flips, %lld failures: %s\n", divs.size(),
+                     lead_s.tokens.size(), static_cast<long long>(flips), static_cast<long long>(real), verdict);
       }
     }
   }
@@ -349,6 +412,10 @@ const CommandRegistration reg(30, [](CLI::App& root) {
   s->add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-generation tokens (eos/eot/eom)");
   s->add_flag("--verbose,-v", a->verbose, "per-step token, text and margin (top-1 minus top-2 logit) on stderr");
   s->add_flag("--json", a->json, "print one JSON object {\"tokens\", \"margins\", \"text\", ...} (generated only)");
+  s->add_flag("--force-decisions", a->force_decisions,
+              "with both: the CUDA pipeline follows the reference's decisions at every step; its own are judged apart");
+  s->add_flag("--no-attribution", a->no_attribution,
+              "with both: no forced run beside the pipeline (a divergence that is not a near-tie is then a failure)");
   s->callback([a, text, text_opt] {
     if (text_opt->count()) a->prompt = *text;
     run(*a);

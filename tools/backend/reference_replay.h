@@ -1,0 +1,28 @@
+// mlaconf tools/backend: op replay on the Eigen reference (op_table.h's ops, reference/ functions).
+#pragma once
+#include <memory>
+#include <string>
+
+#include "core/gguf.h"
+#include "core/model_config.h"
+#include "tools/backend/backend.h"
+
+namespace mlaconf::be {
+
+template <class S>
+class ReferenceReplay {
+ public:
+  ReferenceReplay(const GgufFile& f, const ModelConfig& c);
+  ~ReferenceReplay();
+  // One op of `layer` on exact inputs (see Backend::replay).
+  Tensors run(int layer, const std::string& op, const Tensors& in, int64_t pos0);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+extern template class ReferenceReplay<float>;
+extern template class ReferenceReplay<double>;
+
+}  // namespace mlaconf::be
