@@ -8,15 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/gguf.h"
 #include "core/model_config.h"
 
 namespace mlaconf::cli {
 
-// What a backend reports when it cannot run here (the CLI maps it to exit 3, "not supported: ...").
-struct NotSupported : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+// What a backend reports when it cannot run here: core/error.h's NotSupported (exit 3).
+using mlaconf::NotSupported;
 
 class Backend {
  public:

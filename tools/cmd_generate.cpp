@@ -34,12 +34,14 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/gguf.h"
 #include "core/model_config.h"
 #include "tokenizer/streamer.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/cli_backend.h"
 #include "tools/command.h"
+#include "tools/validate.h"
 
 namespace mlaconf::cli {
 namespace {
@@ -99,46 +101,11 @@ int32_t argmax(const std::vector<double>& lg, double* margin) {
   return best;
 }
 
-// JSON string literal of (valid UTF-8) text.
-std::string json_string(const std::string& s) {
-  std::string o = "\"";
-  for (unsigned char ch : s) {
-    switch (ch) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\r': o += "\\r"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (ch < 0x20 || ch == 0x7f) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-          o += buf;
-        } else {
-          o += static_cast<char>(ch);
-        }
-    }
-  }
-  return o + "\"";
-}
-
-std::string json_ints(const std::vector<int32_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
-std::string json_double(double d) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", d);
-  return buf;
-}
-
-std::string json_doubles(const std::vector<double>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + json_double(v[i]);
-  return s + "]";
-}
+// JSON pieces, written by the one JSON library (core/json.h) and laid out on one line.
+std::string json_string(const std::string& s) { return json_text(Json(s), -1); }
+std::string json_ints(const std::vector<int32_t>& v) { return json_text(Json(v), -1); }
+std::string json_double(double d) { return json_text(Json(d), -1); }
+std::string json_doubles(const std::vector<double>& v) { return json_text(Json(v), -1); }
 
 // One backend's run: generated tokens, their margins, the text.
 struct Stream {
@@ -178,13 +145,12 @@ void run(const GenerateArgs& a) {
   if (a.backend != "reference" && a.backend != "cuda" && a.backend != "both")
     throw InputError("generate: --backend must be reference, cuda or both, not '" + a.backend + "'");
   const bool use_ref = a.backend != "cuda", use_cuda = a.backend != "reference";
+  require_fault_name(a.fault);  // a typo is unusable input (2), before "not supported" (3)
+  require_finite_nonnegative(a.expert_cache_gib, "--expert-cache-gib");
   const bool faulty = !a.fault.empty() && a.fault != "none";
-  if (faulty && a.backend == "reference" && a.fault != "dense-attention") {
-    std::fprintf(stderr, "mlaconf generate: not supported: the reference has one fault, dense-attention (not '%s')\n",
-                 a.fault.c_str());
-    set_exit_code(kExitNotSupported);
-    return;
-  }
+  if (faulty && a.backend == "reference" && a.fault != "dense-attention")
+    throw NotSupported("generate: the reference has one fault, dense-attention (not '" + a.fault + "')");
+  require_regular_file(a.model, "--model");
 
   GgufFile f = GgufFile::open(a.model);
   ModelConfig c = ModelConfig::from_gguf(f);
@@ -219,13 +185,8 @@ void run(const GenerateArgs& a) {
                      " exceeds the context length " + std::to_string(c.n_ctx_train));
 
   std::unique_ptr<Backend> ref, gpu;
-  try {
-    if (use_cuda) gpu = make_cuda_backend("--backend " + a.backend, a.fault, f, c, std::max<int64_t>(ctx, 1));
-  } catch (const NotSupported& e) {
-    std::fprintf(stderr, "mlaconf generate: not supported: %s\n", e.what());
-    set_exit_code(kExitNotSupported);
-    return;
-  }
+  // NotSupported (no CUDA here, YaRN in the pipeline): main() prints it and exits 3.
+  if (use_cuda) gpu = make_cuda_backend("--backend " + a.backend, a.fault, f, c, std::max<int64_t>(ctx, 1));
   if (use_ref) ref = make_reference_backend(a.precision, a.expert_cache_gib, f, c, faulty && a.backend == "reference");
   Backend* lead = ref ? ref.get() : gpu.get();  // whose tokens extend the prefix
 

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "tools/command.h"
 
@@ -33,7 +34,15 @@ int main(int argc, char** argv) {
       "and HDF5 fixtures any implementation can answer. Exit codes: 0 pass, 1 fail, 2 bad input,\n"
       "3 not supported.",
       "mlaconf"};
+  install_interrupt_cleanup();  // SIGINT/SIGTERM: remove temporary files, exit 130/143
   app.require_subcommand(1);
+  // Usage errors: one line, the same prefix as every other error (README "Exit codes").
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    std::string m = e.what();
+    for (char& ch : m)
+      if (ch == '\n' || ch == '\r') ch = ' ';
+    return "mlaconf: error: " + m + " (see --help)\n";
+  });
   app.set_version_flag("--version", "mlaconf 0.1.0");
   auto& reg = cli::registry();
   std::stable_sort(reg.begin(), reg.end(), [](const auto& a, const auto& b) { return a.order < b.order; });
@@ -46,6 +55,9 @@ int main(int argc, char** argv) {
   } catch (const InputError& e) {
     std::fprintf(stderr, "mlaconf: error: %s\n", e.what());
     return kExitBadInput;
+  } catch (const NotSupported& e) {
+    std::fprintf(stderr, "mlaconf: not supported: %s\n", e.what());
+    return kExitNotSupported;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "mlaconf: error: out of memory\n");
     return kExitBadInput;
