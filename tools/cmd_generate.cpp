@@ -101,22 +101,14 @@ int32_t argmax(const std::vector<double>& lg, double* margin) {
   return best;
 }
 
-// JSON pieces, written by the one JSON library (core/json.h) and laid out on one line.
-std::string json_string(const std::string& s) { return json_text(Json(s), -1); }
-std::string json_ints(const std::vector<int32_t>& v) { return json_text(Json(v), -1); }
-std::string json_double(double d) { return json_text(Json(d), -1); }
-std::string json_doubles(const std::vector<double>& v) { return json_text(Json(v), -1); }
-
 // One backend's run: generated tokens, their margins, the text.
 struct Stream {
   std::vector<int32_t> tokens;
   std::vector<double> margins;
   std::string text;
   std::string stop = "length";
-  std::string json(const std::string& backend) const {
-    return "{\"backend\": " + json_string(backend) + ", \"tokens\": " + json_ints(tokens) +
-           ", \"margins\": " + json_doubles(margins) + ", \"text\": " + json_string(text) +
-           ", \"stop\": " + json_string(stop) + "}";
+  Json json(const std::string& backend) const {
+    return {{"backend", backend}, {"tokens", tokens}, {"margins", margins}, {"text", text}, {"stop", stop}};
   }
 };
 
@@ -125,17 +117,16 @@ struct Divergence {
   int32_t ref_token, cuda_token;
   double ref_margin, cuda_margin;
   bool near_tie() const { return ref_margin < kNearTieMargin; }
-  std::string json() const {
-    return "{\"step\": " + std::to_string(step) + ", \"reference_token\": " + std::to_string(ref_token) +
-           ", \"cuda_token\": " + std::to_string(cuda_token) + ", \"reference_margin\": " + json_double(ref_margin) +
-           ", \"cuda_margin\": " + json_double(cuda_margin) + ", \"near_tie\": " + (near_tie() ? "true" : "false") + "}";
+  Json json() const {
+    return {{"step", step},           {"reference_token", ref_token}, {"cuda_token", cuda_token},
+            {"reference_margin", ref_margin}, {"cuda_margin", cuda_margin}, {"near_tie", near_tie()}};
   }
 };
 
 // A token's text for the --verbose lines (printable, quotes escaped).
 std::string token_label(const tok::Tokenizer* t, int32_t id) {
   if (!t || id < 0 || id >= t->n_vocab()) return "";
-  return " " + json_string(t->token_text(id));
+  return " " + json_text(Json(t->token_text(id)), -1);
 }
 
 void run(const GenerateArgs& a) {
@@ -248,21 +239,23 @@ void run(const GenerateArgs& a) {
   const char* verdict = real ? "fail" : (divs.empty() ? "agree" : "near-tie");
 
   if (a.json) {
-    std::string s;
+    Json j;
     if (ref && gpu) {
-      std::string dl = "[";
-      for (size_t i = 0; i < divs.size(); ++i) dl += (i ? ", " : "") + divs[i].json();
-      dl += "]";
-      s = "{\"prompt_ids\": " + json_ints(ids) + ", \"reference\": " + lead_s.json(ref->describe()) +
-          ", \"cuda\": " + gpu_s.json(gpu->describe()) + ", \"first_divergence\": " + (first ? first->json() : "null") +
-          ", \"divergences\": " + dl + ", \"near_tie_margin\": " + json_double(kNearTieMargin) +
-          ", \"verdict\": " + json_string(verdict) + "}";
+      Json dl = Json::array();
+      for (const Divergence& d : divs) dl.push_back(d.json());
+      j = {{"prompt_ids", ids},
+           {"reference", lead_s.json(ref->describe())},
+           {"cuda", gpu_s.json(gpu->describe())},
+           {"first_divergence", first ? first->json() : Json(nullptr)},
+           {"divergences", std::move(dl)},
+           {"near_tie_margin", kNearTieMargin},
+           {"verdict", verdict}};
     } else {
       // {"tokens", "margins"} is the contract suites/reference/test_cli_generate.cpp holds.
-      s = "{\"backend\": " + json_string(lead->describe()) + ", \"prompt_ids\": " + json_ints(ids) +
-          ", \"tokens\": " + json_ints(lead_s.tokens) + ", \"margins\": " + json_doubles(lead_s.margins) +
-          ", \"text\": " + json_string(lead_s.text) + ", \"stop\": " + json_string(lead_s.stop) + "}";
+      j = {{"backend", lead->describe()}, {"prompt_ids", ids},       {"tokens", lead_s.tokens},
+           {"margins", lead_s.margins},   {"text", lead_s.text},     {"stop", lead_s.stop}};
     }
+    const std::string s = json_text(j, -1);
     std::printf("%s\n", s.c_str());
   } else {
     std::printf("\n");
