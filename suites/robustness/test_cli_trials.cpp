@@ -213,6 +213,23 @@ TEST(cli_trials, p4_bad_out_refused_before_the_capture) {
   }
 }
 
+TEST(cli_trials, p4_read_only_out_refused_before_the_capture) {
+  NEED_CLI();
+  Scratch s;
+  const std::string ro = s.p("ro");
+  fs::create_directory(ro);
+  // Root writes into any folder whatever its mode bits, so a read-only filesystem it is.
+  if (mount("tmpfs", ro.c_str(), "tmpfs", MS_RDONLY, "size=1m") != 0) GTEST_SKIP() << "skipped: cannot mount a tmpfs here (not root?)";
+  struct Unmount {
+    std::string p;
+    ~Unmount() { umount(p.c_str()); }
+  } um{ro};
+  const auto before = trial::snapshot(s.dir);
+  Result r = trial::run({kCli, "capture", "--model", s.p("m.gguf"), "--random-tokens", "400", "--quiet", "--out", ro + "/x.h5"});
+  expect_refused(r, 2, "not writable", s.dir, before);
+  EXPECT_LT(r.seconds, 3.0) << "reported only after the capture";
+}
+
 // ---- 5. an output never overwrites an input ------------------------------------------------------------
 TEST(cli_trials, p5_capture_out_is_the_model) {
   NEED_CLI();
