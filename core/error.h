@@ -14,6 +14,13 @@ class InputError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What this build or machine cannot do (no CUDA device, YaRN in the CUDA pipeline, ...). The CLI prints
+// "mlaconf: not supported: <what>" and exits 3. Deliberately not an InputError: the input is fine.
+class NotSupported : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Exit codes shared by every subcommand.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFail = 1;        // a check ran and failed (compare, generation check)

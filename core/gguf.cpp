@@ -23,7 +23,8 @@ namespace mlaconf {
 class MappedFile {
  public:
   explicit MappedFile(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO without a writer must not hang (it is refused just below).
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd_ < 0) throw InputError(path + ": cannot open: " + std::strerror(errno));
     struct stat st {};
     if (fstat(fd_, &st) != 0) throw InputError(path + ": cannot stat: " + std::strerror(errno));
@@ -200,8 +201,14 @@ ParsedShard parse_shard(const std::string& path, const MappedFile& map, int shar
   uint64_t n_tensors = c.read<uint64_t>("tensor count");
   uint64_t n_kv = c.read<uint64_t>("metadata count");
   // A KV pair needs at least 8 (key length) + 4 (type) + 1 bytes, a tensor info at least 8 + 4 + 8 + 4 + 8.
-  if (n_kv > c.left() / 13) c.fail("absurd metadata count " + std::to_string(n_kv));
-  if (n_tensors > c.left() / 32) c.fail("absurd tensor count " + std::to_string(n_tensors));
+  // A count the rest of the file cannot hold: truncated after the header, or a damaged count.
+  auto too_many = [&](const char* what, uint64_t n, uint64_t min_bytes) {
+    c.fail("truncated file or absurd " + std::string(what) + " " + std::to_string(n) + ": needs at least " +
+           (n > UINT64_MAX / min_bytes ? std::string("2^64") : std::to_string(n * min_bytes)) + " bytes, " +
+           std::to_string(c.left()) + " left");
+  };
+  if (n_kv > c.left() / 13) too_many("metadata count", n_kv, 13);
+  if (n_tensors > c.left() / 32) too_many("tensor count", n_tensors, 32);
   out.info.n_tensors = n_tensors;
   out.info.n_kv = n_kv;
 

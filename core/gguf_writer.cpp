@@ -1,10 +1,5 @@
 #include "core/gguf_writer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
@@ -173,35 +168,6 @@ std::vector<uint8_t> GgufWriter::bytes() const {
 void GgufWriter::write(const std::string& path) const {
   std::vector<uint8_t> b = bytes();
   write_file_atomic(path, b.data(), b.size());
-}
-
-void write_file_atomic(const std::string& path, const void* data, size_t n) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw InputError(path + ": cannot create: " + std::strerror(errno));
-  const uint8_t* p = static_cast<const uint8_t*>(data);
-  size_t left = n;
-  while (left > 0) {
-    ssize_t w = ::write(fd, p, left);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw InputError(path + ": write failed: " + std::strerror(e));
-    }
-    p += w;
-    left -= static_cast<size_t>(w);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    throw InputError(path + ": cannot flush: " + std::strerror(errno));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    throw InputError(path + ": cannot rename into place: " + std::strerror(e));
-  }
 }
 
 }  // namespace mlaconf

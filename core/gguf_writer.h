@@ -1,13 +1,14 @@
 // mlaconf: GGUF v3 writer (little-endian), the layout llama.cpp's gguf-py writes: header, KV pairs,
 // tensor infos, padding to general.alignment, tensors densely packed in info order, each padded.
 //
-// Files are written to "<path>.tmp.<pid>" and renamed into place, so an interrupted write leaves no
-// half-written GGUF under the final name.
+// Files are written through core/atomic_file.h (temporary name, fsync, rename; removed on failure or
+// interrupt), so no half-written GGUF is ever left under any name.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.h"  // write_file_atomic: every writer's one way to write a file
 #include "core/gguf.h"
 
 namespace mlaconf {
@@ -63,8 +64,5 @@ class GgufWriter {
   std::vector<Kv> kv_;
   std::vector<Tensor> tensors_;
 };
-
-// Writes `data` to `path` atomically: "<path>.tmp.<pid>", fsync, rename. Shared by every writer.
-void write_file_atomic(const std::string& path, const void* data, size_t n);
 
 }  // namespace mlaconf

@@ -1,5 +1,7 @@
 #include "core/model_config.h"
 
+#include "core/json.h"
+
 #include <sstream>
 
 #include "core/error.h"
@@ -159,58 +161,48 @@ ModelConfig ModelConfig::tiny_default() {
   return c;
 }
 
-std::string ModelConfig::to_json(int indent) const {
-  std::ostringstream os;
-  os.precision(17);
-  std::string pad(indent > 0 ? indent : 0, ' ');
-  std::string nl = indent > 0 ? "\n" : "";
-  bool first = true;
-  auto key = [&](const char* k) {
-    os << (first ? "" : ",") << nl << pad << "\"" << k << "\": ";
-    first = false;
-  };
-  os << "{";
-  key("arch"); os << "\"" << arch_name << "\"";
-  key("n_layer"); os << n_layer;
-  key("n_nextn_layer"); os << n_nextn_layer;
-  key("n_ctx_train"); os << n_ctx_train;
-  key("n_embd"); os << n_embd;
-  key("n_ff"); os << n_ff;
-  key("n_vocab"); os << n_vocab;
-  key("n_head"); os << n_head;
-  key("n_head_kv"); os << n_head_kv;
-  key("q_lora_rank"); os << q_lora_rank;
-  key("kv_lora_rank"); os << kv_lora_rank;
-  key("key_length"); os << key_length;
-  key("value_length"); os << value_length;
-  key("key_length_mla"); os << key_length_mla;
-  key("value_length_mla"); os << value_length_mla;
-  key("qk_nope"); os << qk_nope();
-  key("qk_rope"); os << qk_rope();
-  key("rope_freq_base"); os << rope_freq_base;
-  key("rope_scaling_factor"); os << rope_scaling_factor;
-  key("rope_scaling_orig_ctx"); os << rope_scaling_orig_ctx;
-  key("rope_yarn_log_multiplier"); os << rope_yarn_log_multiplier;
-  key("rms_eps"); os << rms_eps;
-  key("indexer_n_head"); os << indexer_n_head;
-  key("indexer_head_size"); os << indexer_head_size;
-  key("indexer_top_k"); os << indexer_top_k;
-  key("indexer_full"); os << "[";
-  for (size_t k = 0; k < indexer_full.size(); ++k) os << (k ? "," : "") << (indexer_full[k] ? "true" : "false");
-  os << "]";
-  key("n_layer_dense_lead"); os << n_layer_dense_lead;
-  key("n_expert"); os << n_expert;
-  key("n_expert_used"); os << n_expert_used;
-  key("n_expert_shared"); os << n_expert_shared;
-  key("n_ff_exp"); os << n_ff_exp;
-  key("expert_weights_scale"); os << expert_weights_scale;
-  key("expert_weights_norm"); os << (expert_weights_norm ? "true" : "false");
-  key("expert_gating_func"); os << static_cast<int>(gating);
-  key("n_expert_groups"); os << n_expert_groups;
-  key("n_group_used"); os << n_group_used;
-  os << nl << "}";
-  return os.str();
+Json ModelConfig::to_json_value() const {
+  Json indexer = Json::array();
+  for (bool b : indexer_full) indexer.push_back(b);
+  return Json{{"arch", arch_name},
+              {"n_layer", n_layer},
+              {"n_nextn_layer", n_nextn_layer},
+              {"n_ctx_train", n_ctx_train},
+              {"n_embd", n_embd},
+              {"n_ff", n_ff},
+              {"n_vocab", n_vocab},
+              {"n_head", n_head},
+              {"n_head_kv", n_head_kv},
+              {"q_lora_rank", q_lora_rank},
+              {"kv_lora_rank", kv_lora_rank},
+              {"key_length", key_length},
+              {"value_length", value_length},
+              {"key_length_mla", key_length_mla},
+              {"value_length_mla", value_length_mla},
+              {"qk_nope", qk_nope()},
+              {"qk_rope", qk_rope()},
+              {"rope_freq_base", rope_freq_base},
+              {"rope_scaling_factor", rope_scaling_factor},
+              {"rope_scaling_orig_ctx", rope_scaling_orig_ctx},
+              {"rope_yarn_log_multiplier", rope_yarn_log_multiplier},
+              {"rms_eps", rms_eps},
+              {"indexer_n_head", indexer_n_head},
+              {"indexer_head_size", indexer_head_size},
+              {"indexer_top_k", indexer_top_k},
+              {"indexer_full", std::move(indexer)},
+              {"n_layer_dense_lead", n_layer_dense_lead},
+              {"n_expert", n_expert},
+              {"n_expert_used", n_expert_used},
+              {"n_expert_shared", n_expert_shared},
+              {"n_ff_exp", n_ff_exp},
+              {"expert_weights_scale", expert_weights_scale},
+              {"expert_weights_norm", expert_weights_norm},
+              {"expert_gating_func", static_cast<int>(gating)},
+              {"n_expert_groups", n_expert_groups},
+              {"n_group_used", n_group_used}};
 }
+
+std::string ModelConfig::to_json(int indent) const { return json_text(to_json_value(), indent > 0 ? indent : -1); }
 
 std::string ModelConfig::summary() const {
   std::ostringstream os;

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <nlohmann/json_fwd.hpp>
 #include <vector>
 
 namespace mlaconf {
@@ -82,7 +83,8 @@ struct ModelConfig {
   // The embedded default model: the tiny glm-dsa dims used by `mlaconf synth` and the README.
   static ModelConfig tiny_default();
   // JSON object of every field (stable key names: fixtures store it, scripts read it).
-  std::string to_json(int indent = 2) const;
+  std::string to_json(int indent = 2) const;  // indent 0: one line
+  nlohmann::ordered_json to_json_value() const;  // core/json.h
   // A short multi-line human summary.
   std::string summary() const;
 };

@@ -76,6 +76,13 @@ std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c) {
   return v;
 }
 
+void check_weight_type(const std::string& file, const TensorSpec& s, GgmlType type) {
+  if ((s.role == WeightRole::Norm || s.role == WeightRole::Router) && type != GgmlType::F32)
+    throw InputError(file + ": tensor '" + s.name + "' is " + type_name(type) + ", expected F32");
+  if (!traits(type).weight_type)
+    throw InputError(file + ": tensor '" + s.name + "' has type " + type_name(type) + ", which mlaconf cannot dequantize");
+}
+
 void validate_weights(const GgufFile& f, const ModelConfig& c) {
   for (const TensorSpec& s : model_tensor_specs(c)) {
     const TensorInfo* t = f.find_tensor(s.name);
@@ -89,11 +96,7 @@ void validate_weights(const GgufFile& f, const ModelConfig& c) {
       throw InputError(f.path() + ": tensor '" + s.name + "' has shape " + t->shape_string() + ", the config implies " +
                        want.shape_string());
     }
-    if ((s.role == WeightRole::Norm || s.role == WeightRole::Router) && t->type != GgmlType::F32)
-      throw InputError(f.path() + ": tensor '" + s.name + "' is " + type_name(t->type) + ", expected F32");
-    if (!traits(t->type).weight_type)
-      throw InputError(f.path() + ": tensor '" + s.name + "' has type " + type_name(t->type) +
-                       ", which mlaconf cannot dequantize");
+    check_weight_type(f.path(), s, t->type);
   }
 }
 

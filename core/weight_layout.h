@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ggml_types.h"
 #include "core/model_config.h"
 
 namespace mlaconf {
@@ -78,6 +79,10 @@ inline constexpr const char* kDownShexp = "ffn_down_shexp.weight";
 std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c);
 // The specs of one layer only.
 std::vector<TensorSpec> layer_tensor_specs(const ModelConfig& c, int64_t layer);
+
+// The type rule the readers apply to one tensor (norms and the router are F32): InputError naming `file`.
+// synth applies it too, before writing, so it never writes a file the readers refuse.
+void check_weight_type(const std::string& file, const TensorSpec& s, GgmlType type);
 
 // Checks that `f` holds every tensor of model_tensor_specs with the expected shape (and F32 for norms
 // and the router). Raises InputError naming the first tensor that is missing or mis-shaped.

@@ -413,7 +413,7 @@ Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt)
   c.validate(f.path());
   validate_weights(f, c);
   if (c.rope_scaling_factor > 1.0)
-    throw InputError(f.path() + ": not supported: YaRN RoPE scaling (factor " + std::to_string(c.rope_scaling_factor) +
+    throw NotSupported(f.path() + ": YaRN RoPE scaling (factor " + std::to_string(c.rope_scaling_factor) +
                      ") in the CUDA pipeline");
   Impl& m = *impl_;
   if (const char* e = std::getenv("MLACONF_CUDA_PREFILL")) {

@@ -59,7 +59,7 @@ struct OpTensor {
 class Pipeline {
  public:
   // Validates the weights against the config (InputError), uploads them, allocates the caches.
-  // Throws InputError "not supported: ..." for what the pipeline does not do (YaRN RoPE scaling).
+  // Throws NotSupported (core/error.h, exit 3) for what the pipeline does not do (YaRN RoPE scaling).
   Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt = {});
   ~Pipeline();
   Pipeline(Pipeline&&) noexcept;

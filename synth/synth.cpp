@@ -81,62 +81,8 @@ void put_split_keys(GgufWriter& w, int no, int count, int64_t n_tensors) {
   w.set_i32("split.tensors.count", static_cast<int32_t>(n_tensors));
 }
 
-// A file descriptor writing to "<path>.tmp.<pid>", renamed into place by commit().
-class AtomicOut {
- public:
-  explicit AtomicOut(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(getpid())) {
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw InputError(path_ + ": cannot create: " + std::strerror(errno));
-  }
-  ~AtomicOut() {
-    if (fd_ >= 0) {
-      ::close(fd_);
-      ::unlink(tmp_.c_str());
-    }
-  }
-  void write(const void* data, size_t n) {
-    const uint8_t* p = static_cast<const uint8_t*>(data);
-    while (n > 0) {
-      ssize_t k = ::write(fd_, p, n);
-      if (k < 0) {
-        if (errno == EINTR) continue;
-        throw InputError(path_ + ": write failed: " + std::strerror(errno));
-      }
-      p += k;
-      n -= static_cast<size_t>(k);
-      pos_ += static_cast<uint64_t>(k);
-    }
-  }
-  uint64_t pos() const { return pos_; }
-  // Extends the file to `size` without writing (a sparse hole).
-  void extend_to(uint64_t size) {
-    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0)
-      throw InputError(path_ + ": cannot extend to " + std::to_string(size) + " bytes: " + std::strerror(errno));
-    if (::lseek(fd_, static_cast<off_t>(size), SEEK_SET) < 0) throw InputError(path_ + ": seek failed");
-    pos_ = size;
-  }
-  void commit() {
-    if (::fsync(fd_) != 0 || ::close(fd_) != 0) {
-      fd_ = -1;
-      ::unlink(tmp_.c_str());
-      throw InputError(path_ + ": cannot flush: " + std::strerror(errno));
-    }
-    fd_ = -1;
-    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-      int e = errno;
-      ::unlink(tmp_.c_str());
-      throw InputError(path_ + ": cannot rename into place: " + std::strerror(e));
-    }
-  }
-
- private:
-  std::string path_, tmp_;
-  int fd_ = -1;
-  uint64_t pos_ = 0;
-};
-
 // Streams one tensor's blocks in chunks of at most kChunk bytes.
-void stream_tensor(AtomicOut& out, const PlannedTensor& t, const Options& o, std::vector<uint8_t>& buf) {
+void stream_tensor(AtomicFile& out, const PlannedTensor& t, const Options& o, std::vector<uint8_t>& buf) {
   constexpr uint64_t kChunk = 8u << 20;
   const TypeTraits& tr = traits(t.type);
   const uint64_t bs = static_cast<uint64_t>(tr.type_size);
@@ -273,6 +219,7 @@ std::vector<PlannedTensor> plan(const Options& o) {
       if (contains(s.name, pat.c_str())) ty = pt;
     if (!traits(ty).weight_type) throw InputError(std::string("synth: type ") + type_name(ty) + " is not a weight type");
     t.type = fallback_type(ty, s.ne[0]);
+    check_weight_type("synth", s, t.type);  // the readers' rule: refuse now what they would refuse later
     t.nbytes = static_cast<uint64_t>(row_bytes(t.type, s.ne[0])) * static_cast<uint64_t>(s.ne[1] * s.ne[2] * s.ne[3]);
     total += t.nbytes;
     v.push_back(std::move(t));
@@ -312,7 +259,7 @@ std::vector<std::string> write_model(const Options& o, const std::string& out) {
     auto pad = [a](uint64_t x) { return (x + a - 1) / a * a; };
     uint64_t size = header.size();
     for (const PlannedTensor* t : mine) size = pad(size + t->nbytes);
-    AtomicOut f(path);
+    AtomicFile f(path);
     f.write(header.data(), header.size());
     if (o.header_only) {
       f.extend_to(size);

@@ -15,11 +15,13 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/gguf.h"
 #include "core/model_config.h"
 #include "core/argmax.h"
 #include "tools/backend/backend.h"
 #include "tools/command.h"
+#include "tools/validate.h"
 
 namespace mlaconf::cli {
 namespace {
@@ -45,24 +47,20 @@ void run_bench(const BenchArgs& a) {
     throw InputError("bench: --backend must be reference or cuda, not '" + a.backend + "'");
   if (a.precision != "f32" && a.precision != "f64") throw InputError("bench: --precision must be f32 or f64");
   if (a.prompt_tokens < 1 || a.decode_steps < 0) throw InputError("bench: --prompt-tokens >= 1 and --decode-steps >= 0");
+  require_finite_nonnegative(a.expert_cache_gib, "--expert-cache-gib");
+  require_regular_file(a.model, "--model");
   GgufFile f = GgufFile::open(a.model);
   ModelConfig c = ModelConfig::from_gguf(f);
   const int64_t ctx = a.prompt_tokens + a.decode_steps;
   if (ctx > c.n_ctx_train)
     throw InputError("bench: " + std::to_string(ctx) + " tokens exceed the model's context " + std::to_string(c.n_ctx_train));
 
-  std::unique_ptr<be::Backend> b;
-  try {
-    be::BackendOptions bo;
-    bo.precision = a.precision;
-    bo.expert_cache_gib = a.expert_cache_gib;
-    bo.max_ctx = ctx;
-    b = be::make_backend(a.backend, f, c, bo);
-  } catch (const be::NotSupported& e) {
-    std::fprintf(stderr, "mlaconf bench: not supported: %s\n", e.what());
-    set_exit_code(kExitNotSupported);
-    return;
-  }
+  // NotSupported (no CUDA here): main() prints it and exits 3.
+  be::BackendOptions bo;
+  bo.precision = a.precision;
+  bo.expert_cache_gib = a.expert_cache_gib;
+  bo.max_ctx = ctx;
+  std::unique_ptr<be::Backend> b = be::make_backend(a.backend, f, c, bo);
   std::mt19937_64 rng(a.seed);
   std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(c.n_vocab - 1));
   std::vector<int32_t> prompt(static_cast<size_t>(a.prompt_tokens));
@@ -88,12 +86,12 @@ void run_bench(const BenchArgs& a) {
   const double prefill_tps = a.prompt_tokens / prefill_s;
   const double decode_tps = a.decode_steps > 0 ? a.decode_steps / decode_s : 0.0;
   if (a.json) {
-    std::printf("{\"backend\": \"%s\", \"precision\": \"%s\", \"model\": \"%s\", \"prompt_tokens\": %lld, "
-                "\"decode_steps\": %lld, \"warmup_s\": %.6f, \"prefill_s\": %.6f, \"prefill_tokens_per_s\": %.3f, "
-                "\"decode_s\": %.6f, \"decode_tokens_per_s\": %.3f}\n",
-                a.backend.c_str(), a.backend == "cuda" ? "f16" : a.precision.c_str(), a.model.c_str(),
-                static_cast<long long>(a.prompt_tokens), static_cast<long long>(a.decode_steps), warm_s, prefill_s,
-                prefill_tps, decode_s, decode_tps);
+    const Json j = {{"backend", a.backend},     {"precision", a.backend == "cuda" ? "f16" : a.precision},
+                    {"model", a.model},         {"prompt_tokens", a.prompt_tokens},
+                    {"decode_steps", a.decode_steps}, {"warmup_s", warm_s},
+                    {"prefill_s", prefill_s},   {"prefill_tokens_per_s", prefill_tps},
+                    {"decode_s", decode_s},     {"decode_tokens_per_s", decode_tps}};
+    std::printf("%s\n", json_text(j, -1).c_str());
   } else {
     std::printf("backend   %s\nmodel     %s\n", b->describe().c_str(), a.model.c_str());
     if (!a.no_warmup) std::printf("warm-up   %.3f s (prefill + reset, not counted)\n", warm_s);
@@ -113,7 +111,7 @@ CommandRegistration reg(60, [](CLI::App& root) {
   sub->add_option("--precision", a->precision, "reference precision: f32 or f64 (cuda runs f16/f32)")->capture_default_str();
   sub->add_option("--prompt-tokens", a->prompt_tokens, "prefill length (seeded random ids)")->capture_default_str();
   sub->add_option("--decode-steps", a->decode_steps, "greedy decode steps after the prefill")->capture_default_str();
-  sub->add_option("--seed", a->seed, "seed of the random prompt")->capture_default_str();
+  sub->add_option("--seed", a->seed, "seed of the random prompt")->check(CLI::Range(int64_t{0}, INT64_MAX))->capture_default_str();
   sub->add_option("--expert-cache-gib", a->expert_cache_gib, "reference expert cache budget")->capture_default_str();
   sub->add_flag("--no-warmup", a->no_warmup, "time the first pass too (includes lazy weight loading)");
   sub->add_flag("--json", a->json, "one JSON object on stdout");

@@ -4,14 +4,19 @@
 //
 // Writes a golden fixture (fixtures/SCHEMA.md) atomically. Exit 2 on bad input, 3 for an unsupported
 // backend.
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/gguf.h"
+#include "core/model_config.h"
 #include "tools/backend/capture.h"
 #include "tools/backend/backend.h"
 #include "tools/command.h"
+#include "tools/validate.h"
 
 namespace mlaconf::cli {
 namespace {
@@ -57,7 +62,9 @@ CommandRegistration reg(40, [](CLI::App& root) {
   auto* pi = c->add_option("--prompt-ids", a->prompt_ids, "prompt token ids, comma separated");
   auto* rt = c->add_option("--random-tokens", a->o.random_tokens, "a random prompt of N tokens");
   pi->excludes(rt);
-  c->add_option("--seed", a->o.seed, "seed for --random-tokens (and decode tokens without a head)")->capture_default_str();
+  c->add_option("--seed", a->o.seed, "seed for --random-tokens (and decode tokens without a head)")
+      ->check(CLI::Range(int64_t{0}, INT64_MAX))  // the case name carries it as a signed 64-bit number
+      ->capture_default_str();
   c->add_option("--decode-steps", a->o.decode_steps, "decode steps after the prompt, one case each")->check(CLI::Range(0, 1 << 20));
   c->add_option("--generate", a->o.generate, "greedy generation of N tokens (oracle greedy layout)")->check(CLI::Range(0, 1 << 20));
   c->add_option("--precision", a->o.precision, "reference precision")->check(CLI::IsMember({"f64", "f32"}))->capture_default_str();
@@ -68,7 +75,9 @@ CommandRegistration reg(40, [](CLI::App& root) {
                 "embeddings fed directly to it)")
       ->check(CLI::IsMember({"forward", "synthetic"}))
       ->capture_default_str();
-  c->add_option("--expert-cache-mb", a->o.expert_cache_mb, "memory budget for dequantized routed experts")->capture_default_str();
+  c->add_option("--expert-cache-mb", a->o.expert_cache_mb, "memory budget for dequantized routed experts")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
   c->add_option("--op-layers", a->op_layers, "op-level datasets only for these captured layers (default: all captured)");
   c->add_flag("--no-op-level", a->no_op_level, "model-level datasets only");
   c->add_flag("--dense-attention", a->o.dense_attention, "negative control: ignore the indexer (dense causal attention)");
@@ -90,6 +99,18 @@ CommandRegistration reg(40, [](CLI::App& root) {
       o.prompt_ids.push_back(static_cast<int32_t>(v));
     }
     if (o.prompt_ids.empty() && o.random_tokens <= 0) throw InputError("give --prompt-ids or --random-tokens N (N > 0)");
+    // Before any work: the files, and the sizes against the model's context (headers only: fast).
+    require_regular_file(o.model, "--model");
+    const GgufFile model = GgufFile::open(o.model);
+    std::vector<std::string> inputs;
+    for (const GgufShard& sh : model.shards()) inputs.push_back(sh.path);
+    require_output_path(o.out, "--out", inputs);
+    const ModelConfig cfg = ModelConfig::from_gguf(model);
+    const int64_t prompt = o.prompt_ids.empty() ? o.random_tokens : static_cast<int64_t>(o.prompt_ids.size());
+    const int64_t need = prompt + std::max(o.decode_steps, o.generate);
+    if (prompt > cfg.n_ctx_train || need > cfg.n_ctx_train)
+      throw InputError(o.model + ": " + std::to_string(prompt) + " prompt tokens + " + std::to_string(std::max(o.decode_steps, o.generate)) +
+                       " steps exceed the model's context length " + std::to_string(cfg.n_ctx_train));
     o.op_level = !a->no_op_level;
     for (const auto& s : split_list(a->op_layers)) o.op_layers.push_back(static_cast<int>(parse_int(s, "--op-layers")));
     o.progress = !a->quiet;
@@ -107,13 +128,7 @@ CommandRegistration reg(40, [](CLI::App& root) {
     cl << " --precision " << o.precision << " --hidden-source " << o.hidden_source << " --out " << o.out;
     o.command_line = cl.str();
     o.backend = a->backend;
-    try {
-      be::capture(o);
-    } catch (const be::NotSupported& e) {
-      std::fprintf(stderr, "mlaconf capture: not supported: %s\n", e.what());
-      set_exit_code(kExitNotSupported);
-      return;
-    }
+    be::capture(o);  // NotSupported: main() prints it and exits 3
     set_exit_code(kExitOk);
   });
 });

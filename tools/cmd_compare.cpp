@@ -1,23 +1,27 @@
 // mlaconf compare EXPECTED.h5 ACTUAL.h5 [--json R.json] [--plot R.png] [--filter CASE] [--precision P]
 //
-// Exit 0: every judged dataset within its tolerance; 1: at least one fails; 2: unusable input
-// (unreadable or truncated file, another schema version, fixtures of two different models, a
-// missing or mis-typed dataset, no case or dataset in common).
+// Exit 0: every judged dataset within its tolerance; 1: at least one fails (or, with --require-all,
+// EXPECTED holds a dataset ACTUAL lacks); 2: unusable input (unreadable or truncated file, another
+// schema version, fixtures of two different models, a case kind SCHEMA.md does not define, a missing
+// or mis-typed dataset, no case or dataset in common, an output that is an input).
+// Datasets EXPECTED holds and ACTUAL lacks are never silently skipped: they are listed as "not judged"
+// and counted in the summary line and the JSON.
 #include <cstdio>
 #include <iostream>
 #include <memory>
 
 #include "core/error.h"
-#include "core/gguf_writer.h"
+#include "core/atomic_file.h"
 #include "fixtures/compare.h"
 #include "tools/command.h"
+#include "tools/validate.h"
 
 namespace mlaconf::cli {
 namespace {
 
 struct CompareArgs {
   std::string expected, actual, json, plot, filter, precision;
-  bool brief = false;
+  bool brief = false, require_all = false;
   bool no_attribution = false;
 };
 
@@ -34,16 +38,22 @@ CommandRegistration reg(50, [](CLI::App& root) {
   c->add_flag("--brief", a->brief, "print only failing datasets and the summary");
   c->add_flag("--no-attribution", a->no_attribution,
               "judge every row, also those a differing decision (a near-tie flip) reached (default: decision-aware)");
+  c->add_flag("--require-all", a->require_all, "fail (exit 1) when EXPECTED holds a dataset ACTUAL lacks (not judged)");
   c->callback([a] {
+    require_regular_file(a->expected, "EXPECTED");
+    require_regular_file(a->actual, "ACTUAL");
+    if (!a->json.empty()) require_output_path(a->json, "--json", {a->expected, a->actual});
+    if (!a->plot.empty()) require_output_path(a->plot, "--plot", {a->expected, a->actual});
+    require_distinct_outputs(a->json, "--json", a->plot, "--plot");
     fx::CompareOptions o;
     o.filter = a->filter;
     o.precision = a->precision;
     o.attribution = !a->no_attribution;
+    o.require_all = a->require_all;
     fx::CompareReport r = fx::compare_files(a->expected, a->actual, o);
     std::cout << fx::report_table(r, a->brief);
     if (!a->json.empty()) {
-      std::string j = fx::report_json(r);
-      write_file_atomic(a->json, j.data(), j.size());
+      write_file_atomic(a->json, fx::report_json(r));
     }
     if (!a->plot.empty()) std::cout << fx::write_report_png(r, a->plot);
     set_exit_code(r.pass() ? kExitOk : kExitFail);

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/gguf.h"
 #include "core/model_config.h"
 #include "tokenizer/streamer.h"
@@ -55,6 +56,7 @@
 #include "tools/backend/backend.h"
 #include "tools/backend/decision_trace.h"
 #include "tools/command.h"
+#include "tools/validate.h"
 
 namespace mlaconf::cli {
 namespace {
@@ -106,59 +108,20 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   return ids;
 }
 
-// JSON string literal of (valid UTF-8) text.
-std::string json_string(const std::string& s) {
-  std::string o = "\"";
-  for (unsigned char ch : s) {
-    switch (ch) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\r': o += "\\r"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (ch < 0x20 || ch == 0x7f) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-          o += buf;
-        } else {
-          o += static_cast<char>(ch);
-        }
-    }
-  }
-  return o + "\"";
-}
-
-std::string json_ints(const std::vector<int32_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
-std::string json_double(double d) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", d);
-  return buf;
-}
-
-std::string json_doubles(const std::vector<double>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + json_double(v[i]);
-  return s + "]";
-}
-
 // One backend's run: generated tokens, their margins, the text.
 struct Stream {
   std::vector<int32_t> tokens;
   std::vector<double> margins;
   std::string text;
   std::string stop = "length";
-  std::string json(const std::string& backend) const {
-    return "{\"backend\": " + json_string(backend) + ", \"tokens\": " + json_ints(tokens) +
-           ", \"margins\": " + json_doubles(margins) + ", \"text\": " + json_string(text) +
-           ", \"stop\": " + json_string(stop) + "}";
+  Json json(const std::string& backend) const {
+    return {{"backend", backend}, {"tokens", tokens}, {"margins", margins}, {"text", text}, {"stop", stop}};
   }
 };
+
+Json flip_json(const be::DecisionDiff& f) {
+  return {{"layer", f.layer}, {"kind", f.kind}, {"row", f.row}, {"reference_gap", f.gap}};
+}
 
 struct Divergence {
   int64_t step;
@@ -173,23 +136,20 @@ struct Divergence {
     if (forced_token >= 0 && forced_token == ref_token) return "decision_flip";
     return "failure";
   }
-  std::string json() const {
-    std::string s = "{\"step\": " + std::to_string(step) + ", \"reference_token\": " + std::to_string(ref_token) +
-                    ", \"cuda_token\": " + std::to_string(cuda_token) + ", \"reference_margin\": " + json_double(ref_margin) +
-                    ", \"cuda_margin\": " + json_double(cuda_margin) + ", \"near_tie\": " + (near_tie() ? "true" : "false") +
-                    ", \"class\": " + json_string(cls());
-    if (forced_token >= 0) s += ", \"forced_token\": " + std::to_string(forced_token);
-    if (flip.found)
-      s += ", \"first_decision_flip\": {\"layer\": " + std::to_string(flip.layer) + ", \"kind\": " + json_string(flip.kind) +
-           ", \"row\": " + std::to_string(flip.row) + ", \"reference_gap\": " + json_double(flip.gap) + "}";
-    return s + "}";
+  Json json() const {
+    Json j = {{"step", step},           {"reference_token", ref_token}, {"cuda_token", cuda_token},
+              {"reference_margin", ref_margin}, {"cuda_margin", cuda_margin}, {"near_tie", near_tie()},
+              {"class", cls()}};
+    if (forced_token >= 0) j["forced_token"] = forced_token;
+    if (flip.found) j["first_decision_flip"] = flip_json(flip);
+    return j;
   }
 };
 
 // A token's text for the --verbose lines (printable, quotes escaped).
 std::string token_label(const tok::Tokenizer* t, int32_t id) {
   if (!t || id < 0 || id >= t->n_vocab()) return "";
-  return " " + json_string(t->token_text(id));
+  return " " + json_text(Json(t->token_text(id)), -1);
 }
 
 void run(const GenerateArgs& a) {
@@ -199,13 +159,12 @@ void run(const GenerateArgs& a) {
   if (a.backend != "reference" && a.backend != "cuda" && a.backend != "both")
     throw InputError("generate: --backend must be reference, cuda or both, not '" + a.backend + "'");
   const bool use_ref = a.backend != "cuda", use_cuda = a.backend != "reference";
+  require_fault_name(a.fault);  // a typo is unusable input (2), before "not supported" (3)
+  require_finite_nonnegative(a.expert_cache_gib, "--expert-cache-gib");
   const bool faulty = !a.fault.empty() && a.fault != "none";
-  if (faulty && a.backend == "reference" && a.fault != "dense-attention") {
-    std::fprintf(stderr, "mlaconf generate: not supported: the reference has one fault, dense-attention (not '%s')\n",
-                 a.fault.c_str());
-    set_exit_code(kExitNotSupported);
-    return;
-  }
+  if (faulty && a.backend == "reference" && a.fault != "dense-attention")
+    throw NotSupported("generate: the reference has one fault, dense-attention (not '" + a.fault + "')");
+  require_regular_file(a.model, "--model");
 
   GgufFile f = GgufFile::open(a.model);
   ModelConfig c = ModelConfig::from_gguf(f);
@@ -241,7 +200,8 @@ void run(const GenerateArgs& a) {
 
   if (a.force_decisions && a.backend != "both") throw InputError("generate: --force-decisions needs --backend both");
   std::unique_ptr<be::Backend> ref, gpu, forced;  // forced: the pipeline on the reference's decisions
-  try {
+  // NotSupported (no CUDA here, YaRN in the pipeline): main() prints it and exits 3.
+  {
     be::BackendOptions bo;
     bo.precision = a.precision;
     bo.expert_cache_gib = a.expert_cache_gib;
@@ -253,10 +213,6 @@ void run(const GenerateArgs& a) {
       if (a.backend != "reference") bo.fault.clear();  // with both, the fault goes to the backend under test
       ref = be::make_backend("reference", f, c, bo);
     }
-  } catch (const be::NotSupported& e) {
-    std::fprintf(stderr, "mlaconf generate: not supported: %s\n", e.what());
-    set_exit_code(kExitNotSupported);
-    return;
   }
   // The backend under test beside the reference: the pipeline itself, or (--force-decisions) its forced run.
   be::Backend* test = a.force_decisions ? forced.get() : gpu.get();
@@ -334,27 +290,27 @@ void run(const GenerateArgs& a) {
   const char* verdict = real ? "fail" : divs.empty() ? "agree" : flips ? "decision-flip" : "near-tie";
 
   if (a.json) {
-    std::string s;
+    Json j;
     if (ref && test) {
-      std::string dl = "[";
-      for (size_t i = 0; i < divs.size(); ++i) dl += (i ? ", " : "") + divs[i].json();
-      dl += "]";
-      s = "{\"prompt_ids\": " + json_ints(ids) + ", \"reference\": " + lead_s.json(ref->describe()) +
-          ", \"cuda\": " + gpu_s.json(test->describe()) + ", \"first_divergence\": " + (first ? first->json() : "null") +
-          ", \"divergences\": " + dl + ", \"near_tie_margin\": " + json_double(kNearTieMargin) +
-          ", \"forced_decisions\": " + (a.force_decisions ? "true" : "false") + ", \"attribution\": " + (forced ? "true" : "false") +
-          ", \"decision_failures\": " + std::to_string(decision_failures) +
-          ", \"first_decision_flip\": " + (first_flip.found ? "{\"layer\": " + std::to_string(first_flip.layer) + ", \"kind\": " +
-                                                                 json_string(first_flip.kind) + ", \"row\": " + std::to_string(first_flip.row) +
-                                                                 ", \"reference_gap\": " + json_double(first_flip.gap) + "}"
-                                                             : std::string("null")) +
-          ", \"verdict\": " + json_string(verdict) + "}";
+      Json dl = Json::array();
+      for (const Divergence& d : divs) dl.push_back(d.json());
+      j = {{"prompt_ids", ids},
+           {"reference", lead_s.json(ref->describe())},
+           {"cuda", gpu_s.json(test->describe())},
+           {"first_divergence", first ? first->json() : Json(nullptr)},
+           {"divergences", std::move(dl)},
+           {"near_tie_margin", kNearTieMargin},
+           {"forced_decisions", a.force_decisions},
+           {"attribution", forced != nullptr},
+           {"decision_failures", decision_failures},
+           {"first_decision_flip", first_flip.found ? flip_json(first_flip) : Json(nullptr)},
+           {"verdict", verdict}};
     } else {
       // {"tokens", "margins"} is the contract suites/reference/test_cli_generate.cpp holds.
-      s = "{\"backend\": " + json_string(lead->describe()) + ", \"prompt_ids\": " + json_ints(ids) +
-          ", \"tokens\": " + json_ints(lead_s.tokens) + ", \"margins\": " + json_doubles(lead_s.margins) +
-          ", \"text\": " + json_string(lead_s.text) + ", \"stop\": " + json_string(lead_s.stop) + "}";
+      j = {{"backend", lead->describe()}, {"prompt_ids", ids},       {"tokens", lead_s.tokens},
+           {"margins", lead_s.margins},   {"text", lead_s.text},     {"stop", lead_s.stop}};
     }
+    const std::string s = json_text(j, -1);
     std::printf("%s\n", s.c_str());
   } else {
     std::printf("\n");

@@ -18,10 +18,12 @@
 
 #include "core/error.h"
 #include "core/gguf.h"
+#include "core/json.h"
 #include "core/model_config.h"
 #include "core/weight_layout.h"
 #include "reference/dequant/dequant.h"
 #include "tools/command.h"
+#include "tools/validate.h"
 
 namespace mlaconf::cli {
 namespace {
@@ -34,81 +36,32 @@ struct InspectArgs {
   size_t max_items = 8;
 };
 
-// JSON string literal: escapes quotes, backslashes and control bytes; bytes that are not valid UTF-8
-// become U+FFFD so the document stays valid whatever the file holds.
-std::string jstr(const std::string& s) {
-  std::string o = "\"";
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  for (size_t i = 0; i < n;) {
-    unsigned char c = p[i];
-    if (c < 0x80) {
-      switch (c) {
-        case '"': o += "\\\""; break;
-        case '\\': o += "\\\\"; break;
-        case '\n': o += "\\n"; break;
-        case '\t': o += "\\t"; break;
-        case '\r': o += "\\r"; break;
-        default:
-          if (c < 0x20) {
-            char b[8];
-            std::snprintf(b, sizeof b, "\\u%04x", c);
-            o += b;
-          } else {
-            o += static_cast<char>(c);
-          }
-      }
-      ++i;
-      continue;
-    }
-    size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-    bool ok = len > 0 && i + len <= n;
-    for (size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xC0) == 0x80;
-    if (ok && len == 2) ok = c >= 0xC2;
-    if (ok && len == 3) ok = !(c == 0xE0 && p[i + 1] < 0xA0) && !(c == 0xED && p[i + 1] >= 0xA0);
-    if (ok && len == 4) ok = c <= 0xF4 && !(c == 0xF0 && p[i + 1] < 0x90) && !(c == 0xF4 && p[i + 1] >= 0x90);
-    if (ok) {
-      o.append(reinterpret_cast<const char*>(p + i), len);
-      i += len;
-    } else {
-      o += "\\ufffd";
-      ++i;
-    }
-  }
-  return o + "\"";
+Json jshape(const TensorInfo& t) {
+  Json s = Json::array();
+  for (int d = 0; d < t.n_dims; ++d) s.push_back(t.ne[d]);
+  return s;
 }
 
-std::string jnum(double v) {
-  if (!std::isfinite(v)) return "null";
-  char b[40];
-  std::snprintf(b, sizeof b, "%.9g", v);
-  return b;
-}
-
-std::string jshape(const TensorInfo& t) {
-  std::string s = "[";
-  for (int d = 0; d < t.n_dims; ++d) s += (d ? ", " : "") + std::to_string(t.ne[d]);
-  return s + "]";
-}
-
-std::string jvalue(const GgufValue& v, size_t max_items) {
-  if (v.type == GgufType::STRING) return jstr(v.s);
-  if (v.type == GgufType::BOOL) return v.i ? "true" : "false";
-  if (gguf_type_is_integer(v.type)) return std::to_string(v.i);
-  if (gguf_type_is_float(v.type)) return jnum(v.f);
+Json jvalue(const GgufValue& v, size_t max_items) {
+  if (v.type == GgufType::STRING) return v.s;
+  if (v.type == GgufType::BOOL) return v.i != 0;
+  if (gguf_type_is_integer(v.type)) return v.i;
+  if (gguf_type_is_float(v.type)) return v.f;
   const size_t n = v.array_size();
   const size_t shown = std::min(n, max_items);
-  std::string s = "{\"elem_type\": " + jstr(gguf_type_name(v.elem_type)) + ", \"count\": " + std::to_string(n) +
-                  (shown < n ? ", \"head\": [" : ", \"values\": [");
+  Json items = Json::array();
   for (size_t k = 0; k < shown; ++k) {
-    if (k) s += ", ";
-    if (!v.strings.empty()) s += jstr(v.strings[k]);
-    else if (!v.floats.empty()) s += jnum(v.floats[k]);
-    else if (v.elem_type == GgufType::BOOL) s += v.ints[k] ? "true" : "false";
-    else s += std::to_string(v.ints[k]);
+    if (!v.strings.empty()) items.push_back(v.strings[k]);
+    else if (!v.floats.empty()) items.push_back(v.floats[k]);
+    else if (v.elem_type == GgufType::BOOL) items.push_back(v.ints[k] != 0);
+    else items.push_back(v.ints[k]);
   }
-  return s + "]}";
+  Json o = {{"elem_type", gguf_type_name(v.elem_type)}, {"count", n}};
+  o[shown < n ? "head" : "values"] = std::move(items);
+  return o;
 }
+
+void print_line(const Json& j) { std::printf("%s\n", json_text(j, -1).c_str()); }
 
 // The config and the weight verdict: the error message, or "" when the model is usable.
 std::string check_model(const GgufFile& f, std::unique_ptr<ModelConfig>* cfg) {
@@ -151,42 +104,37 @@ int print_stats(const GgufFile& f, const InspectArgs& a) {
   }
   const double mean = n ? sum / n : 0, rms = n ? std::sqrt(sumsq / n) : 0;
   if (a.json) {
-    std::printf("{\"name\": %s, \"type\": %s, \"shape\": %s, \"min\": %s, \"max\": %s, \"mean\": %s, \"rms\": %s}\n",
-                jstr(t.name).c_str(), jstr(type_name(t.type)).c_str(), jshape(t).c_str(), jnum(mn).c_str(),
-                jnum(mx).c_str(), jnum(mean).c_str(), jnum(rms).c_str());
+    print_line({{"name", t.name}, {"type", type_name(t.type)}, {"shape", jshape(t)}, {"min", mn}, {"max", mx},
+                {"mean", mean}, {"rms", rms}});
   } else {
-    std::printf("%s  %s  %s  %lld values\n  min %.9g  max %.9g  mean %.9g  rms %.9g\n", t.name.c_str(),
+    std::printf("%s  %s  %s  %lld values\n  min %.17g  max %.17g  mean %.17g  rms %.17g\n", t.name.c_str(),
                 type_name(t.type), t.shape_string().c_str(), static_cast<long long>(n), mn, mx, mean, rms);
   }
   return kExitOk;
 }
 
 int print_json(const GgufFile& f, const InspectArgs& a, const ModelConfig* cfg, const std::string& verdict) {
-  std::string o = "{\n  \"file\": " + jstr(f.path()) + ",\n  \"version\": " + std::to_string(f.version()) +
-                  ",\n  \"total_file_size\": " + std::to_string(f.total_file_size()) + ",\n  \"shards\": [";
-  for (size_t k = 0; k < f.shards().size(); ++k) {
-    const GgufShard& s = f.shards()[k];
-    o += std::string(k ? "," : "") + "\n    {\"path\": " + jstr(s.path) + ", \"file_size\": " + std::to_string(s.file_size) +
-         ", \"version\": " + std::to_string(s.version) + ", \"alignment\": " + std::to_string(s.alignment) +
-         ", \"data_offset\": " + std::to_string(s.data_offset) + ", \"n_tensors\": " + std::to_string(s.n_tensors) +
-         ", \"n_kv\": " + std::to_string(s.n_kv) + "}";
-  }
-  o += "\n  ],\n  \"metadata\": {";
-  bool first = true;
-  for (const auto& [k, v] : f.metadata()) {
-    o += std::string(first ? "" : ",") + "\n    " + jstr(k) + ": {\"type\": " + jstr(gguf_type_name(v.type)) +
-         ", \"value\": " + jvalue(v, a.max_items) + "}";
-    first = false;
-  }
-  o += "\n  },\n  \"config\": " + (cfg ? cfg->to_json(0) : std::string("null")) + ",\n  \"tensors\": [";
-  for (size_t k = 0; k < f.tensors().size(); ++k) {
-    const TensorInfo& t = f.tensors()[k];
-    o += std::string(k ? "," : "") + "\n    {\"name\": " + jstr(t.name) + ", \"type\": " + jstr(type_name(t.type)) +
-         ", \"shape\": " + jshape(t) + ", \"bytes\": " + std::to_string(t.nbytes) +
-         ", \"offset\": " + std::to_string(t.offset) + ", \"shard\": " + std::to_string(t.shard) + "}";
-  }
-  o += "\n  ],\n  \"validation\": {\"ok\": " + std::string(verdict.empty() ? "true" : "false") +
-       (verdict.empty() ? "" : ", \"error\": " + jstr(verdict)) + "}\n}\n";
+  Json shards = Json::array();
+  for (const GgufShard& s : f.shards())
+    shards.push_back({{"path", s.path}, {"file_size", s.file_size}, {"version", s.version}, {"alignment", s.alignment},
+                      {"data_offset", s.data_offset}, {"n_tensors", s.n_tensors}, {"n_kv", s.n_kv}});
+  Json meta = Json::object();
+  for (const auto& [k, v] : f.metadata()) meta[k] = {{"type", gguf_type_name(v.type)}, {"value", jvalue(v, a.max_items)}};
+  Json tensors = Json::array();
+  for (const TensorInfo& t : f.tensors())
+    tensors.push_back({{"name", t.name}, {"type", type_name(t.type)}, {"shape", jshape(t)}, {"bytes", t.nbytes},
+                       {"offset", t.offset}, {"shard", t.shard}});
+  Json validation = {{"ok", verdict.empty()}};
+  if (!verdict.empty()) validation["error"] = verdict;
+  Json doc = {{"file", f.path()},
+              {"version", f.version()},
+              {"total_file_size", f.total_file_size()},
+              {"shards", std::move(shards)},
+              {"metadata", std::move(meta)},
+              {"config", cfg ? cfg->to_json_value() : Json(nullptr)},
+              {"tensors", std::move(tensors)},
+              {"validation", std::move(validation)}};
+  const std::string o = json_text(doc) + "\n";
   std::fwrite(o.data(), 1, o.size(), stdout);
   return verdict.empty() ? kExitOk : kExitBadInput;
 }
@@ -224,14 +172,15 @@ int print_text(const GgufFile& f, const InspectArgs& a, const ModelConfig* cfg, 
 }
 
 int run(const InspectArgs& a) {
+  if (a.stats && a.tensor.empty()) throw InputError("inspect: --stats needs --tensor NAME");
+  require_regular_file(a.model, "MODEL");
   GgufFile f = GgufFile::open(a.model);
   if (!a.tensor.empty()) {
     if (a.stats) return print_stats(f, a);
     const TensorInfo& t = f.tensor(a.tensor);
     if (a.json)
-      std::printf("{\"name\": %s, \"type\": %s, \"shape\": %s, \"bytes\": %llu, \"offset\": %llu, \"shard\": %d}\n",
-                  jstr(t.name).c_str(), jstr(type_name(t.type)).c_str(), jshape(t).c_str(),
-                  static_cast<unsigned long long>(t.nbytes), static_cast<unsigned long long>(t.offset), t.shard);
+      print_line({{"name", t.name}, {"type", type_name(t.type)}, {"shape", jshape(t)}, {"bytes", t.nbytes},
+                  {"offset", t.offset}, {"shard", t.shard}});
     else
       std::printf("%s  %s  %s  %llu bytes at offset %llu (shard %d)\n", t.name.c_str(), type_name(t.type),
                   t.shape_string().c_str(), static_cast<unsigned long long>(t.nbytes),

@@ -13,6 +13,7 @@
 #include "core/gguf.h"
 #include "synth/synth.h"
 #include "tools/command.h"
+#include "tools/validate.h"
 
 namespace mlaconf::cli {
 namespace {
@@ -111,6 +112,18 @@ void run(const SynthArgs& a) {
   o.header_only = a.header_only;
   o.alignment = a.alignment;
   o.name = a.name.empty() ? "mlaconf-synth-" + a.preset + "-seed" + std::to_string(a.seed) : a.name;
+  // Before writing: the plan (config, types: the readers' rules), the output, and the room it needs.
+  require_output_path(a.out, "--out", {});
+  const std::vector<synth::PlannedTensor> plan = synth::plan(o);
+  long double total = 0;  // tensor bytes (headers and padding are small beside them)
+  for (const auto& t : plan) total += static_cast<long double>(t.nbytes);
+  const uint64_t free = free_bytes_for(a.out);
+  std::printf("synth: %.0Lf bytes of tensor data in %d file(s)%s; %llu bytes free\n", total, o.split,
+              o.header_only ? " (header only: written as a sparse hole)" : "", static_cast<unsigned long long>(free));
+  std::fflush(stdout);
+  if (!o.header_only && total > static_cast<long double>(free))
+    throw InputError("synth: the model needs " + std::to_string(static_cast<unsigned long long>(total / (1ull << 20))) +
+                     " MiB, the filesystem of " + a.out + " has " + std::to_string(free >> 20) + " MiB free");
   const auto paths = synth::write_model(o, a.out);
   uint64_t bytes = 0;
   for (const auto& p : paths) {
@@ -128,7 +141,8 @@ void run(const SynthArgs& a) {
 const CommandRegistration reg(20, [](CLI::App& root) {
   auto a = std::make_shared<SynthArgs>();
   CLI::App* s = root.add_subcommand("synth", "Write a valid glm-dsa GGUF with seeded random weights");
-  s->add_option("--seed", a->seed, "random seed (same seed and options: identical bytes)");
+  s->add_option("--seed", a->seed, "random seed (same seed and options: identical bytes)")
+      ->check(CLI::Range(int64_t{0}, INT64_MAX));
   s->add_option("--out,-o", a->out, "output file (F.gguf; with --split: F-0000k-of-0000N.gguf)")->required();
   s->add_option("--preset", a->preset, "tiny (default) or glm5 (GLM-5's real dims)")->check(CLI::IsMember({"tiny", "glm5"}));
   s->add_option("--arch", a->arch, "glm-dsa (default) or deepseek32");

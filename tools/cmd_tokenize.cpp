@@ -13,7 +13,9 @@
 
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
+#include "core/json.h"
 #include "tools/command.h"
+#include "tools/validate.h"
 
 namespace mlaconf::cli {
 namespace {
@@ -29,46 +31,58 @@ struct TokenizeOpts {
   bool pieces = false;
 };
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  return out + "\"";
+int32_t token_id(long long v, const std::string& shown) {
+  if (v < 0 || v > INT32_MAX) throw InputError("--ids: " + shown + " is not a token id");
+  return static_cast<int32_t>(v);
 }
 
+// "[1, 2, 3]" is read as JSON (a list of integers, nothing else); "1 2 3" and "1,2,3" as a plain list.
 std::vector<int32_t> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;
-  std::string t = s;
-  for (char& c : t)
-    if (c == ',' || c == '[' || c == ']') c = ' ';
-  std::istringstream in(t);
-  std::string w;
-  while (in >> w) {
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(w, &used);
-    } catch (const std::exception&) {
-      used = 0;
+  const size_t first = s.find_first_not_of(" \t\n\r");
+  if (first != std::string::npos && s[first] == '[') {
+    const Json j = json_parse(s, "--ids");
+    if (!j.is_array()) throw InputError("--ids: not a JSON list of token ids");
+    for (const Json& x : j) {
+      if (!x.is_number_integer()) throw InputError("--ids: " + x.dump() + " is not a token id");
+      ids.push_back(token_id(x.get<long long>(), x.dump()));
     }
-    if (used != w.size() || v < INT32_MIN || v > INT32_MAX) throw InputError("--ids: '" + w + "' is not a token id");
-    ids.push_back(static_cast<int32_t>(v));
+  } else {
+    std::string cur;
+    bool after_comma = false;
+    auto flush = [&](bool comma) {
+      if (cur.empty()) {
+        if (comma || after_comma) throw InputError("--ids: an empty entry in '" + s + "'");
+        return;
+      }
+      size_t used = 0;
+      long long v = 0;
+      try {
+        v = std::stoll(cur, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != cur.size()) throw InputError("--ids: '" + cur + "' is not a token id");
+      ids.push_back(token_id(v, "'" + cur + "'"));
+      cur.clear();
+    };
+    for (char c : s) {
+      if (c == ',') {
+        flush(true);
+        after_comma = true;
+      } else if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+        if (!cur.empty()) {
+          flush(false);
+          after_comma = false;
+        }
+      } else {
+        cur += c;
+        after_comma = false;
+      }
+    }
+    flush(false);
   }
+  if (ids.empty()) throw InputError("--ids: no token id given");
   return ids;
 }
 
@@ -78,13 +92,14 @@ void run(const TokenizeOpts& o) {
     std::vector<int32_t> ids = parse_ids(o.ids);
     std::string text = t.decode(ids, {.special = !o.no_special});
     if (o.json)
-      std::cout << "{\"text\": " << json_string(text) << "}\n";
+      std::cout << json_text(Json{{"text", text}}, -1) << "\n";
     else
       std::cout << text << "\n";
     return;
   }
   std::string text = o.text;
   if (!o.text_file.empty()) {
+    require_regular_file(o.text_file, "--text-file");
     std::ifstream in(o.text_file, std::ios::binary);
     if (!in) throw InputError(o.text_file + ": cannot read the text file");
     std::ostringstream ss;
@@ -93,15 +108,13 @@ void run(const TokenizeOpts& o) {
   }
   std::vector<int32_t> ids = t.encode(text, {.add_bos = o.add_bos, .parse_special = !o.no_special});
   if (o.json) {
-    std::cout << "{\"ids\": [";
-    for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? ", " : "") << ids[i];
-    std::cout << "]";
+    Json j = {{"ids", ids}};
     if (o.pieces) {
-      std::cout << ", \"pieces\": [";
-      for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? ", " : "") << json_string(t.token_text(ids[i]));
-      std::cout << "]";
+      Json pieces = Json::array();
+      for (int32_t id : ids) pieces.push_back(t.token_text(id));
+      j["pieces"] = std::move(pieces);
     }
-    std::cout << "}\n";
+    std::cout << json_text(j, -1) << "\n";
   } else {
     for (size_t i = 0; i < ids.size(); ++i) {
       std::cout << (i ? " " : "") << ids[i];
@@ -133,6 +146,7 @@ CommandRegistration reg(25, [](CLI::App& root) {
   cmd->callback([o, text, file, ids] {
     if (text->count() == 0 && file->count() == 0 && ids->count() == 0)
       throw InputError("tokenize: give --text, --text-file or --ids");
+    require_regular_file(o->model, "--model");
     run(*o);
     set_exit_code(kExitOk);
   });

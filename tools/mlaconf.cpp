@@ -4,6 +4,7 @@
 #include <iostream>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "tools/command.h"
 
@@ -31,9 +32,20 @@ int main(int argc, char** argv) {
       "mlaconf: reference-vs-optimized conformance for the GLM-5 (glm-dsa) attention stack.\n"
       "MLA, the DSA lightning indexer, MoE and GGUF dequantization: a CPU reference, a CUDA pipeline,\n"
       "and HDF5 fixtures any implementation can answer. Exit codes: 0 pass, 1 fail, 2 bad input,\n"
-      "3 not supported.",
+      "3 not supported, 130/143 interrupted (SIGINT/SIGTERM; no partial file is left).",
       "mlaconf"};
+  install_interrupt_cleanup();  // SIGINT/SIGTERM: remove temporary files, exit 130/143
   app.require_subcommand(1);
+  // Usage errors: one line, the same prefix as every other error (README "Exit codes").
+  app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+    std::string m = e.what();
+    for (char& ch : m)
+      if (ch == '\n' || ch == '\r') ch = ' ';
+    // The subcommand the error belongs to, when one was recognised: "capture: --model is required".
+    std::string sub;
+    for (const CLI::App* s : a->get_subcommands()) sub = s->get_name();
+    return "mlaconf: error: " + (sub.empty() ? "" : sub + ": ") + m + " (see mlaconf " + (sub.empty() ? "" : sub + " ") + "--help)\n";
+  });
   app.set_version_flag("--version", "mlaconf 0.1.0");
   auto& reg = cli::registry();
   std::stable_sort(reg.begin(), reg.end(), [](const auto& a, const auto& b) { return a.order < b.order; });
@@ -46,6 +58,9 @@ int main(int argc, char** argv) {
   } catch (const InputError& e) {
     std::fprintf(stderr, "mlaconf: error: %s\n", e.what());
     return kExitBadInput;
+  } catch (const NotSupported& e) {
+    std::fprintf(stderr, "mlaconf: not supported: %s\n", e.what());
+    return kExitNotSupported;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "mlaconf: error: out of memory\n");
     return kExitBadInput;

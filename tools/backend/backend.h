@@ -18,16 +18,15 @@
 #include <vector>
 
 #include "core/decisions.h"
+#include "core/error.h"
 #include "core/gguf.h"
 #include "core/model_config.h"
 #include "core/trace.h"
 
 namespace mlaconf::be {
 
-// What this build or machine cannot do (the CLI maps it to exit 3, "not supported: ...").
-struct NotSupported : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+// What this build or machine cannot do: core/error.h's (main() prints "not supported: ..." and exits 3).
+using mlaconf::NotSupported;
 
 struct BackendOptions {
   std::string precision = "f32";     // reference: f32 | f64 (the CUDA pipeline is always f16 storage)

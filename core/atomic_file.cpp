@@ -1,0 +1,156 @@
+// mlaconf: atomic file writes and their interrupt cleanup (see atomic_file.h).
+#include "core/atomic_file.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include "core/error.h"
+
+namespace mlaconf {
+namespace {
+
+// The registry the signal handler reads: fixed slots of NUL-terminated names, no allocation. A slot is
+// claimed by setting `used` after the name is in place, and given up by clearing it first.
+constexpr int kSlots = 64;
+constexpr size_t kNameMax = 4096;
+struct Slot {
+  std::atomic<bool> used{false};
+  char name[kNameMax];
+};
+Slot g_slots[kSlots];
+std::mutex g_claim;
+
+extern "C" void on_interrupt(int sig) {
+  for (Slot& s : g_slots)
+    if (s.used.load()) ::unlink(s.name);
+  ::_exit(128 + sig);
+}
+
+int claim(const std::string& name) {
+  install_interrupt_cleanup();
+  if (name.size() >= kNameMax) throw InputError(name + ": path too long");
+  std::lock_guard<std::mutex> lock(g_claim);
+  for (int i = 0; i < kSlots; ++i)
+    if (!g_slots[i].used.load()) {
+      std::memcpy(g_slots[i].name, name.c_str(), name.size() + 1);
+      g_slots[i].used.store(true);
+      return i;
+    }
+  throw InputError(name + ": too many files open for writing at once");
+}
+
+void release(int slot) {
+  if (slot >= 0) g_slots[slot].used.store(false);
+}
+
+[[noreturn]] void fail(const std::string& path, const char* what, int err) {
+  throw InputError(path + ": " + what + ": " + std::strerror(err));
+}
+
+}  // namespace
+
+void install_interrupt_cleanup() {
+  static const bool done = [] {
+    struct sigaction sa {};
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGINT);
+    sigaddset(&sa.sa_mask, SIGTERM);
+    for (int sig : {SIGINT, SIGTERM}) {
+      // A signal ignored by whoever started us (nohup, a background job of a script) stays ignored.
+      struct sigaction old {};
+      if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+      sigaction(sig, &sa, nullptr);
+    }
+    // A file-size limit (ulimit -f) should read as a failed write (EFBIG), not kill the process.
+    signal(SIGXFSZ, SIG_IGN);
+    return true;
+  }();
+  (void)done;
+}
+
+TempFileName::TempFileName(const std::string& final_path)
+    : final_(final_path), tmp_(final_path + ".tmp." + std::to_string(::getpid())) {
+  slot_ = claim(tmp_);
+}
+
+TempFileName::~TempFileName() {
+  if (slot_ >= 0) {
+    ::unlink(tmp_.c_str());
+    release(slot_);
+  }
+}
+
+void TempFileName::commit() {
+  int fd = ::open(tmp_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(final_, "cannot reopen the temporary file", errno);
+  if (::fsync(fd) != 0) {
+    int e = errno;
+    ::close(fd);
+    fail(final_, "cannot flush", e);
+  }
+  if (::close(fd) != 0) fail(final_, "cannot close", errno);
+  rename_into_place();
+}
+
+void TempFileName::rename_into_place() {
+  if (std::rename(tmp_.c_str(), final_.c_str()) != 0) fail(final_, "cannot rename into place", errno);
+  release(slot_);
+  slot_ = -1;
+}
+
+AtomicFile::AtomicFile(const std::string& path) : name_(path) {
+  fd_ = ::open(name_.path().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail(path, "cannot create", errno);
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void AtomicFile::write(const void* data, size_t n) {
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    ssize_t k = ::write(fd_, p, n);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      fail(name_.final_path(), "write failed", errno);
+    }
+    p += k;
+    n -= static_cast<size_t>(k);
+    pos_ += static_cast<uint64_t>(k);
+  }
+}
+
+void AtomicFile::extend_to(uint64_t size) {
+  if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) fail(name_.final_path(), ("cannot extend to " + std::to_string(size) + " bytes").c_str(), errno);
+  if (::lseek(fd_, static_cast<off_t>(size), SEEK_SET) < 0) fail(name_.final_path(), "seek failed", errno);
+  pos_ = size;
+}
+
+void AtomicFile::commit() {
+  const int fd = fd_;
+  fd_ = -1;  // closed exactly once, whatever happens below
+  if (::fsync(fd) != 0) {
+    int e = errno;
+    ::close(fd);
+    fail(name_.final_path(), "cannot flush", e);
+  }
+  if (::close(fd) != 0) fail(name_.final_path(), "cannot close", errno);
+  name_.rename_into_place();
+}
+
+void write_file_atomic(const std::string& path, const void* data, size_t n) {
+  AtomicFile f(path);
+  f.write(data, n);
+  f.commit();
+}
+
+}  // namespace mlaconf

@@ -1,0 +1,67 @@
+// mlaconf: every file mlaconf writes goes through here (one place for the temp-file rules).
+//
+// A file is written under "<path>.tmp.<pid>", fsync'ed, closed with its result checked, and renamed onto
+// <path>. A failure at any step (ENOSPC and EFBIG included) removes the temporary file and throws
+// InputError (exit 2). The temporary name is registered in a process-wide table that a SIGINT/SIGTERM
+// handler empties (unlink is async-signal-safe) before the process exits 130/143, so Ctrl-C never
+// leaves a half-written file behind either.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace mlaconf {
+
+// Installs the SIGINT/SIGTERM handler: remove every registered temporary file, then _exit(128 + sig).
+// Idempotent; TempFileName installs it too, so library users get it without calling this.
+void install_interrupt_cleanup();
+
+// Registers "<path>.tmp.<pid>" for removal on interrupt for as long as it lives; removes the file in its
+// destructor unless release()d (after a successful rename). For writers that create the file themselves
+// (HDF5); AtomicFile below is built on it.
+class TempFileName {
+ public:
+  explicit TempFileName(const std::string& final_path);
+  ~TempFileName();
+  TempFileName(const TempFileName&) = delete;
+  TempFileName& operator=(const TempFileName&) = delete;
+  const std::string& path() const { return tmp_; }
+  const std::string& final_path() const { return final_; }
+  // fsync()s the temporary file (by name) and renames it onto the final path; the name is then released.
+  // Throws InputError (and removes the temporary file) on failure.
+  void commit();
+  // Renames onto the final path (the caller has fsync'ed and closed it); the name is then released.
+  void rename_into_place();
+
+ private:
+  std::string final_, tmp_;
+  int slot_ = -1;
+};
+
+// A file descriptor on a TempFileName. write() and commit() throw InputError naming the final path.
+class AtomicFile {
+ public:
+  explicit AtomicFile(const std::string& path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  void write(const void* data, size_t n);
+  uint64_t pos() const { return pos_; }
+  // Extends the file to `size` without writing (a sparse hole) and seeks there.
+  void extend_to(uint64_t size);
+  // fsync, checked close, rename into place.
+  void commit();
+
+ private:
+  TempFileName name_;
+  int fd_ = -1;
+  uint64_t pos_ = 0;
+};
+
+// Writes `data` to `path` atomically through AtomicFile.
+void write_file_atomic(const std::string& path, const void* data, size_t n);
+inline void write_file_atomic(const std::string& path, const std::string& text) {
+  write_file_atomic(path, text.data(), text.size());
+}
+
+}  // namespace mlaconf

@@ -1,0 +1,461 @@
+// Issue 13: careless or hostile use of every subcommand, each trial a real `mlaconf` process (MLACONF_CLI)
+// run in a folder of its own. A trial asserts the exit code, exactly one line on stderr (`mlaconf:
+// error: ...` for exit 2), that no file is left behind (no "*.tmp.<pid>") and that the files that were
+// there are unchanged. The test names carry the number of the problem in the issue (p1 ... p10).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+#include "suites/robustness/cli_trial.h"
+
+namespace mlaconf {
+namespace {
+namespace fs = std::filesystem;
+using trial::Result;
+
+// MLACONF_TRIAL_CLI runs the trials against another build (e.g. an older one, to see them fail).
+const std::string kCli = std::getenv("MLACONF_TRIAL_CLI") ? std::getenv("MLACONF_TRIAL_CLI") : MLACONF_CLI;
+
+// Made once per build folder (the first test process to get the lock): a tiny model and three
+// fixtures of the same 16 random tokens (f64 with op-level datasets, f32, f64 model-level only).
+const std::string& data_dir() {
+  static const std::string dir = [] {
+    const std::string d = std::string(MLACONF_BINARY_DIR) + "/robustness_cli_data";
+    fs::create_directories(d);
+    const int lock = open((d + "/.lock").c_str(), O_CREAT | O_RDWR, 0644);
+    flock(lock, LOCK_EX);
+    if (!fs::exists(d + "/ready")) {
+      auto must = [](const std::vector<std::string>& argv) {
+        Result r = trial::run(argv);
+        if (r.status != 0) throw std::runtime_error("setup failed: " + r.err);
+      };
+      must({kCli, "synth", "--seed", "1", "--out", d + "/m.gguf"});
+      const std::vector<std::string> cap = {kCli, "capture", "--model", d + "/m.gguf", "--random-tokens", "16", "--seed", "1", "--quiet"};
+      auto with = [&](std::vector<std::string> extra) {
+        std::vector<std::string> v = cap;
+        v.insert(v.end(), extra.begin(), extra.end());
+        return v;
+      };
+      must(with({"--out", d + "/e.h5"}));
+      must(with({"--precision", "f32", "--out", d + "/f32.h5"}));
+      must(with({"--no-op-level", "--out", d + "/model_level.h5"}));
+      std::ofstream(d + "/ready") << "ok\n";
+    }
+    flock(lock, LOCK_UN);
+    close(lock);
+    return d;
+  }();
+  return dir;
+}
+
+// A fresh folder for one trial, with the shared inputs linked (or copied) in.
+struct Scratch {
+  std::string dir;
+  explicit Scratch(const std::vector<std::string>& inputs = {"m.gguf", "e.h5"}) {
+    char t[] = "/tmp/mlaconf-rel-XXXXXX";
+    dir = mkdtemp(t);
+    for (const auto& n : inputs) {
+      std::error_code ec;
+      fs::create_hard_link(data_dir() + "/" + n, dir + "/" + n, ec);
+      if (ec) fs::copy_file(data_dir() + "/" + n, dir + "/" + n);
+    }
+  }
+  ~Scratch() { fs::remove_all(dir); }
+  std::string p(const std::string& n) const { return dir + "/" + n; }
+  // Its own copy (to modify without touching the shared file).
+  std::string own(const std::string& n) const {
+    fs::remove(p(n));
+    fs::copy_file(data_dir() + "/" + n, p(n));
+    return p(n);
+  }
+};
+
+bool have_cli() { return fs::exists(kCli); }
+#define NEED_CLI() \
+  if (!have_cli()) GTEST_SKIP() << "skipped: " << kCli << " not built"
+
+// The contract for a refused trial: exit `code`, one stderr line with the right prefix that contains
+// `says`, and the folder exactly as it was.
+void expect_refused(const Result& r, int code, const std::string& says, const std::string& dir,
+                    const std::map<std::string, std::string>& before) {
+  EXPECT_EQ(r.signal, 0) << "killed by signal " << r.signal << "; stderr: " << r.err;
+  EXPECT_EQ(r.status, code) << r.err;
+  EXPECT_EQ(trial::lines(r.err), 1) << "stderr is not one line:\n" << r.err;
+  const std::string prefix = code == 3 ? "mlaconf: not supported: " : "mlaconf: error: ";
+  EXPECT_EQ(r.err.rfind(prefix, 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(says), std::string::npos) << "stderr does not say '" << says << "': " << r.err;
+  EXPECT_EQ(trial::snapshot(dir), before) << "the folder changed (a file left behind, or an input overwritten)";
+}
+
+std::vector<std::string> capture_args(const Scratch& s, const std::string& out) {
+  return {kCli, "capture", "--model", s.p("m.gguf"), "--random-tokens", "16", "--seed", "1", "--quiet", "--out", out};
+}
+
+// ---- 1. full disk --------------------------------------------------------------------------------------
+TEST(cli_trials, p1_capture_on_a_full_disk_rlimit) {
+  NEED_CLI();
+  Scratch s;
+  const auto before = trial::snapshot(s.dir);
+  trial::Options o;
+  o.fsize_limit = 1 << 20;  // the fixture is ~4 MB
+  Result r = trial::run(capture_args(s, s.p("out.h5")), o);
+  expect_refused(r, 2, "out.h5", s.dir, before);
+}
+
+TEST(cli_trials, p1_capture_and_synth_on_a_full_small_filesystem) {
+  NEED_CLI();
+  Scratch s;
+  const std::string small = s.p("small");
+  fs::create_directory(small);
+  if (mount("tmpfs", small.c_str(), "tmpfs", 0, "size=1m") != 0) GTEST_SKIP() << "skipped: cannot mount a tmpfs here (not root?)";
+  struct Unmount {
+    std::string p;
+    ~Unmount() { umount(p.c_str()); }
+  } um{small};
+  const auto before = trial::snapshot(s.dir);
+  Result r = trial::run(capture_args(s, small + "/out.h5"));
+  expect_refused(r, 2, "No space left on device", s.dir, before);
+  // synth checks the free space first: refused before writing anything.
+  r = trial::run({kCli, "synth", "--seed", "1", "--out", small + "/m.gguf"});
+  expect_refused(r, 2, "free", s.dir, before);
+}
+
+TEST(cli_trials, p1_synth_on_a_full_disk_rlimit) {
+  NEED_CLI();
+  Scratch s;
+  const auto before = trial::snapshot(s.dir);
+  trial::Options o;
+  o.fsize_limit = 1 << 20;
+  Result r = trial::run({kCli, "synth", "--seed", "1", "--out", s.p("x.gguf")}, o);
+  expect_refused(r, 2, "x.gguf", s.dir, before);
+}
+
+// ---- 2. interrupts -------------------------------------------------------------------------------------
+void interrupted(const std::vector<std::string>& argv, const Scratch& s, int sig) {
+  const auto before = trial::snapshot(s.dir);
+  trial::Options o;
+  o.cwd = s.dir;
+  o.wait_for = ".tmp.";
+  bool sent = false;
+  o.on_file = [&](pid_t pid) {
+    kill(pid, sig);
+    sent = true;
+  };
+  Result r = trial::run(argv, o);
+  ASSERT_TRUE(sent) << "the temporary file never appeared; stderr: " << r.err;
+  EXPECT_EQ(r.signal, 0) << "killed by the signal instead of handling it";
+  EXPECT_EQ(r.status, 128 + sig) << r.err;
+  EXPECT_EQ(trial::snapshot(s.dir), before) << "a temporary file was left behind";
+}
+
+TEST(cli_trials, p2_sigint_while_synth_writes) {
+  NEED_CLI();
+  Scratch s;
+  interrupted({kCli, "synth", "--seed", "1", "--out", "x.gguf"}, s, SIGINT);
+}
+
+TEST(cli_trials, p2_sigterm_while_capture_writes) {
+  NEED_CLI();
+  Scratch s;
+  interrupted({kCli, "capture", "--model", "m.gguf", "--random-tokens", "16", "--seed", "1", "--quiet", "--out", "x.h5"}, s, SIGTERM);
+}
+
+TEST(cli_trials, p2_sigint_while_capture_writes) {
+  NEED_CLI();
+  Scratch s;
+  interrupted({kCli, "capture", "--model", "m.gguf", "--random-tokens", "16", "--seed", "1", "--quiet", "--out", "x.h5"}, s, SIGINT);
+}
+
+// ---- 3. synth's size against the free space, said first ---------------------------------------------------
+TEST(cli_trials, p3_synth_too_large_for_the_disk_is_refused_first) {
+  NEED_CLI();
+  Scratch s;
+  const auto before = trial::snapshot(s.dir);
+  trial::Options o;
+  o.timeout_s = 30;
+  o.fsize_limit = 64 << 20;  // a guard: a synth that starts writing anyway stops at 64 MB
+  Result r = trial::run({kCli, "synth", "--n-embd", "100000000", "--out", s.p("huge.gguf")}, o);
+  expect_refused(r, 2, "free", s.dir, before);
+  EXPECT_NE(r.out.find("bytes free"), std::string::npos) << "the size and the free space are printed first: " << r.out;
+}
+
+// ---- 4. validation before work ------------------------------------------------------------------------
+TEST(cli_trials, p4_random_tokens_beyond_the_context_refused_at_once) {
+  NEED_CLI();
+  Scratch s;
+  const auto before = trial::snapshot(s.dir);
+  Result r = trial::run({kCli, "capture", "--model", s.p("m.gguf"), "--random-tokens", "1000000000", "--out", s.p("x.h5")});
+  expect_refused(r, 2, "context length 4096", s.dir, before);
+  EXPECT_LT(r.seconds, 3.0) << "validated only after building the tokens";
+}
+
+TEST(cli_trials, p4_bad_out_refused_before_the_capture) {
+  NEED_CLI();
+  Scratch s;
+  fs::create_directory(s.p("adir"));
+  const auto before = trial::snapshot(s.dir);
+  // 400 tokens: seconds of work that a late check would do first.
+  for (const std::string& out : {s.p("no/such/dir/x.h5"), s.p("adir"), s.p("adir/")}) {
+    Result r = trial::run({kCli, "capture", "--model", s.p("m.gguf"), "--random-tokens", "400", "--quiet", "--out", out});
+    expect_refused(r, 2, "--out", s.dir, before);
+    EXPECT_LT(r.seconds, 3.0) << out << ": reported only after the capture";
+  }
+}
+
+TEST(cli_trials, p4_read_only_out_refused_before_the_capture) {
+  NEED_CLI();
+  Scratch s;
+  const std::string ro = s.p("ro");
+  fs::create_directory(ro);
+  // Root writes into any folder whatever its mode bits, so a read-only filesystem it is.
+  if (mount("tmpfs", ro.c_str(), "tmpfs", MS_RDONLY, "size=1m") != 0) GTEST_SKIP() << "skipped: cannot mount a tmpfs here (not root?)";
+  struct Unmount {
+    std::string p;
+    ~Unmount() { umount(p.c_str()); }
+  } um{ro};
+  const auto before = trial::snapshot(s.dir);
+  Result r = trial::run({kCli, "capture", "--model", s.p("m.gguf"), "--random-tokens", "400", "--quiet", "--out", ro + "/x.h5"});
+  expect_refused(r, 2, "not writable", s.dir, before);
+  EXPECT_LT(r.seconds, 3.0) << "reported only after the capture";
+}
+
+// ---- 5. an output never overwrites an input ------------------------------------------------------------
+TEST(cli_trials, p5_capture_out_is_the_model) {
+  NEED_CLI();
+  Scratch s;
+  const auto before = trial::snapshot(s.dir);
+  Result r = trial::run(capture_args(s, s.p("m.gguf")));
+  expect_refused(r, 2, "is the input", s.dir, before);
+  fs::create_hard_link(s.p("m.gguf"), s.p("alias.gguf"));  // another name, same inode
+  const auto before2 = trial::snapshot(s.dir);
+  r = trial::run(capture_args(s, s.p("alias.gguf")));
+  expect_refused(r, 2, "is the input", s.dir, before2);
+}
+
+TEST(cli_trials, p5_compare_json_is_expected) {
+  NEED_CLI();
+  Scratch s({"e.h5", "f32.h5"});
+  const auto before = trial::snapshot(s.dir);
+  Result r = trial::run({kCli, "compare", s.p("e.h5"), s.p("f32.h5"), "--json", s.p("e.h5")});
+  expect_refused(r, 2, "is the input", s.dir, before);
+  r = trial::run({kCli, "compare", s.p("e.h5"), s.p("f32.h5"), "--plot", s.p("f32.h5")});
+  expect_refused(r, 2, "is the input", s.dir, before);
+}
+
+// ---- 6. JSON -------------------------------------------------------------------------------------------
+TEST(cli_trials, p6_compare_json_numbers_round_trip) {
+  NEED_CLI();
+  Scratch s({"e.h5", "f32.h5"});
+  Result r = trial::run({kCli, "compare", s.p("e.h5"), s.p("f32.h5"), "--json", s.p("r.json")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::ifstream in(s.p("r.json"));
+  std::stringstream text;
+  text << in.rdbuf();
+  const Json j = Json::parse(text.str());
+  int checked = 0;
+  for (const Json& d : j["datasets"]) {
+    if (!d.contains("cosine") || !d["cosine"].is_number()) continue;
+    const double c = d["cosine"].get<double>();
+    ASSERT_TRUE(d.contains("one_minus_cosine")) << d.dump();
+    EXPECT_EQ(d["one_minus_cosine"].get<double>(), 1 - c) << d.dump();
+    // f32 against f64: the cosine of a float dataset is below 1, and the JSON must still say so (a
+    // %.6g writer printed 1 for 1 - 7e-13).
+    if (d["class"] == "activation" && d["nmse"].get<double>() > 0) {
+      EXPECT_LT(c, 1.0) << d.dump();
+      ++checked;
+    }
+    // Shortest round trip: printing the parsed double back gives the same text.
+    const std::string t = json_text(d["nmse"], -1);
+    EXPECT_EQ(Json::parse(t).get<double>(), d["nmse"].get<double>());
+  }
+  EXPECT_GT(checked, 10);
+  // The f32 tolerance bound 1 - 1e-7 must not print as 1.
+  bool bound = false;
+  for (const Json& d : j["datasets"])
+    if (d.contains("tol") && d["tol"].contains("cos_min")) bound |= d["tol"]["cos_min"].get<double>() < 1.0;
+  EXPECT_TRUE(bound);
+}
+
+TEST(cli_trials, p6_json_valid_for_any_path) {
+  NEED_CLI();
+  Scratch s({"e.h5", "f32.h5", "m.gguf"});
+  const std::string odd = s.p("q\"uote\\ \xff latin.h5");  // a quote, a backslash, a byte that is not UTF-8
+  fs::rename(s.p("e.h5"), odd);
+  Result r = trial::run({kCli, "compare", odd, s.p("f32.h5"), "--json", s.p("r.json")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::ifstream in(s.p("r.json"));
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NO_THROW((void)Json::parse(text.str())) << text.str().substr(0, 300);
+  // bench --json with such a model path.
+  const std::string model = s.p("m\"odel\xfe.gguf");
+  fs::rename(s.p("m.gguf"), model);
+  r = trial::run({kCli, "bench", "--model", model, "--prompt-tokens", "2", "--decode-steps", "1", "--no-warmup", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  Json b;
+  ASSERT_NO_THROW(b = Json::parse(r.out)) << r.out;
+  EXPECT_NE(b["model"].get<std::string>().find("m\"odel"), std::string::npos);
+}
+
+// ---- 7. what synth writes, the readers accept ------------------------------------------------------------
+TEST(cli_trials, p7_synth_refuses_a_type_the_readers_refuse) {
+  NEED_CLI();
+  Scratch s(std::vector<std::string>{});
+  const auto before = trial::snapshot(s.dir);
+  Result r = trial::run({kCli, "synth", "--type", "norm=Q8_0", "--out", s.p("x.gguf")});
+  expect_refused(r, 2, "expected F32", s.dir, before);
+}
+
+// ---- 8. nonsense options ---------------------------------------------------------------------------------
+TEST(cli_trials, p8_nonsense_options_are_exit_2) {
+  NEED_CLI();
+  Scratch s;
+  fs::create_directory(s.p("adir"));
+  const auto before = trial::snapshot(s.dir);
+  const std::string m = s.p("m.gguf");
+  struct T {
+    std::vector<std::string> argv;
+    std::string says;
+  };
+  const std::vector<T> trials = {
+      {{kCli, "generate", "--model", m, "--prompt-ids", "1,2", "-n", "1", "--expert-cache-gib", "-1"}, "--expert-cache-gib"},
+      {{kCli, "generate", "--model", m, "--prompt-ids", "1,2", "-n", "1", "--expert-cache-gib", "nan"}, "--expert-cache-gib"},
+      {{kCli, "bench", "--model", m, "--expert-cache-gib", "inf"}, "--expert-cache-gib"},
+      {{kCli, "capture", "--model", m, "--random-tokens", "4", "--seed", "-1", "--out", s.p("x.h5")}, "--seed"},
+      {{kCli, "synth", "--seed", "-1", "--out", s.p("x.gguf")}, "--seed"},
+      {{kCli, "tokenize", "--model", m, "--text-file", s.p("adir")}, "directory"},
+      {{kCli, "tokenize", "--model", m, "--ids", "[1, 2,"}, "--ids"},
+      {{kCli, "tokenize", "--model", m, "--ids", "1,,2"}, "--ids"},
+      {{kCli, "inspect", m, "--stats"}, "--tensor"},
+  };
+  for (const T& t : trials) {
+    SCOPED_TRACE(t.argv[1] + " " + t.argv[t.argv.size() - 1]);
+    expect_refused(trial::run(t.argv), 2, t.says, s.dir, before);
+  }
+}
+
+// Rewrites one case of a fixture with h5py (python3-h5py, ci/deps.sh): the C++ writer makes only valid files.
+bool h5py_edit(const std::string& file, const std::string& code) {
+  const std::string cmd = "/usr/bin/python3 -c 'import h5py,sys; f=h5py.File(sys.argv[1],\"r+\"); c=[k for k in f.keys()][0]; " + code +
+                          "; f.close()' '" + file + "' >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+TEST(cli_trials, p8_fixture_case_of_unknown_kind) {
+  NEED_CLI();
+  Scratch s({"e.h5"});
+  const std::string bad = s.own("e.h5");
+  fs::copy_file(data_dir() + "/e.h5", s.p("good.h5"));
+  if (!h5py_edit(bad, "f[c].attrs[\"kind\"]=\"banana\"")) GTEST_SKIP() << "skipped: no python3 h5py";
+  const auto before = trial::snapshot(s.dir);
+  expect_refused(trial::run({kCli, "compare", s.p("good.h5"), bad}), 2, "banana", s.dir, before);
+  expect_refused(trial::run({kCli, "compare", bad, s.p("good.h5")}), 2, "banana", s.dir, before);
+}
+
+TEST(cli_trials, p8_answer_without_input_ids) {
+  NEED_CLI();
+  Scratch s({"e.h5"});
+  const std::string bad = s.own("e.h5");
+  fs::copy_file(data_dir() + "/e.h5", s.p("good.h5"));
+  if (!h5py_edit(bad, "f[c].attrs[\"kind\"]=\"op_answer\"; f[c].attrs[\"answers\"]=\"[]\"; del f[c][\"input_ids\"]"))
+    GTEST_SKIP() << "skipped: no python3 h5py";
+  const auto before = trial::snapshot(s.dir);
+  expect_refused(trial::run({kCli, "compare", s.p("good.h5"), bad}), 2, "input_ids", s.dir, before);
+}
+
+// ---- 9. exit codes and messages --------------------------------------------------------------------------
+TEST(cli_trials, p9_unknown_fault_is_bad_input_not_unsupported) {
+  NEED_CLI();
+  Scratch s;
+  const auto before = trial::snapshot(s.dir);
+  for (const std::string backend : {"cuda", "both", "reference"})
+    expect_refused(trial::run({kCli, "generate", "--model", s.p("m.gguf"), "--prompt-ids", "1,2", "-n", "1", "--backend", backend,
+                               "--fault", "banana"}),
+                   2, "banana", s.dir, before);
+}
+
+TEST(cli_trials, p9_argument_errors_are_one_prefixed_line) {
+  NEED_CLI();
+  Scratch s;
+  const auto before = trial::snapshot(s.dir);
+  expect_refused(trial::run({kCli, "capture"}), 2, "--model", s.dir, before);
+  expect_refused(trial::run({kCli, "inspect"}), 2, "model", s.dir, before);
+  expect_refused(trial::run({kCli, "bench", "--model", s.p("m.gguf"), "--prompt-tokens", "x"}), 2, "--prompt-tokens", s.dir, before);
+  expect_refused(trial::run({kCli, "frobnicate"}), 2, "subcommand", s.dir, before);
+  expect_refused(trial::run({kCli}), 2, "subcommand", s.dir, before);
+}
+
+TEST(cli_trials, p9_special_files_refused_without_blocking) {
+  NEED_CLI();
+  Scratch s;
+  ASSERT_EQ(mkfifo(s.p("fifo").c_str(), 0644), 0);
+  const auto before = trial::snapshot(s.dir);
+  trial::Options o;
+  o.timeout_s = 20;
+  expect_refused(trial::run({kCli, "inspect", s.p("fifo")}, o), 2, "FIFO", s.dir, before);
+  expect_refused(trial::run({kCli, "compare", s.p("fifo"), s.p("e.h5")}, o), 2, "FIFO", s.dir, before);
+  expect_refused(trial::run({kCli, "capture", "--model", s.p("fifo"), "--random-tokens", "4", "--out", s.p("x.h5")}, o), 2, "FIFO",
+                 s.dir, before);
+  expect_refused(trial::run({kCli, "tokenize", "--model", s.p("m.gguf"), "--text-file", s.p("fifo")}, o), 2, "FIFO", s.dir, before);
+  expect_refused(trial::run({kCli, "inspect", "/dev/zero"}, o), 2, "device", s.dir, before);  // read only: safe
+  // Outputs: only special files inside the scratch folder (an old mlaconf renamed its output over
+  // /dev/null, replacing the device with a fixture).
+  expect_refused(trial::run(capture_args(s, s.p("fifo")), o), 2, "FIFO", s.dir, before);
+  if (mknod(s.p("null").c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0) {
+    const auto with_dev = trial::snapshot(s.dir);
+    expect_refused(trial::run(capture_args(s, s.p("null")), o), 2, "device", s.dir, with_dev);
+  }
+}
+
+TEST(cli_trials, p9_truncated_header_says_truncated) {
+  NEED_CLI();
+  Scratch s;
+  {
+    std::ifstream in(s.p("m.gguf"), std::ios::binary);
+    std::string head(24, '\0');  // magic, version, tensor count, metadata count: nothing after
+    in.read(head.data(), 24);
+    std::ofstream(s.p("cut.gguf"), std::ios::binary) << head;
+  }
+  const auto before = trial::snapshot(s.dir);
+  expect_refused(trial::run({kCli, "inspect", s.p("cut.gguf")}), 2, "truncated", s.dir, before);
+}
+
+// ---- 10. compare says what it did not judge -----------------------------------------------------------
+TEST(cli_trials, p10_compare_lists_what_it_did_not_judge) {
+  NEED_CLI();
+  Scratch s({"e.h5", "model_level.h5"});
+  Result r = trial::run({kCli, "compare", s.p("e.h5"), s.p("model_level.h5"), "--json", s.p("r.json")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("not judged (in EXPECTED, not in ACTUAL)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("layers/1/q_absorbed"), std::string::npos) << "an op-level dataset ACTUAL lacks is listed";
+  std::ifstream in(s.p("r.json"));
+  std::stringstream text;
+  text << in.rdbuf();
+  const Json j = Json::parse(text.str());
+  const size_t n = j["not_judged_count"].get<size_t>();
+  EXPECT_GT(n, 20u);
+  EXPECT_EQ(j["not_judged"].size(), n);
+  EXPECT_NE(r.out.find(std::to_string(n) + " not judged"), std::string::npos) << "the summary line counts them: " << r.out;
+  // --require-all: what was not judged is a failure.
+  r = trial::run({kCli, "compare", s.p("e.h5"), s.p("model_level.h5"), "--require-all", "--brief"});
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("FAIL"), std::string::npos) << r.out;
+  // Negative control: a complete ACTUAL passes with --require-all.
+  r = trial::run({kCli, "compare", s.p("e.h5"), s.p("e.h5"), "--require-all", "--brief"});
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find(" 0 not judged"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace mlaconf

@@ -1,0 +1,105 @@
+// mlaconf CLI: argument checks before work (see validate.h).
+#include "tools/validate.h"
+
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#ifdef MLACONF_HAVE_CUDA
+#include "optimized/faults.h"
+#endif
+
+namespace mlaconf::cli {
+namespace {
+
+const char* kind_of(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+
+std::string dir_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+}  // namespace
+
+void require_regular_file(const std::string& path, const std::string& option) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw InputError(option + " " + path + ": cannot open: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw InputError(option + " " + path + ": is " + kind_of(st.st_mode) + ", not a regular file");
+  if (::access(path.c_str(), R_OK) != 0) throw InputError(option + " " + path + ": cannot read: " + std::strerror(errno));
+}
+
+void require_output_path(const std::string& path, const std::string& option, const std::vector<std::string>& inputs) {
+  if (path.empty()) throw InputError(option + ": empty path");
+  if (path.back() == '/') throw InputError(option + " " + path + ": names a directory, not a file");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode)) throw InputError(option + " " + path + ": is " + kind_of(st.st_mode) + ", not a regular file");
+    for (const std::string& in : inputs) {
+      struct stat si {};
+      if (!in.empty() && ::stat(in.c_str(), &si) == 0 && si.st_dev == st.st_dev && si.st_ino == st.st_ino)
+        throw InputError(option + " " + path + ": is the input " + in + " (refusing to overwrite an input)");
+    }
+  } else if (errno != ENOENT) {
+    throw InputError(option + " " + path + ": " + std::strerror(errno));
+  }
+  const std::string dir = dir_of(path);
+  struct stat sd {};
+  if (::stat(dir.c_str(), &sd) != 0) throw InputError(option + " " + path + ": directory " + dir + ": " + std::strerror(errno));
+  if (!S_ISDIR(sd.st_mode)) throw InputError(option + " " + path + ": " + dir + " is not a directory");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw InputError(option + " " + path + ": directory " + dir + " is not writable: " + std::strerror(errno));
+}
+
+void require_distinct_outputs(const std::string& a, const std::string& option_a, const std::string& b,
+                              const std::string& option_b) {
+  if (a.empty() || b.empty()) return;
+  struct stat sa {}, sb {};
+  const bool same = a == b || (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+                               sa.st_ino == sb.st_ino);
+  if (same) throw InputError(option_a + " and " + option_b + " name the same file " + a);
+}
+
+double require_finite_nonnegative(double v, const std::string& option) {
+  if (!std::isfinite(v) || v < 0) throw InputError(option + " must be a finite number >= 0, not " + std::to_string(v));
+  return v;
+}
+
+uint64_t free_bytes_for(const std::string& path) {
+  struct statvfs s {};
+  const std::string dir = dir_of(path);
+  if (::statvfs(dir.c_str(), &s) != 0) throw InputError(path + ": cannot query free space: " + std::strerror(errno));
+  return static_cast<uint64_t>(s.f_bavail) * static_cast<uint64_t>(s.f_frsize);
+}
+
+void require_fault_name(const std::string& name) {
+  if (name.empty() || name == "none") return;
+#ifdef MLACONF_HAVE_CUDA
+  const std::vector<std::string> known = cuda::fault_names();
+#else
+  // The same list as optimized/faults.cu's (this build has no CUDA library to ask).
+  const std::vector<std::string> known = {"dense-attention", "topk-upper-tie", "no-lse-merge", "inject-overflow"};
+#endif
+  std::string list;
+  for (const auto& k : known) {
+    if (k == name) return;
+    list += (list.empty() ? "" : ", ") + k;
+  }
+  throw InputError("--fault: unknown fault '" + name + "' (known: none, " + list + ")");
+}
+
+}  // namespace mlaconf::cli

@@ -1,0 +1,33 @@
+// mlaconf CLI: checks every subcommand runs on its arguments before any work starts.
+//
+// Each throws InputError (exit 2, one line) naming the option and the problem. None of them opens a
+// file for reading (stat only), so a FIFO without a writer is refused instead of blocking.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mlaconf::cli {
+
+// `path` exists and is a regular file (not a directory, FIFO, device or socket).
+void require_regular_file(const std::string& path, const std::string& option);
+
+// `path` can be written atomically: its directory exists and is writable, it is not a directory or a
+// special file, and it is none of `inputs` (same inode: a hard link or another spelling counts).
+void require_output_path(const std::string& path, const std::string& option, const std::vector<std::string>& inputs);
+
+// Two outputs of one command must differ (--json and --plot on the same file would clobber each other).
+void require_distinct_outputs(const std::string& a, const std::string& option_a, const std::string& b,
+                              const std::string& option_b);
+
+// A finite number >= 0 (a memory budget); returns it.
+double require_finite_nonnegative(double v, const std::string& option);
+
+// Free bytes for an unprivileged writer on the filesystem holding `path`'s directory.
+uint64_t free_bytes_for(const std::string& path);
+
+// The optimized pipeline's fault names (optimized/faults.h), checked whatever this build holds, so a
+// typo is exit 2 on every machine ("" and "none" mean no fault).
+void require_fault_name(const std::string& name);
+
+}  // namespace mlaconf::cli
