@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/gguf_writer.h"
 #include "fixtures/compare.h"
+#include "fixtures/first_failure.h"
 #include "tools/command.h"
 
 namespace mlaconf::cli {
@@ -26,7 +27,7 @@ CommandRegistration reg(50, [](CLI::App& root) {
   c->add_option("expected", a->expected, "expected fixture (.h5): an mlaconf capture or the oracle")->required();
   c->add_option("actual", a->actual, "actual fixture (.h5) to judge")->required();
   c->add_option("--json", a->json, "write the report as JSON here");
-  c->add_option("--plot", a->plot, "write a PNG of log10(NMSE) per layer and op here");
+  c->add_option("--plot", a->plot, "write a PNG here: log10(NMSE) per layer, one panel per op class, the bound, the first failing op named");
   c->add_option("--filter", a->filter, "judge only this case (canonical name, expected or actual)");
   c->add_option("--precision", a->precision, "tolerances for this precision (f64|f32|f16|bf16) instead of ACTUAL's")
       ->check(CLI::IsMember({"f64", "f32", "f16", "bf16"}));
@@ -37,6 +38,7 @@ CommandRegistration reg(50, [](CLI::App& root) {
     o.precision = a->precision;
     fx::CompareReport r = fx::compare_files(a->expected, a->actual, o);
     std::cout << fx::report_table(r, a->brief);
+    if (!r.pass()) std::cout << "first failure: " << fx::first_failure_text(r) << "\n";
     if (!a->json.empty()) {
       std::string j = fx::report_json(r);
       write_file_atomic(a->json, j.data(), j.size());
