@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Runs one tested recipe of README.md, as a user would type it: the fenced blocks right after a line
 `<!-- tested: NAME -->` (one, or several separated by blank lines only), in order. sh blocks run with `bash -e`, python blocks with this interpreter, in WORKDIR
-(shared by the blocks of one ctest fixture chain), with `mlaconf` on PATH and `python/` of the checkout
+(shared by the blocks of one ctest fixture chain), with `mlaconf` and `python3` (this interpreter) on PATH and `python/` of the checkout
 linked into WORKDIR (so `python3 python/examples/...` works as from the checkout root).
 
 usage: run_readme.py README.md NAME WORKDIR MLACONF_BIN_DIR
@@ -43,7 +43,12 @@ def main():
     link = os.path.join(workdir, "python")
     if not os.path.exists(link):
         os.symlink(os.path.join(os.path.dirname(os.path.abspath(readme)), "python"), link)
-    env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""),
+    # `python3` in a recipe is the interpreter running this (the one with numpy and h5py).
+    shim = os.path.join(workdir, ".bin")
+    os.makedirs(shim, exist_ok=True)
+    if not os.path.exists(os.path.join(shim, "python3")):
+        os.symlink(sys.executable, os.path.join(shim, "python3"))
+    env = dict(os.environ, PATH=bindir + os.pathsep + shim + os.pathsep + os.environ.get("PATH", ""),
                PYTHONPATH=os.path.abspath(link) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for lang, code in recipe:
         print(f"== README recipe {name} ({lang}) in {workdir}:\n{code}\n==", flush=True)
