@@ -64,7 +64,7 @@ inline constexpr const char* kForwardOrder[] = {
     kInputHidden, kAttnNormOut, kQA, kQANorm, kQB, kQPeRope, kKvA, kKvLatent, kKPeRope, kLatentCache, kQAbsorbed,
     kIndexerQ, kIndexerK, kIndexerWeights, kIndexerScores, kIndexerTopk, kIndexerTopkTie, kIndexerTopkGap,
     kAttnLatentOut, kAttnVOut, kAttnOut, kFfnNormOut, kRouterLogits, kRouterIds, kRouterWeights, kRouterTopkGap,
-    kExpertOut, kSharedExpertOut, kMlpOut, kOutputHidden};
+    "router_group_gap", kExpertOut, kSharedExpertOut, kMlpOut, kOutputHidden};
 }  // namespace op
 
 }  // namespace mlaconf
