@@ -4,7 +4,7 @@
 # `gguf` (llama.cpp's reader and numpy dequantizer), `regex` and `tokenizers` (HF's BPE).
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config ccache libeigen3-dev libhdf5-dev libcli11-dev libgtest-dev
-      libpcre2-dev nlohmann-json3-dev python3-numpy python3-h5py python3-pip hdf5-tools clang libclang-rt-14-dev)
+      libpcre2-dev nlohmann-json3-dev libpng-dev python3-numpy python3-h5py python3-pip hdf5-tools clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -57,6 +57,14 @@ inline constexpr const char* kOutputHidden = "output_hidden";      // [T, E]   l
 // Model level (layer = -1).
 inline constexpr const char* kFinalNorm = "final_norm";            // [T, E]
 inline constexpr const char* kLogits = "logits";                   // [T, vocab]
+
+// The per-layer names in the order a forward pass produces them: "the first op that diverged" means the
+// first in this order within the first diverging layer (compare's first_failure, the plot).
+inline constexpr const char* kForwardOrder[] = {
+    kInputHidden, kAttnNormOut, kQA, kQANorm, kQB, kQPeRope, kKvA, kKvLatent, kKPeRope, kLatentCache, kQAbsorbed,
+    kIndexerQ, kIndexerK, kIndexerWeights, kIndexerScores, kIndexerTopk, kIndexerTopkTie, kIndexerTopkGap,
+    kAttnLatentOut, kAttnVOut, kAttnOut, kFfnNormOut, kRouterLogits, kRouterIds, kRouterWeights, kRouterTopkGap,
+    "router_group_gap", kExpertOut, kSharedExpertOut, kMlpOut, kOutputHidden};
 }  // namespace op
 
 }  // namespace mlaconf

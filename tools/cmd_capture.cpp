@@ -1,6 +1,6 @@
 // mlaconf capture --model M.gguf --layers 0,3,40|all (--prompt-ids ... | --random-tokens N --seed S)
 //                 [--decode-steps K] [--generate N] [--precision f32|f64] [--case-name NAME]
-//                 [--backend reference|cuda] [--hidden-source forward|synthetic] --out F.h5
+//                 [--backend reference|cuda] [--hidden-source forward|synthetic] [--quiet|--progress] --out F.h5
 //
 // Writes a golden fixture (fixtures/SCHEMA.md) atomically. Exit 2 on bad input, 3 for an unsupported
 // backend.
@@ -24,7 +24,7 @@ namespace {
 struct CaptureArgs {
   be::CaptureOptions o;
   std::string layers = "all", prompt_ids, backend = "reference", op_layers;
-  bool quiet = false, no_op_level = false;
+  bool quiet = false, progress = false, no_op_level = false;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -84,7 +84,8 @@ CommandRegistration reg(40, [](CLI::App& root) {
   c->add_option("--fault", a->o.fault, "cuda negative control: a fault of optimized/faults.h (dense-attention, topk-upper-tie, ...)");
   c->add_option("--force-decisions", a->o.force_decisions,
                 "use this fixture's decisions (indexer top-k, router ids) in every pass; the backend's own are still stored");
-  c->add_flag("--quiet", a->quiet, "no progress bar");
+  auto* qf = c->add_flag("--quiet", a->quiet, "no progress bar");
+  c->add_flag("--progress", a->progress, "progress bar even when stderr is not a terminal (plain lines, no \\r)")->excludes(qf);
   c->callback([a, c] {
     be::CaptureOptions o = a->o;
     if (a->layers == "all") {
@@ -113,7 +114,7 @@ CommandRegistration reg(40, [](CLI::App& root) {
                        " steps exceed the model's context length " + std::to_string(cfg.n_ctx_train));
     o.op_level = !a->no_op_level;
     for (const auto& s : split_list(a->op_layers)) o.op_layers.push_back(static_cast<int>(parse_int(s, "--op-layers")));
-    o.progress = !a->quiet;
+    o.progress = a->quiet ? ProgressMode::Never : a->progress ? ProgressMode::Always : ProgressMode::Auto;
     std::ostringstream cl;
     cl << "mlaconf capture --model " << o.model << " --layers " << a->layers;
     if (!a->prompt_ids.empty()) cl << " --prompt-ids " << a->prompt_ids;

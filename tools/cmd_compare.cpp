@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/atomic_file.h"
 #include "fixtures/compare.h"
+#include "fixtures/first_failure.h"
 #include "tools/command.h"
 #include "tools/validate.h"
 
@@ -31,7 +32,7 @@ CommandRegistration reg(50, [](CLI::App& root) {
   c->add_option("expected", a->expected, "expected fixture (.h5): an mlaconf capture or the oracle")->required();
   c->add_option("actual", a->actual, "actual fixture (.h5) to judge")->required();
   c->add_option("--json", a->json, "write the report as JSON here");
-  c->add_option("--plot", a->plot, "write a PNG of log10(NMSE) per layer and op here");
+  c->add_option("--plot", a->plot, "write a PNG here: log10(NMSE) per layer, one panel per op class, the bound, the first failing op named");
   c->add_option("--filter", a->filter, "judge only this case (canonical name, expected or actual)");
   c->add_option("--precision", a->precision, "tolerances for this precision (f64|f32|f16|bf16) instead of ACTUAL's")
       ->check(CLI::IsMember({"f64", "f32", "f16", "bf16"}));
@@ -52,6 +53,7 @@ CommandRegistration reg(50, [](CLI::App& root) {
     o.require_all = a->require_all;
     fx::CompareReport r = fx::compare_files(a->expected, a->actual, o);
     std::cout << fx::report_table(r, a->brief);
+    if (!r.pass()) std::cout << "first failure: " << fx::first_failure_text(r) << "\n";
     if (!a->json.empty()) {
       write_file_atomic(a->json, fx::report_json(r));
     }
