@@ -14,6 +14,7 @@ constexpr Named kNames[] = {
     {"topk-upper-tie", Fault::TopkUpperTie},
     {"no-lse-merge", Fault::NoLseMerge},
     {"inject-overflow", Fault::InjectOverflow},
+    {"split-no-handoff", Fault::SplitNoHandoff},
 };
 }  // namespace
 
@@ -27,7 +28,7 @@ void set_fault(const std::string& name) {
   if (name.empty() || name == "none") return set_fault(Fault::None);
   for (const auto& n : kNames)
     if (name == n.name) return set_fault(n.f);
-  throw InputError("unknown fault '" + name + "' (known: dense-attention, topk-upper-tie, no-lse-merge, inject-overflow)");
+  throw InputError("unknown fault '" + name + "' (known: dense-attention, topk-upper-tie, no-lse-merge, inject-overflow, split-no-handoff)");
 }
 Fault active_fault() { return g_fault.load(); }
 

@@ -40,21 +40,24 @@ class ReferenceBackend : public Backend {
 #ifdef MLACONF_HAVE_CUDA
 class CudaBackend : public Backend {
  public:
-  CudaBackend(const GgufFile& f, const ModelConfig& c, int64_t ctx, const std::string& fault)
-      : fault_(fault), p_(f, c, options(ctx)), vocab_(c.n_vocab) {}
+  CudaBackend(const GgufFile& f, const ModelConfig& c, int64_t ctx, const std::string& fault, const std::vector<int>& devices)
+      : fault_(fault), p_(f, c, options(ctx, devices)), vocab_(c.n_vocab) {}
   std::vector<double> next_logits(const std::vector<int32_t>& ids) override {
     std::vector<float> lg = p_.forward(ids);  // [T, vocab]
     return std::vector<double>(lg.end() - vocab_, lg.end());
   }
   void reset() override { p_.reset(); }
   std::string describe() const override {
-    return "cuda" + (fault_.empty() || fault_ == "none" ? std::string() : " (fault: " + fault_ + ")");
+    const std::string split = p_.split_summary();
+    return "cuda" + (split.empty() ? std::string() : " (" + split + ")") +
+           (fault_.empty() || fault_ == "none" ? std::string() : " (fault: " + fault_ + ")");
   }
 
  private:
-  static cuda::PipelineOptions options(int64_t ctx) {
+  static cuda::PipelineOptions options(int64_t ctx, const std::vector<int>& devices) {
     cuda::PipelineOptions o;
     o.max_ctx = ctx;
+    o.devices = devices;
     return o;
   }
   std::string fault_;
@@ -73,14 +76,14 @@ std::unique_ptr<Backend> make_reference_backend(const std::string& precision, do
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const std::string& who, const std::string& fault, const GgufFile& f,
-                                           const ModelConfig& c, int64_t ctx) {
+                                           const ModelConfig& c, int64_t ctx, const std::vector<int>& devices) {
 #ifdef MLACONF_HAVE_CUDA
   std::string why;
   if (!cuda::cuda_available(&why)) throw NotSupported(who + ": " + why);
   cuda::set_fault(fault);  // InputError for an unknown name; stays on for this process
-  return std::make_unique<CudaBackend>(f, c, ctx, fault);
+  return std::make_unique<CudaBackend>(f, c, ctx, fault, devices);
 #else
-  (void)fault, (void)f, (void)c, (void)ctx;
+  (void)fault, (void)f, (void)c, (void)ctx, (void)devices;
   throw NotSupported(who + ": built without CUDA (configure with -DMLACONF_CUDA=ON and nvcc)");
 #endif
 }

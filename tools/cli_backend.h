@@ -31,9 +31,10 @@ class Backend {
 // The Eigen reference in "f32" or "f64"; `dense` ignores the indexer (the negative-control fault).
 std::unique_ptr<Backend> make_reference_backend(const std::string& precision, double expert_cache_gib,
                                                 const GgufFile& f, const ModelConfig& c, bool dense);
-// The CUDA pipeline with room for `ctx` tokens; `fault` names an optimized/faults.h fault ("" = none).
+// The CUDA pipeline with room for `ctx` tokens; `fault` names an optimized/faults.h fault ("" = none);
+// `devices`: the layer split's devices (PipelineOptions::devices; empty = the current device alone).
 // Throws NotSupported (prefixed by `who`) in a build without CUDA or on a machine without a device.
 std::unique_ptr<Backend> make_cuda_backend(const std::string& who, const std::string& fault, const GgufFile& f,
-                                           const ModelConfig& c, int64_t ctx);
+                                           const ModelConfig& c, int64_t ctx, const std::vector<int>& devices = {});
 
 }  // namespace mlaconf::cli

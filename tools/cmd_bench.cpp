@@ -2,6 +2,7 @@
 //
 //   mlaconf bench --model M.gguf [--backend reference|cuda] [--precision f32|f64]
 //                 [--prompt-tokens 128] [--decode-steps 32] [--seed 1] [--no-warmup] [--json]
+//                 [--devices 0,1,...]   (cuda: layer split, tools/cli_devices.h)
 //
 // Feeds --prompt-tokens seeded random ids as one prefill, then --decode-steps greedy steps of one
 // token each, and reports wall time and tokens/s for both phases. By default a warm-up pass (the same
@@ -18,6 +19,7 @@
 #include "core/gguf.h"
 #include "core/model_config.h"
 #include "tools/cli_backend.h"
+#include "tools/cli_devices.h"
 #include "tools/command.h"
 
 namespace mlaconf::cli {
@@ -33,6 +35,7 @@ struct BenchArgs {
   double expert_cache_gib = 4.0;
   bool no_warmup = false;
   bool json = false;
+  std::string devices;  // layer split (cuda)
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -51,6 +54,8 @@ void run_bench(const BenchArgs& a) {
     throw InputError("bench: --backend must be reference or cuda, not '" + a.backend + "'");
   if (a.precision != "f32" && a.precision != "f64") throw InputError("bench: --precision must be f32 or f64");
   if (a.prompt_tokens < 1 || a.decode_steps < 0) throw InputError("bench: --prompt-tokens >= 1 and --decode-steps >= 0");
+  const std::vector<int> devices = parse_devices(a.devices);
+  if (!devices.empty() && a.backend != "cuda") throw InputError("bench: --devices needs --backend cuda");
   GgufFile f = GgufFile::open(a.model);
   ModelConfig c = ModelConfig::from_gguf(f);
   const int64_t ctx = a.prompt_tokens + a.decode_steps;
@@ -59,7 +64,7 @@ void run_bench(const BenchArgs& a) {
 
   std::unique_ptr<Backend> b;
   try {
-    b = a.backend == "cuda" ? make_cuda_backend("bench --backend cuda", "", f, c, ctx)
+    b = a.backend == "cuda" ? make_cuda_backend("bench --backend cuda", "", f, c, ctx, devices)
                             : make_reference_backend(a.precision, a.expert_cache_gib, f, c, false);
   } catch (const NotSupported& e) {
     std::fprintf(stderr, "mlaconf bench: not supported: %s\n", e.what());
@@ -88,10 +93,10 @@ void run_bench(const BenchArgs& a) {
   const double prefill_tps = a.prompt_tokens / prefill_s;
   const double decode_tps = a.decode_steps > 0 ? a.decode_steps / decode_s : 0.0;
   if (a.json) {
-    std::printf("{\"backend\": \"%s\", \"precision\": \"%s\", \"model\": \"%s\", \"prompt_tokens\": %lld, "
+    std::printf("{\"backend\": \"%s\", \"devices\": \"%s\", \"precision\": \"%s\", \"model\": \"%s\", \"prompt_tokens\": %lld, "
                 "\"decode_steps\": %lld, \"warmup_s\": %.6f, \"prefill_s\": %.6f, \"prefill_tokens_per_s\": %.3f, "
                 "\"decode_s\": %.6f, \"decode_tokens_per_s\": %.3f}\n",
-                a.backend.c_str(), a.backend == "cuda" ? "f16" : a.precision.c_str(), a.model.c_str(),
+                a.backend.c_str(), a.devices.c_str(), a.backend == "cuda" ? "f16" : a.precision.c_str(), a.model.c_str(),
                 static_cast<long long>(a.prompt_tokens), static_cast<long long>(a.decode_steps), warm_s, prefill_s,
                 prefill_tps, decode_s, decode_tps);
   } else {
@@ -117,6 +122,7 @@ CommandRegistration reg(60, [](CLI::App& root) {
   sub->add_option("--expert-cache-gib", a->expert_cache_gib, "reference expert cache budget")->capture_default_str();
   sub->add_flag("--no-warmup", a->no_warmup, "time the first pass too (includes lazy weight loading)");
   sub->add_flag("--json", a->json, "one JSON object on stdout");
+  sub->add_option("--devices", a->devices, "cuda: layer split over these CUDA devices, e.g. 0,1 (0,0: virtual devices)");
   sub->callback([a] { run_bench(*a); });
 });
 

@@ -1,6 +1,6 @@
 // mlaconf capture --model M.gguf --layers 0,3,40|all (--prompt-ids ... | --random-tokens N --seed S)
 //                 [--decode-steps K] [--generate N] [--precision f32|f64] [--case-name NAME]
-//                 [--backend reference|cuda] [--hidden-source forward|synthetic] --out F.h5
+//                 [--backend reference|cuda [--devices 0,1,...]] [--hidden-source forward|synthetic] --out F.h5
 //
 // Writes a golden fixture (fixtures/SCHEMA.md) atomically. Exit 2 on bad input, 3 for an unsupported
 // backend.
@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "fixtures/capture.h"
+#include "tools/cli_devices.h"
 #include "tools/command.h"
 
 namespace mlaconf::cli {
@@ -17,7 +18,7 @@ namespace {
 
 struct CaptureArgs {
   fx::CaptureOptions o;
-  std::string layers = "all", prompt_ids, backend = "reference", op_layers;
+  std::string layers = "all", prompt_ids, backend = "reference", op_layers, devices;
   bool quiet = false, no_op_level = false;
 };
 
@@ -71,6 +72,7 @@ CommandRegistration reg(40, [](CLI::App& root) {
   c->add_option("--op-layers", a->op_layers, "op-level datasets only for these captured layers (default: all captured)");
   c->add_flag("--no-op-level", a->no_op_level, "model-level datasets only");
   c->add_flag("--dense-attention", a->o.dense_attention, "negative control: ignore the indexer (dense causal attention)");
+  c->add_option("--devices", a->devices, "cuda: layer split over these CUDA devices, e.g. 0,1 (0,0: virtual devices)");
   c->add_flag("--quiet", a->quiet, "no progress bar");
   c->callback([a, c] {
     fx::CaptureOptions o = a->o;
@@ -98,9 +100,12 @@ CommandRegistration reg(40, [](CLI::App& root) {
     if (o.decode_steps) cl << " --decode-steps " << o.decode_steps;
     if (o.generate) cl << " --generate " << o.generate;
     if (a->backend != "reference") cl << " --backend " << a->backend;
+    if (!a->devices.empty()) cl << " --devices " << a->devices;
     cl << " --precision " << o.precision << " --hidden-source " << o.hidden_source << " --out " << o.out;
     o.command_line = cl.str();
     o.backend = a->backend;
+    o.devices = parse_devices(a->devices);
+    if (!o.devices.empty() && o.backend != "cuda") throw InputError("--devices needs --backend cuda");
     try {
       fx::capture(o);
     } catch (const fx::NotSupported& e) {

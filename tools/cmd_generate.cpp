@@ -2,6 +2,7 @@
 //
 //   mlaconf generate --model M.gguf --prompt "text" [-n N] [--backend reference|cuda|both]
 //                    [--precision f32|f64] [--ignore-eos] [--verbose] [--json] [--fault NAME]
+//                    [--devices 0,1,...]   (the CUDA pipeline's layer split, tools/cli_devices.h)
 //   mlaconf generate --model M.gguf --prompt-ids 1,2,3 ...        (ids instead of text)
 //
 // The prompt text is encoded with the GGUF's own tokenizer (tokenizer.ggml.*, no bos: GLM's
@@ -39,6 +40,7 @@
 #include "tokenizer/streamer.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/cli_backend.h"
+#include "tools/cli_devices.h"
 #include "tools/command.h"
 
 namespace mlaconf::cli {
@@ -59,6 +61,7 @@ struct GenerateArgs {
   bool ignore_eos = false;
   bool verbose = false;
   bool json = false;
+  std::string devices;  // layer split of the CUDA pipeline
 };
 
 std::vector<int32_t> parse_ids(const std::string& s) {
@@ -178,6 +181,8 @@ void run(const GenerateArgs& a) {
   if (a.backend != "reference" && a.backend != "cuda" && a.backend != "both")
     throw InputError("generate: --backend must be reference, cuda or both, not '" + a.backend + "'");
   const bool use_ref = a.backend != "cuda", use_cuda = a.backend != "reference";
+  const std::vector<int> devices = parse_devices(a.devices);
+  if (!devices.empty() && !use_cuda) throw InputError("generate: --devices needs --backend cuda or both");
   const bool faulty = !a.fault.empty() && a.fault != "none";
   if (faulty && a.backend == "reference" && a.fault != "dense-attention") {
     std::fprintf(stderr, "mlaconf generate: not supported: the reference has one fault, dense-attention (not '%s')\n",
@@ -220,7 +225,7 @@ void run(const GenerateArgs& a) {
 
   std::unique_ptr<Backend> ref, gpu;
   try {
-    if (use_cuda) gpu = make_cuda_backend("--backend " + a.backend, a.fault, f, c, std::max<int64_t>(ctx, 1));
+    if (use_cuda) gpu = make_cuda_backend("--backend " + a.backend, a.fault, f, c, std::max<int64_t>(ctx, 1), devices);
   } catch (const NotSupported& e) {
     std::fprintf(stderr, "mlaconf generate: not supported: %s\n", e.what());
     set_exit_code(kExitNotSupported);
@@ -346,6 +351,7 @@ const CommandRegistration reg(30, [](CLI::App& root) {
                 "negative control: inject a fault (dense-attention; cuda: any of optimized/faults.h) into the "
                 "backend under test (cuda with both)");
   s->add_option("--expert-cache-gib", a->expert_cache_gib, "LRU budget for dequantized experts (default 4)");
+  s->add_option("--devices", a->devices, "cuda: layer split over these CUDA devices, e.g. 0,1 (0,0: virtual devices)");
   s->add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-generation tokens (eos/eot/eom)");
   s->add_flag("--verbose,-v", a->verbose, "per-step token, text and margin (top-1 minus top-2 logit) on stderr");
   s->add_flag("--json", a->json, "print one JSON object {\"tokens\", \"margins\", \"text\", ...} (generated only)");
