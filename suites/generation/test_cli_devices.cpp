@@ -22,6 +22,13 @@ struct Tmp {
   ~Tmp() { std::filesystem::remove_all(dir); }
 };
 
+// run_process appends to out / err: start each run empty.
+int run(const std::vector<std::string>& argv, std::string* out, std::string* err) {
+  out->clear();
+  err->clear();
+  return run_process(argv, out, err);
+}
+
 void expect_one_error_line(int rc, const std::string& err, int want = 2) {
   EXPECT_EQ(rc, want) << err;
   EXPECT_EQ(err.rfind("mlaconf: error: ", 0), 0u) << err;
@@ -38,14 +45,14 @@ TEST(cli_devices, bad_lists_and_backends) {
     auto argv = gen;
     for (const char* a : {"--backend", "cuda", "--devices"}) argv.push_back(a);
     argv.push_back(bad);
-    expect_one_error_line(run_process(argv, &out, &err), err);
+    expect_one_error_line(run(argv, &out, &err), err);
     EXPECT_NE(err.find("--devices"), std::string::npos) << err;
   }
   auto argv = gen;
   for (const char* a : {"--backend", "reference", "--devices", "0,0"}) argv.push_back(a);
-  expect_one_error_line(run_process(argv, &out, &err), err);
-  expect_one_error_line(run_process({MLACONF_CLI, "bench", "--model", model, "--devices", "0,0"}, &out, &err), err);
-  expect_one_error_line(run_process({MLACONF_CLI, "capture", "--model", model, "--random-tokens", "4", "--devices", "0,0",
+  expect_one_error_line(run(argv, &out, &err), err);
+  expect_one_error_line(run({MLACONF_CLI, "bench", "--model", model, "--devices", "0,0"}, &out, &err), err);
+  expect_one_error_line(run({MLACONF_CLI, "capture", "--model", model, "--random-tokens", "4", "--devices", "0,0",
                                      "--out", h5}, &out, &err), err);
   EXPECT_FALSE(std::filesystem::exists(h5));
 }
