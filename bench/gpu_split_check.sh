@@ -2,17 +2,18 @@
 # On one CUDA GPU: everything GPU-side of issue 11 (layer split) in one go, through virtual devices
 # (--devices 0,0 and 0,0,0 name the same GPU for every stage, so the split's code path runs).
 #
-#   bench/gpu_split_check.sh [build dir, default build]      (OUT=dir keeps the logs; default a temp dir)
+#   bench/gpu_split_check.sh [DIR, default build]      (OUT=dir keeps the logs; default a temp dir)
 #
-# Needs: the default preset built with CUDA (BUILD/tools/mlaconf and BUILD/suites/gpu/mlaconf_gpu_tests:
-# `bash ci/build.sh`, or `cmake --build build --target mlaconf mlaconf_gpu_tests`), ~6 GB of free disk
-# in $TMPDIR, ../shared/models/glm-dsa-tiny.gguf (else the tiny model is synthesized with seed 1 and the
-# gtest cases that need ../shared skip). Time on an H200 host: about 3-6 min, mostly synthesizing the
-# 5-GB model.
+# Needs the default preset built with CUDA: DIR/tools/mlaconf and DIR/suites/gpu/mlaconf_gpu_tests
+# (`cmake --build build --target mlaconf mlaconf_gpu_tests`), or DIR/mlaconf and DIR/mlaconf_gpu_tests
+# side by side (stripped copies carried to a GPU machine: strip -o DIR/mlaconf build/tools/mlaconf ...),
+# ~4 GB of free disk in $TMPDIR. The tiny model: ../shared/models/glm-dsa-tiny.gguf, else one synthesized
+# with the same dims (seed 1) and given to the gtest cases through MLACONF_SHARED_DIR. Expected time on
+# an H200 host: a few minutes, most of it synthesizing the 3.9-GB model (not measured yet).
 #
 # Steps:
 #  1. synthesizes a model of several GB (GLM-5 dims: hidden 6144, 64 heads, vocab 154880; 4 layers, 32
-#     experts, Q4_K + Q6_K head) and a header-only full GLM-5 (UD-Q4_K_XL-like mix) for `plan`;
+#     experts, Q4_K + Q6_K head: 3.9 GB) and a header-only full GLM-5 (UD-Q4_K_XL-like mix) for `plan`;
 #  2. the gtest cases split.* (bit-identical logits for {0,0} and {0,0,0} vs unsplit on both models,
 #     the lost-hand-off negative control, `generate --backend both --devices ...`);
 #  3. per model and device list: `generate --backend cuda --json` (tokens and margins, printed with 17
@@ -24,34 +25,38 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B="${1:-build}"
-M="$B/tools/mlaconf"
-G="$B/suites/gpu/mlaconf_gpu_tests"
+if [ -x "$B/mlaconf" ]; then M="$B/mlaconf" G="$B/mlaconf_gpu_tests"
+else M="$B/tools/mlaconf" G="$B/suites/gpu/mlaconf_gpu_tests"; fi
 for x in "$M" "$G"; do
   [ -x "$x" ] || { echo "missing $x: build the default (CUDA) preset first (bash ci/build.sh)"; exit 2; }
 done
 W="$(mktemp -d)"
 OUT="${OUT:-$W}"
 mkdir -p "$OUT"
-trap 'rm -f "$W"/*.gguf "$W"/*.h5' EXIT  # keeps the logs
+trap 'rm -rf "$W"/*.gguf "$W"/*.h5 "$W"/shared' EXIT  # keeps the logs
 fail=0
 t0=$(date +%s)
 
-TINY=../shared/models/glm-dsa-tiny.gguf
-if [ ! -s "$TINY" ]; then
-  TINY="$W/tiny-seed1.gguf"
+SHARED="$(realpath ../shared 2>/dev/null || true)"
+TINY="$SHARED/models/glm-dsa-tiny.gguf"
+if [ -z "$SHARED" ] || [ ! -s "$TINY" ]; then
+  SHARED="$W/shared"
+  TINY="$SHARED/models/glm-dsa-tiny.gguf"
+  mkdir -p "$SHARED/models"
   "$M" synth --seed 1 -o "$TINY" >/dev/null || exit 2
 fi
 BIG="$W/glm5-dims-4layers-32experts.gguf"
 echo "== synthesizing the several-GB model ($BIG)"
-/usr/bin/time -f "   synth: %e s wall" "$M" synth --preset glm5 --layers 4 --dense-lead 1 --experts 32 \
+s0=$(date +%s)
+"$M" synth --preset glm5 --layers 4 --dense-lead 1 --experts 32 \
   --type-default Q4_K --type output.weight=Q6_K --seed 3 -o "$BIG" >/dev/null || exit 2
-ls -l "$BIG" | awk '{printf "   %.2f GB\n", $5 / 1e9}'
+echo "   $(( $(date +%s) - s0 )) s, $(du -B1 --apparent-size "$BIG" | awk '{printf "%.2f GB", $1 / 1e9}')"
 # shellcheck disable=SC2046
 "$M" synth --preset glm5 $(cat synth/mixes/glm5-ud-q4_k_xl.args) --header-only --split 8 --seed 1 \
   --out "$W/glm5-ud.gguf" >/dev/null || exit 2
 
 echo "== gtest split.*"
-MLACONF_CLI="$(realpath "$M")" MLACONF_SHARED_DIR="$(realpath ../shared 2>/dev/null || echo ../shared)" \
+MLACONF_CLI="$(realpath "$M")" MLACONF_SHARED_DIR="$SHARED" \
   MLACONF_SPLIT_MODEL="$BIG" "$G" --gtest_filter='split.*' 2>&1 | tee "$OUT/gtest-split.log" | grep -E "^\[  |bit-identical|Failure|error" 
 [ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
 

@@ -3,8 +3,8 @@
 // the per-stage buffers and copies all run). The arithmetic of each layer is unchanged by the split, so
 // the logits must be BIT-identical to the unsplit run on the same GPU: a prefill (T > 8: the dequant +
 // GEMM path) and decode steps (T = 1: the fused GEMVs), compared with memcmp. Models: the tiny model
-// (4 layers) and a synthesized model of several GB (GLM-5 dims: hidden 6144, 64 heads, vocab 154880;
-// 4 layers, 32 experts): path in MLACONF_SPLIT_MODEL, or synthesized here through MLACONF_CLI (~5 GB in
+// (4 layers) and a synthesized model of 3.9 GB (GLM-5 dims: hidden 6144, 64 heads, vocab 154880;
+// 4 layers, 32 experts): path in MLACONF_SPLIT_MODEL, or synthesized here through MLACONF_CLI (in
 // /tmp, removed afterwards). Negative controls: the fault "split-no-handoff" (the next stage starts from
 // its fresh, poisoned buffer instead of the copied hidden state) must be caught (the overflow check
 // names the op; with the check off the logits differ) and leaves the unsplit run alone; another prompt
