@@ -30,7 +30,30 @@ class CudaError : public std::runtime_error {
 bool cuda_available(std::string* why_not);
 void synchronize();  // cudaDeviceSynchronize, checked
 
-// Device memory, owned. Newly allocated buffers are poisoned (0xFF bytes: NaN in f16 and f32) so a
+// ---- devices (a layer split runs each layer on its device; kernels and allocations use the current one) --
+int device_count();
+int current_device();
+void set_device(int ordinal);  // cudaSetDevice, checked (InputError for an ordinal that does not exist)
+// Makes `ordinal` current for its lifetime, then restores the previous device.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int ordinal);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int prev_;
+};
+// Lets each device of the list read the others' memory directly where the hardware can (NVLink / PCIe
+// P2P); copies between the others are staged by the driver. Repeated ordinals are skipped.
+void enable_peer_access(const std::vector<int>& ordinals);
+// Copies `bytes` from d_src on device `src` to d_dst on device `dst` (cudaMemcpyPeerAsync on dst's legacy
+// default stream), after all the work queued so far on src (an event) and before all work queued later
+// on dst. src == dst (virtual devices of one GPU) takes the same path. Leaves dst current.
+void copy_peer(void* d_dst, int dst, const void* d_src, int src, size_t bytes);
+
+// Device memory, owned, on the device current at construction. Newly allocated buffers are poisoned (0xFF bytes: NaN in f16 and f32) so a
 // kernel that forgets to write an output is caught.
 class DeviceBuffer {
  public:

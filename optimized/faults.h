@@ -14,6 +14,8 @@ enum class Fault {
   TopkUpperTie,     // "topk-upper-tie": top-k ties go to the higher index
   NoLseMerge,       // "no-lse-merge": split-K partials summed without rescaling to a common max
   InjectOverflow,   // "inject-overflow": the pipeline writes +inf into layer 1's q_a output
+  SplitNoHandoff,   // "split-no-handoff": a layer split's next stage starts without the hidden state
+                    // (its fresh, poisoned buffer: NaN), as if the copy between devices were lost
 };
 
 // Names, for the CLI and the report: "dense-attention" ("dense attention in place of sparse"), ...

@@ -44,13 +44,14 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(int type, const uint
   if (lane == 0) y[b * y_stride + row] = acc;
 }
 
+// One handle per device (a handle belongs to the device current when it was created), made on first use.
 cublasHandle_t cublas() {
-  static cublasHandle_t h = [] {
-    cublasHandle_t hh;
-    if (cublasCreate(&hh) != CUBLAS_STATUS_SUCCESS) throw CudaError("cublasCreate failed");
-    return hh;
-  }();
-  return h;
+  constexpr int kMaxDevices = 64;
+  static cublasHandle_t h[kMaxDevices] = {};
+  const int d = current_device();
+  if (d >= kMaxDevices) throw CudaError("cublas: device ordinal " + std::to_string(d) + " beyond 63");
+  if (!h[d] && cublasCreate(&h[d]) != CUBLAS_STATUS_SUCCESS) throw CudaError("cublasCreate failed");
+  return h[d];
 }
 
 void gemv_impl(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const float* d_x, float* d_y, int64_t batch,

@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/memory_plan.h"
 #include "core/weight_layout.h"
 #include "optimized/api.h"
 #include "optimized/faults.h"
@@ -37,9 +38,16 @@ struct Pipeline::Impl {
   int64_t n_past = 0;
   double attn_scale = 0;
   std::map<std::string, DevTensor> w;
-  std::vector<DeviceBuffer> latent;  // per layer [ctx, kv_lora+rope] f16
+  std::vector<DeviceBuffer> latent;  // per layer [ctx, kv_lora+rope] f16, on the layer's device
   std::vector<DeviceBuffer> ikeys;   // per layer [ctx, Di] f32 (full indexer layers): near-ties decide the top-k
-  DeviceBuffer deq_scratch;
+  // The layer split: stage s runs on CUDA device stage_dev[s]; layer l on stage layer_stage[l]; the
+  // embedding on stage 0, the head on the last. `cur` is the stage whose device is current in a pass.
+  std::vector<int> stage_dev;
+  std::vector<int> layer_stage;
+  std::vector<std::pair<int64_t, int64_t>> stage_layers;  // [begin, end) per stage
+  int cur = 0;
+  std::vector<int> topk_at;  // in a pass: the stage whose device holds layer l's top-k list now
+  std::vector<DeviceBuffer> deq_scratch;  // per stage (the prefill dequantization buffer)
   Trace* tr = nullptr;
   const ForcedDecisions* forced = nullptr;  // this pass's forced decisions (may be null)
 
@@ -63,11 +71,11 @@ struct Pipeline::Impl {
       return;
     }
     if (fp32 || opt.prefill == PipelineOptions::Prefill::Fp32)
-      linear_prefill_f32(t.type, base, t.ne1, t.ne0, x, T, y, &deq_scratch);
+      linear_prefill_f32(t.type, base, t.ne1, t.ne0, x, T, y, &deq_scratch[cur]);
     else if (opt.prefill == PipelineOptions::Prefill::Fp16x3)
-      linear_prefill_x3(t.type, base, t.ne1, t.ne0, x, T, y, &deq_scratch);
+      linear_prefill_x3(t.type, base, t.ne1, t.ne0, x, T, y, &deq_scratch[cur]);
     else
-      linear_prefill(t.type, base, t.ne1, t.ne0, x, T, y, &deq_scratch);
+      linear_prefill(t.type, base, t.ne1, t.ne0, x, T, y, &deq_scratch[cur]);
   }
 
   void check(int64_t layer, const char* name, const float* d, int64_t n) {
@@ -96,8 +104,68 @@ struct Pipeline::Impl {
     rec(layer, name, d, shape);
   }
 
+  // The stage a tensor lives on: its layer's; token_embd on the first, output_norm and output on the last.
+  int stage_of(const TensorSpec& s) const {
+    if (s.layer >= 0) return layer_stage[(size_t)s.layer];
+    return s.name == wname::kTokenEmbd ? 0 : (int)stage_dev.size() - 1;
+  }
+
+  // Splits the layers over opt.devices (core/memory_plan.h: the same arithmetic as `mlaconf plan`).
+  void plan_split() {
+    stage_dev = opt.devices.empty() ? std::vector<int>{current_device()} : opt.devices;
+    for (int d : stage_dev) {
+      if (d < 0 || d >= device_count())
+        throw InputError("--devices: CUDA device " + std::to_string(d) + " does not exist (" +
+                         std::to_string(device_count()) + " here)");
+    }
+    const int64_t nl = c.n_layer_run();
+    if ((int64_t)stage_dev.size() > nl)
+      throw InputError("--devices: " + std::to_string(stage_dev.size()) + " devices for " + std::to_string(nl) +
+                       " layers (at most one device per layer)");
+    MemoryPlanRequest r;
+    r.n_devices = (int)stage_dev.size();
+    r.context = ctx;
+    MemoryPlan p = plan_memory(f, c, r);
+    layer_stage.assign((size_t)nl, 0);
+    for (const DevicePlan& d : p.devices) {
+      stage_layers.emplace_back(d.layer_begin, d.layer_end);
+      for (int64_t l = d.layer_begin; l < d.layer_end; ++l) layer_stage[(size_t)l] = d.index;
+    }
+    enable_peer_access(stage_dev);
+    for (int sdev : stage_dev) {
+      DeviceScope on(sdev);
+      deq_scratch.emplace_back();
+    }
+  }
+
+  // Makes stage s current; moves the hidden state h [n floats] there from the current stage, and every
+  // top-k list that one of s's layers reads (a shared-indexer layer reads its source layer's) and that
+  // lives on an earlier stage. Same device or not, the same copies run (virtual devices test this path).
+  // Buffers left behind go to `retired` (freed after the pass, when no copy can still read them).
+  void enter_stage(int s, DeviceBuffer& h, int64_t n, std::vector<DeviceBuffer>& topk, std::vector<DeviceBuffer>& retired) {
+    if (s == cur) return;
+    set_device(stage_dev[(size_t)s]);
+    DeviceBuffer moved((size_t)n * 4);
+    if (active_fault() != Fault::SplitNoHandoff)
+      copy_peer(moved.get(), stage_dev[(size_t)s], h.get(), stage_dev[(size_t)cur], (size_t)n * 4);
+    retired.push_back(std::move(h));
+    h = std::move(moved);
+    for (int64_t l = stage_layers[(size_t)s].first; l < stage_layers[(size_t)s].second; ++l) {
+      const bool full = l < (int64_t)c.indexer_full.size() ? (bool)c.indexer_full[l] : true;
+      const int64_t src = full ? l : c.indexer_source_layer(l);
+      if (src < 0 || src >= l || !topk[(size_t)src].get() || topk_at[(size_t)src] == s) continue;
+      DeviceBuffer t(topk[(size_t)src].bytes());
+      copy_peer(t.get(), stage_dev[(size_t)s], topk[(size_t)src].get(), stage_dev[(size_t)topk_at[(size_t)src]], t.bytes());
+      retired.push_back(std::move(topk[(size_t)src]));
+      topk[(size_t)src] = std::move(t);
+      topk_at[(size_t)src] = s;
+    }
+    cur = s;
+  }
+
   void upload_weights() {
     for (const TensorSpec& s : model_tensor_specs(c)) {
+      DeviceScope on(stage_dev[(size_t)stage_of(s)]);
       const TensorInfo& ti = f.tensor(s.name);
       DevTensor t;
       t.type = ti.type;
@@ -426,8 +494,11 @@ Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt)
   if (const char* e = std::getenv("MLACONF_CUDA_GEMV_MAX_TOKENS")) m.opt.gemv_max_tokens = std::atoll(e);
   m.ctx = std::min<int64_t>(opt.max_ctx, c.n_ctx_train > 0 ? c.n_ctx_train : opt.max_ctx);
   m.attn_scale = 1.0 / std::sqrt((double)c.qk_head());
+  DeviceScope keep(current_device());  // the constructor leaves the caller's device current
+  m.plan_split();
   m.upload_weights();
   for (int64_t l = 0; l < c.n_layer_run(); ++l) {
+    DeviceScope on(m.stage_dev[(size_t)m.layer_stage[(size_t)l]]);
     m.latent.emplace_back((size_t)m.ctx * c.latent_dim() * 2);
     const bool full = l < (int64_t)c.indexer_full.size() ? (bool)c.indexer_full[l] : true;
     m.ikeys.emplace_back(full ? (size_t)m.ctx * c.indexer_head_size * 4 : 0);
@@ -437,6 +508,18 @@ Pipeline::~Pipeline() = default;
 Pipeline::Pipeline(Pipeline&&) noexcept = default;
 int64_t Pipeline::n_past() const { return impl_->n_past; }
 const ModelConfig& Pipeline::config() const { return impl_->c; }
+std::string Pipeline::split_summary() const {
+  const Impl& m = *impl_;
+  if (m.opt.devices.empty()) return "";
+  std::string s = "devices ";
+  for (size_t i = 0; i < m.stage_dev.size(); ++i) s += (i ? "," : "") + std::to_string(m.stage_dev[i]);
+  s += ": layers ";
+  for (size_t i = 0; i < m.stage_layers.size(); ++i) {
+    const auto [b, e] = m.stage_layers[i];
+    s += (i ? " | " : "") + (e <= b ? std::string("-") : e - b == 1 ? std::to_string(b) : std::to_string(b) + "-" + std::to_string(e - 1));
+  }
+  return s;
+}
 void Pipeline::reset() { impl_->n_past = 0; }
 
 std::vector<float> Pipeline::forward(std::span<const int32_t> ids, Trace* trace, const ForcedDecisions* forced) {
@@ -451,15 +534,29 @@ std::vector<float> Pipeline::forward(std::span<const int32_t> ids, Trace* trace,
                      std::to_string(m.ctx) + "-row caches (PipelineOptions::max_ctx)");
   m.tr = trace;
   m.forced = forced;
+  DeviceScope keep(current_device());  // the pass switches devices per stage; the caller's comes back
+  const int n_stages = (int)m.stage_dev.size();
   std::vector<int32_t> pos(T);
   for (int64_t t = 0; t < T; ++t) pos[t] = (int32_t)(m.n_past + t);
-  auto d_pos = to_device(pos);
+  std::vector<DeviceBuffer> d_pos;  // per stage
+  for (int s = 0; s < n_stages; ++s) {
+    DeviceScope on(m.stage_dev[(size_t)s]);
+    d_pos.push_back(to_device(pos));
+  }
+  std::vector<DeviceBuffer> retired;  // buffers a stage hand-off left behind
+  m.cur = 0;
+  m.topk_at = m.layer_stage;  // a layer's own top-k list is made on its stage
+  set_device(m.stage_dev[0]);
   auto h = Impl::fbuf(T * E);
   const DevTensor& emb = m.W(wname::kTokenEmbd);
   for (int64_t t = 0; t < T; ++t)
     dequantize_f32(emb.type, emb.buf.as<uint8_t>() + (int64_t)ids[t] * emb.row_bytes, E, h.as<float>() + t * E);
   std::vector<DeviceBuffer> topk(c.n_layer_run());
-  for (int64_t l = 0; l < c.n_layer_run(); ++l) m.layer(l, h.as<float>(), T, d_pos.as<int32_t>(), topk);
+  for (int64_t l = 0; l < c.n_layer_run(); ++l) {
+    m.enter_stage(m.layer_stage[(size_t)l], h, T * E, topk, retired);
+    m.layer(l, h.as<float>(), T, d_pos[(size_t)m.cur].as<int32_t>(), topk);
+  }
+  m.enter_stage(n_stages - 1, h, T * E, topk, retired);
   auto fn = Impl::fbuf(T * E);
   rmsnorm(h.as<float>(), m.W(wname::kOutputNorm).buf.as<float>(), T, E, E, (float)c.rms_eps, fn.as<float>());
   m.done(-1, op::kFinalNorm, fn.as<float>(), {T, E});

@@ -48,6 +48,13 @@ struct PipelineOptions {
   // slower. Environment MLACONF_CUDA_PREFILL=fp16|fp16x3|fp32 overrides.
   enum class Prefill { Fp16, Fp16x3, Fp32 };
   Prefill prefill = Prefill::Fp16x3;
+  // Layer split: the CUDA devices of the stages, in order (empty = the current device alone). The layers
+  // are split into contiguous ranges by core/memory_plan.h (balanced by bytes, the embedding on the first
+  // stage, the output head on the last); each layer's weights and caches live on its stage's device and
+  // the hidden state moves between stages with cudaMemcpyPeerAsync. An ordinal may repeat ("virtual
+  // devices" of one GPU): the same code path, so the split is tested on one GPU. The arithmetic of each
+  // layer is unchanged, so the logits are bit-identical to the unsplit run on the same GPU.
+  std::vector<int> devices;
 };
 
 // A host tensor of op replay: row-major values, shape.
@@ -76,6 +83,8 @@ class Pipeline {
   std::map<std::string, OpTensor> replay_op(int layer, const std::string& op, const std::map<std::string, OpTensor>& in,
                                             int64_t pos0);
   const ModelConfig& config() const;
+  // The split, e.g. "devices 0,0: layers 0-1 | 2-3" ("" without a split).
+  std::string split_summary() const;
 
   // Greedy generation (ties to the lower id): prefill `prompt`, then n_new decode steps. margins[i]
   // = top-1 minus top-2 logit of step i.

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/error.h"
 #include "optimized/api.h"
 #include "optimized/common.cuh"
 
@@ -31,6 +32,54 @@ bool cuda_available(std::string* why_not) {
 }
 
 void synchronize() { MLACONF_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+int device_count() {
+  int n = 0;
+  MLACONF_CUDA_CHECK(cudaGetDeviceCount(&n));
+  return n;
+}
+int current_device() {
+  int d = 0;
+  MLACONF_CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+void set_device(int ordinal) {
+  const int n = device_count();
+  if (ordinal < 0 || ordinal >= n)
+    throw InputError("CUDA device " + std::to_string(ordinal) + " does not exist (" + std::to_string(n) + " device" +
+                     (n == 1 ? "" : "s") + " here)");
+  MLACONF_CUDA_CHECK(cudaSetDevice(ordinal));
+}
+DeviceScope::DeviceScope(int ordinal) : prev_(current_device()) { set_device(ordinal); }
+DeviceScope::~DeviceScope() { cudaSetDevice(prev_); }
+
+void enable_peer_access(const std::vector<int>& ordinals) {
+  DeviceScope keep(current_device());
+  for (int a : ordinals)
+    for (int b : ordinals) {
+      if (a == b) continue;
+      int can = 0;
+      MLACONF_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, a, b));
+      if (!can) continue;
+      set_device(a);
+      const cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();  // not an error here: clear it
+      else MLACONF_CUDA_CHECK(e);
+    }
+}
+
+void copy_peer(void* d_dst, int dst, const void* d_src, int src, size_t bytes) {
+  // The legacy default streams of two devices are not ordered with each other: an event recorded on
+  // src's stream, waited for on dst's, orders the copy after src's producers and before dst's consumers.
+  cudaEvent_t ev;
+  set_device(src);
+  MLACONF_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  MLACONF_CUDA_CHECK(cudaEventRecord(ev, 0));
+  set_device(dst);
+  MLACONF_CUDA_CHECK(cudaStreamWaitEvent(0, ev, 0));
+  MLACONF_CUDA_CHECK(cudaEventDestroy(ev));  // released once the wait has completed
+  if (bytes) MLACONF_CUDA_CHECK(cudaMemcpyPeerAsync(d_dst, dst, d_src, src, bytes, 0));
+}
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : n_(bytes) {
   if (bytes) {
@@ -63,13 +112,18 @@ void DeviceBuffer::fill(uint8_t byte) {
 }
 
 void* scratch(int slot, size_t bytes) {
-  static DeviceBuffer bufs[8];
+  // One set per device: a kernel may only touch its own device's memory (no peer access assumed).
+  constexpr int kMaxDevices = 64;
+  static DeviceBuffer bufs[kMaxDevices][8];
   if (slot < 0 || slot >= 8) throw CudaError("scratch: bad slot");
-  if (bufs[slot].bytes() < bytes) {
-    bufs[slot] = DeviceBuffer();  // free first
-    bufs[slot] = DeviceBuffer(bytes + bytes / 4);
+  const int d = current_device();
+  if (d >= kMaxDevices) throw CudaError("scratch: device ordinal " + std::to_string(d) + " beyond 63");
+  DeviceBuffer& b = bufs[d][slot];
+  if (b.bytes() < bytes) {
+    b = DeviceBuffer();  // free first
+    b = DeviceBuffer(bytes + bytes / 4);
   }
-  return bufs[slot].get();
+  return b.get();
 }
 
 void copy_to_host(void* host, const void* d_src, size_t bytes) {

@@ -138,7 +138,7 @@ Mat<S> Model<S>::head(const Mat<S>& hidden, Trace* trace) {
   Mat<S> fn = rmsnorm<S>(hidden, W.vec(wname::kOutputNorm), c_.rms_eps);  // [T, E]
   rec<S>(trace, -1, op::kFinalNorm, fn, {fn.rows(), fn.cols()});
   const char* out_name = W.has(wname::kOutput) ? wname::kOutput : wname::kTokenEmbd;  // tied fallback
-  Mat<S> logits = linear<S>(fn, W.mat(out_name));  // [T, vocab]
+  Mat<S> logits = W.linear_streamed(out_name, fn);  // [T, vocab]; a full-size head in blocks (bounded memory)
   rec<S>(trace, -1, op::kLogits, logits, {logits.rows(), logits.cols()});
   return logits;
 }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <stdexcept>
 #include <system_error>
 #include <thread>
 
@@ -178,6 +179,34 @@ Mat<S> Weights<S>::embed_rows(const int32_t* ids, int64_t n) {
     load_into(t, ids[i], 1, out.row(i).data());
   }
   return out;
+}
+
+template <class S>
+Mat<S> Weights<S>::linear_streamed(const std::string& name, const Mat<S>& x) {
+  const TensorInfo& t = info(name, 2);
+  const size_t as_s = sizeof(S) * static_cast<size_t>(t.ne[0]) * static_cast<size_t>(t.ne[1]);
+  if (as_s <= kStreamAboveBytes || mats_.count(name)) return linear<S>(x, mat(name));
+  const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(kStreamBlockBytes / (sizeof(S) * static_cast<size_t>(t.ne[0]))));
+  return linear_blocked(name, x, rows);
+}
+
+template <class S>
+Mat<S> Weights<S>::linear_blocked(const std::string& name, const Mat<S>& x, int64_t block_rows) {
+  const TensorInfo& t = info(name, 2);
+  if (x.cols() != t.ne[0])
+    throw InputError(f_.path() + ": " + name + " " + t.shape_string() + " does not take inputs of width " +
+                     std::to_string(x.cols()));
+  if (block_rows < 1) throw std::invalid_argument("linear_blocked: block_rows < 1");
+  const int64_t out = t.ne[1];
+  Mat<S> y(x.rows(), out);
+  Mat<S> block;
+  for (int64_t r0 = 0; r0 < out; r0 += block_rows) {
+    const int64_t n = std::min(block_rows, out - r0);
+    block.resize(n, t.ne[0]);  // keeps the allocation while the size is unchanged
+    load_into(t, r0, n, block.data());
+    y.middleCols(r0, n) = linear<S>(x, block);
+  }
+  return y;
 }
 
 template <class S>

@@ -47,6 +47,17 @@ class Weights {
   const std::vector<Mat<S>>& per_head(const std::string& name);
   // Rows of token_embd for the given ids, dequantized row by row (the table is never expanded). [T, E]
   Mat<S> embed_rows(const int32_t* ids, int64_t n);
+  // x [T, in] times the 2-D tensor {in, out} transposed: [T, out] (the output head). A tensor of at most
+  // kStreamAboveBytes as S is dequantized once and kept (mat()); a larger one, such as GLM-5's 154880 x 6144
+  // head (3.8 GB as float, 7.6 GB as double), is dequantized kStreamBlockBytes of rows at a time, each
+  // block multiplied and dropped, and never kept: the peak is one block, at the cost of dequantizing it
+  // again on every pass.
+  static constexpr size_t kStreamAboveBytes = size_t{512} << 20;
+  static constexpr size_t kStreamBlockBytes = size_t{128} << 20;
+  Mat<S> linear_streamed(const std::string& name, const Mat<S>& x);
+  // The blocked product with `block_rows` rows per block, whatever the size (tests compare it with the
+  // whole matrix).
+  Mat<S> linear_blocked(const std::string& name, const Mat<S>& x, int64_t block_rows);
   // Routed expert e of layer l (gate, up, down), through the LRU cache.
   const ExpertWeights<S>& expert(int64_t layer, int64_t e);
 

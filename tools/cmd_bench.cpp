@@ -2,6 +2,7 @@
 //
 //   mlaconf bench --model M.gguf [--backend reference|cuda] [--precision f32|f64]
 //                 [--prompt-tokens 128] [--decode-steps 32] [--seed 1] [--no-warmup] [--json]
+//                 [--devices 0,1,...]   (cuda: layer split, tools/cli_devices.h)
 //
 // Feeds --prompt-tokens seeded random ids as one prefill, then --decode-steps greedy steps of one
 // token each, and reports wall time and tokens/s for both phases. By default a warm-up pass (the same
@@ -20,6 +21,7 @@
 #include "core/model_config.h"
 #include "core/argmax.h"
 #include "tools/backend/backend.h"
+#include "tools/cli_devices.h"
 #include "tools/command.h"
 #include "tools/validate.h"
 
@@ -36,6 +38,7 @@ struct BenchArgs {
   double expert_cache_gib = 4.0;
   bool no_warmup = false;
   bool json = false;
+  std::string devices;  // layer split (cuda)
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -49,6 +52,8 @@ void run_bench(const BenchArgs& a) {
   if (a.prompt_tokens < 1 || a.decode_steps < 0) throw InputError("bench: --prompt-tokens >= 1 and --decode-steps >= 0");
   require_finite_nonnegative(a.expert_cache_gib, "--expert-cache-gib");
   require_regular_file(a.model, "--model");
+  const std::vector<int> devices = parse_devices(a.devices);
+  if (!devices.empty() && a.backend != "cuda") throw InputError("bench: --devices needs --backend cuda");
   GgufFile f = GgufFile::open(a.model);
   ModelConfig c = ModelConfig::from_gguf(f);
   const int64_t ctx = a.prompt_tokens + a.decode_steps;
@@ -60,6 +65,7 @@ void run_bench(const BenchArgs& a) {
   bo.precision = a.precision;
   bo.expert_cache_gib = a.expert_cache_gib;
   bo.max_ctx = ctx;
+  bo.devices = devices;
   std::unique_ptr<be::Backend> b = be::make_backend(a.backend, f, c, bo);
   std::mt19937_64 rng(a.seed);
   std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(c.n_vocab - 1));
@@ -86,7 +92,7 @@ void run_bench(const BenchArgs& a) {
   const double prefill_tps = a.prompt_tokens / prefill_s;
   const double decode_tps = a.decode_steps > 0 ? a.decode_steps / decode_s : 0.0;
   if (a.json) {
-    const Json j = {{"backend", a.backend},     {"precision", a.backend == "cuda" ? "f16" : a.precision},
+    const Json j = {{"backend", a.backend},     {"devices", a.devices},     {"precision", a.backend == "cuda" ? "f16" : a.precision},
                     {"model", a.model},         {"prompt_tokens", a.prompt_tokens},
                     {"decode_steps", a.decode_steps}, {"warmup_s", warm_s},
                     {"prefill_s", prefill_s},   {"prefill_tokens_per_s", prefill_tps},
@@ -115,6 +121,7 @@ CommandRegistration reg(60, [](CLI::App& root) {
   sub->add_option("--expert-cache-gib", a->expert_cache_gib, "reference expert cache budget")->capture_default_str();
   sub->add_flag("--no-warmup", a->no_warmup, "time the first pass too (includes lazy weight loading)");
   sub->add_flag("--json", a->json, "one JSON object on stdout");
+  sub->add_option("--devices", a->devices, "cuda: layer split over these CUDA devices, e.g. 0,1 (0,0: virtual devices)");
   sub->callback([a] { run_bench(*a); });
 });
 

@@ -1,6 +1,6 @@
 // mlaconf capture --model M.gguf --layers 0,3,40|all (--prompt-ids ... | --random-tokens N --seed S)
 //                 [--decode-steps K] [--generate N] [--precision f32|f64] [--case-name NAME]
-//                 [--backend reference|cuda] [--hidden-source forward|synthetic] [--quiet|--progress] --out F.h5
+//                 [--backend reference|cuda [--devices 0,1,...]] [--hidden-source forward|synthetic] [--quiet|--progress] --out F.h5
 //
 // Writes a golden fixture (fixtures/SCHEMA.md) atomically. Exit 2 on bad input, 3 for an unsupported
 // backend.
@@ -15,6 +15,7 @@
 #include "core/model_config.h"
 #include "tools/backend/capture.h"
 #include "tools/backend/backend.h"
+#include "tools/cli_devices.h"
 #include "tools/command.h"
 #include "tools/validate.h"
 
@@ -23,7 +24,7 @@ namespace {
 
 struct CaptureArgs {
   be::CaptureOptions o;
-  std::string layers = "all", prompt_ids, backend = "reference", op_layers;
+  std::string layers = "all", prompt_ids, backend = "reference", op_layers, devices;
   bool quiet = false, progress = false, no_op_level = false;
 };
 
@@ -86,6 +87,7 @@ CommandRegistration reg(40, [](CLI::App& root) {
                 "use this fixture's decisions (indexer top-k, router ids) in every pass; the backend's own are still stored");
   auto* qf = c->add_flag("--quiet", a->quiet, "no progress bar");
   c->add_flag("--progress", a->progress, "progress bar even when stderr is not a terminal (plain lines, no \\r)")->excludes(qf);
+  c->add_option("--devices", a->devices, "cuda: layer split over these CUDA devices, e.g. 0,1 (0,0: virtual devices)");
   c->callback([a, c] {
     be::CaptureOptions o = a->o;
     if (a->layers == "all") {
@@ -126,9 +128,12 @@ CommandRegistration reg(40, [](CLI::App& root) {
     if (a->backend != "reference") cl << " --backend " << a->backend;
     if (!o.force_decisions.empty()) cl << " --force-decisions " << o.force_decisions;
     if (!o.fault.empty()) cl << " --fault " << o.fault;
+    if (!a->devices.empty()) cl << " --devices " << a->devices;
     cl << " --precision " << o.precision << " --hidden-source " << o.hidden_source << " --out " << o.out;
     o.command_line = cl.str();
     o.backend = a->backend;
+    o.devices = parse_devices(a->devices);
+    if (!o.devices.empty() && o.backend != "cuda") throw InputError("--devices needs --backend cuda");
     be::capture(o);  // NotSupported: main() prints it and exits 3
     set_exit_code(kExitOk);
   });

@@ -2,6 +2,7 @@
 //
 //   mlaconf generate --model M.gguf --prompt "text" [-n N] [--backend reference|cuda|both]
 //                    [--precision f32|f64] [--ignore-eos] [--verbose] [--json] [--fault NAME]
+//                    [--devices 0,1,...]   (the CUDA pipeline's layer split, tools/cli_devices.h)
 //   mlaconf generate --model M.gguf --prompt-ids 1,2,3 ...        (ids instead of text)
 //
 // The prompt text is encoded with the GGUF's own tokenizer (tokenizer.ggml.*, no bos: GLM's
@@ -55,6 +56,7 @@
 #include "core/argmax.h"
 #include "tools/backend/backend.h"
 #include "tools/backend/decision_trace.h"
+#include "tools/cli_devices.h"
 #include "tools/command.h"
 #include "tools/validate.h"
 
@@ -78,6 +80,7 @@ struct GenerateArgs {
   bool json = false;
   bool force_decisions = false;
   bool no_attribution = false;
+  std::string devices;  // layer split of the CUDA pipeline
 };
 
 // A decision of the backend under test that differs from the reference's where the reference's gap is
@@ -161,6 +164,8 @@ void run(const GenerateArgs& a) {
   const bool use_ref = a.backend != "cuda", use_cuda = a.backend != "reference";
   require_fault_name(a.fault);  // a typo is unusable input (2), before "not supported" (3)
   require_finite_nonnegative(a.expert_cache_gib, "--expert-cache-gib");
+  const std::vector<int> devices = parse_devices(a.devices);
+  if (!devices.empty() && !use_cuda) throw InputError("generate: --devices needs --backend cuda or both");
   const bool faulty = !a.fault.empty() && a.fault != "none";
   if (faulty && a.backend == "reference" && a.fault != "dense-attention")
     throw NotSupported("generate: the reference has one fault, dense-attention (not '" + a.fault + "')");
@@ -207,6 +212,7 @@ void run(const GenerateArgs& a) {
     bo.expert_cache_gib = a.expert_cache_gib;
     bo.max_ctx = std::max<int64_t>(ctx, 1);
     bo.fault = a.fault;
+    bo.devices = devices;
     if (use_cuda && !a.force_decisions) gpu = be::make_backend("cuda", f, c, bo);
     if (use_cuda && use_ref && (a.force_decisions || !a.no_attribution)) forced = be::make_backend("cuda", f, c, bo);
     if (use_ref) {
@@ -365,6 +371,7 @@ const CommandRegistration reg(30, [](CLI::App& root) {
                 "negative control: inject a fault (dense-attention; cuda: any of optimized/faults.h) into the "
                 "backend under test (cuda with both)");
   s->add_option("--expert-cache-gib", a->expert_cache_gib, "LRU budget for dequantized experts (default 4)");
+  s->add_option("--devices", a->devices, "cuda: layer split over these CUDA devices, e.g. 0,1 (0,0: virtual devices)");
   s->add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-generation tokens (eos/eot/eom)");
   s->add_flag("--verbose,-v", a->verbose, "per-step token, text and margin (top-1 minus top-2 logit) on stderr");
   s->add_flag("--json", a->json, "print one JSON object {\"tokens\", \"margins\", \"text\", ...} (generated only)");

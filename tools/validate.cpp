@@ -10,9 +10,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#ifdef MLACONF_HAVE_CUDA
-#include "optimized/faults.h"
-#endif
+#include "core/fault_names.h"
 
 namespace mlaconf::cli {
 namespace {
@@ -88,16 +86,10 @@ uint64_t free_bytes_for(const std::string& path) {
 
 void require_fault_name(const std::string& name) {
   if (name.empty() || name == "none") return;
-#ifdef MLACONF_HAVE_CUDA
-  const std::vector<std::string> known = cuda::fault_names();
-#else
-  // The same list as optimized/faults.cu's (this build has no CUDA library to ask).
-  const std::vector<std::string> known = {"dense-attention", "topk-upper-tie", "no-lse-merge", "inject-overflow"};
-#endif
   std::string list;
-  for (const auto& k : known) {
+  for (std::string_view k : kFaultNames) {
     if (k == name) return;
-    list += (list.empty() ? "" : ", ") + k;
+    list += (list.empty() ? "" : ", ") + std::string(k);
   }
   throw InputError("--fault: unknown fault '" + name + "' (known: none, " + list + ")");
 }

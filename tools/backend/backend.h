@@ -34,6 +34,7 @@ struct BackendOptions {
   bool release_layer_weights = false;  // reference: drop each layer's weights after use (one-pass captures)
   std::string fault;                 // negative control: "dense-attention" (both) or any optimized/faults.h name
   int64_t max_ctx = 4096;            // cuda: cache rows per layer
+  std::vector<int> devices;          // cuda: the layer split's devices (empty: the current device alone; 0,0: virtual)
 };
 
 // A pass over part of the model (the reference only): layers [l_begin, l_end), fed the token

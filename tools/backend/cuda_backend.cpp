@@ -17,7 +17,9 @@ class CudaBackend : public Backend {
   std::string name() const override { return "cuda"; }
   std::string precision() const override { return "f16"; }
   std::string describe() const override {
-    return "cuda" + (fault_.empty() || fault_ == "none" ? std::string() : " (fault: " + fault_ + ")");
+    const std::string split = p_.split_summary();
+    return "cuda" + (split.empty() ? std::string() : " (" + split + ")") +
+           (fault_.empty() || fault_ == "none" ? std::string() : " (fault: " + fault_ + ")");
   }
   int64_t n_past() const override { return p_.n_past(); }
   std::vector<double> forward(std::span<const int32_t> ids, Trace* trace, const ForcedDecisions* forced) override {
@@ -37,6 +39,7 @@ class CudaBackend : public Backend {
   static cuda::PipelineOptions options(const BackendOptions& o) {
     cuda::PipelineOptions po;
     po.max_ctx = o.max_ctx;
+    po.devices = o.devices;
     return po;
   }
   std::string fault_;
