@@ -2,12 +2,14 @@
 #include <cub/block/block_scan.cuh>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 #include "optimized/api.h"
 #include "optimized/common.cuh"
 #include "optimized/faults.h"
+#include "optimized/mma.cuh"
 
 namespace mlaconf::cuda {
 namespace {
@@ -84,6 +86,97 @@ void launch_scores(const In* q, const In* k, const float* w, const int32_t* qpos
   MLACONF_CUDA_LAUNCH_CHECK("indexer_scores_kernel");
 }
 
+// ---- tensor-core scores for fp16 q and keys, Di = 128, Hi = 8 * NT ----------------------------------
+// S[key, head] = k[key] . q[head] with mma.sync m16n8k16 (fp16 in, fp32 accumulate), straight from
+// global memory: no shared memory, no barrier. The dot product does not care in which order its 128
+// terms come, so the k dimension is permuted to make every fragment a run of 16-byte loads: lane (g, t)
+// reads dims 32c + 8t .. 32c + 8t + 7 (c = 0..3) of its keys g and g + 8, and k-step s takes the
+// half-words 4(s % 2) .. 4(s % 2) + 3 of chunk s / 2; q's B fragments use the same permutation. Lanes
+// t = 0..3 read 64 contiguous bytes of a key, so each load instruction is coalesced. Each warp takes
+// 16-key tiles (grid-stride); the quad of a key sums w[h] * relu(S[key, h]) over its heads.
+template <int NT>
+__global__ void __launch_bounds__(256) indexer_scores_mma(const __half* __restrict__ q, const __half* __restrict__ k,
+                                                          const float* __restrict__ w, const int32_t* __restrict__ q_pos,
+                                                          int64_t L, float* __restrict__ scores) {
+  constexpr int Di = 128, Hi = 8 * NT;
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int64_t t = blockIdx.y;
+  const int64_t last = q_pos[t];
+  uint4 qb[NT][4];
+  float wv[NT][2];
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    const uint4* qr = reinterpret_cast<const uint4*>(q + (t * Hi + n * 8 + g) * Di);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) qb[n][c] = __ldg(qr + 4 * c + tq);
+    wv[n][0] = __ldg(w + t * Hi + n * 8 + 2 * tq);
+    wv[n][1] = __ldg(w + t * Hi + n * 8 + 2 * tq + 1);
+  }
+  const int64_t n_tiles = (L + 15) / 16;
+  const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
+  for (int64_t tile = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5); tile < n_tiles; tile += warps) {
+    const int64_t key0 = tile * 16, kA = key0 + g, kB = kA + 8;
+    float sA = -INFINITY, sB = -INFINITY;
+    if (key0 <= last) {  // else the whole tile is in the future
+      const uint4* ra = reinterpret_cast<const uint4*>(k + min(kA, L - 1) * Di);
+      const uint4* rb = reinterpret_cast<const uint4*>(k + min(kB, L - 1) * Di);
+      uint4 a4[4], b4[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) a4[c] = __ldg(ra + 4 * c + tq), b4[c] = __ldg(rb + 4 * c + tq);
+      float acc[NT][4];
+#pragma unroll
+      for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+#pragma unroll
+      for (int s = 0; s < 8; ++s) {
+        const uint4 ca = a4[s / 2], cb = b4[s / 2];
+        const uint32_t a[4] = {s % 2 ? ca.z : ca.x, s % 2 ? cb.z : cb.x, s % 2 ? ca.w : ca.y, s % 2 ? cb.w : cb.y};
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          const uint4 qq = qb[n][s / 2];
+          mma_16816(acc[n], a, s % 2 ? qq.z : qq.x, s % 2 ? qq.w : qq.y);
+        }
+      }
+      float tA = 0.f, tB = 0.f;
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        tA = fmaf(wv[n][0], fmaxf(acc[n][0], 0.f), tA);
+        tA = fmaf(wv[n][1], fmaxf(acc[n][1], 0.f), tA);
+        tB = fmaf(wv[n][0], fmaxf(acc[n][2], 0.f), tB);
+        tB = fmaf(wv[n][1], fmaxf(acc[n][3], 0.f), tB);
+      }
+      tA += __shfl_xor_sync(0xffffffffu, tA, 1);
+      tA += __shfl_xor_sync(0xffffffffu, tA, 2);
+      tB += __shfl_xor_sync(0xffffffffu, tB, 1);
+      tB += __shfl_xor_sync(0xffffffffu, tB, 2);
+      sA = kA <= last ? tA : -INFINITY;
+      sB = kB <= last ? tB : -INFINITY;
+    }
+    if (tq == 0) {
+      if (kA < L) scores[t * L + kA] = sA;
+      if (kB < L) scores[t * L + kB] = sB;
+    }
+  }
+}
+
+// True when the tensor-core kernel ran: fp16, Di = 128, Hi = 32 or 64, 16-byte aligned q and keys.
+bool launch_scores_mma(const __half* q, const __half* k, const float* w, const int32_t* qpos, int64_t T, int64_t Hi,
+                       int64_t Di, int64_t L, float* scores) {
+  if (Di != 128 || (Hi != 32 && Hi != 64) || reinterpret_cast<uintptr_t>(q) % 16 || reinterpret_cast<uintptr_t>(k) % 16 ||
+      T > 65535)
+    return false;
+  int dev = 0, sms = 0;
+  MLACONF_CUDA_CHECK(cudaGetDevice(&dev));
+  MLACONF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  // Enough 8-warp CTAs for 4 per SM over all rows, at most one 16-key tile per warp.
+  const int64_t tiles = (L + 15) / 16;
+  const int64_t per_row = std::max<int64_t>(1, std::min<int64_t>((tiles + 7) / 8, (4 * (int64_t)sms + T - 1) / T));
+  const dim3 grid((unsigned)per_row, (unsigned)T);
+  if (Hi == 32) indexer_scores_mma<4><<<grid, 256>>>(q, k, w, qpos, L, scores);
+  else indexer_scores_mma<8><<<grid, 256>>>(q, k, w, qpos, L, scores);
+  MLACONF_CUDA_LAUNCH_CHECK("indexer_scores_mma");
+  return true;
+}
+
 constexpr int kTopkThreads = 1024;
 
 __device__ __forceinline__ uint32_t order_key(float f) {
@@ -116,11 +209,18 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const float* scores,
       const int shift = 24 - 8 * pass;
       for (int i = tid; i < 256; i += kTopkThreads) hist[i] = 0;
       __syncthreads();
-      for (int64_t i = tid; i < L; i += kTopkThreads) {
-        const float f = row[i];
-        if (!isfinite(f)) continue;
-        const uint32_t key = order_key(f);
-        if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1);
+      // Scores cluster in a few buckets (one sign and exponent), so the lanes of a warp that share a
+      // bucket add once, together: without that, the first pass serialises on one shared counter.
+      for (int64_t base = 0; base < L; base += kTopkThreads) {
+        const int64_t i = base + tid;
+        int bucket = -1;
+        if (i < L) {
+          const float f = row[i];
+          const uint32_t key = order_key(f);
+          if (isfinite(f) && (key & mask) == prefix) bucket = (int)((key >> shift) & 255);
+        }
+        const unsigned peers = __match_any_sync(0xffffffffu, bucket);
+        if (bucket >= 0 && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bucket], __popc(peers));
       }
       __syncthreads();
       if (tid == 0) {
@@ -181,6 +281,9 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const float* scores,
 
 void indexer_scores(const uint16_t* d_q, const uint16_t* d_k, const float* d_w, const int32_t* d_qpos, int64_t T,
                     int64_t Hi, int64_t Di, int64_t L, float* d_scores) {
+  if (T > 0 && L > 0 && launch_scores_mma(reinterpret_cast<const __half*>(d_q), reinterpret_cast<const __half*>(d_k), d_w, d_qpos, T, Hi, Di, L,
+                                          d_scores))
+    return;
   launch_scores(reinterpret_cast<const __half*>(d_q), reinterpret_cast<const __half*>(d_k), d_w, d_qpos, T, Hi, Di, L, d_scores);
 }
 void indexer_scores_f32(const float* d_q, const float* d_k, const float* d_w, const int32_t* d_qpos, int64_t T, int64_t Hi,

@@ -327,12 +327,19 @@ __global__ void __launch_bounds__(HG * 128, HG == 4 ? 1 : 2) sparse_mla_mma(MmaP
     *reinterpret_cast<float4*>(my) = make_float4(s[0][0], s[0][1], s[0][2], s[0][3]);
     *reinterpret_cast<float4*>(my + 4) = make_float4(s[1][0], s[1][1], s[1][2], s[1][3]);
     __syncthreads();  // all four parts of S are written
+    // Summed in part order by every warp, so that the four warps of a group hold the same bits of S
+    // (and so the same max, P and sum: the merge takes part 0's max and sum for all four quarters).
 #pragma unroll
-    for (int o = 1; o < 4; ++o) {
-      const float* other = sp_s + ((((i & 1) * HG + grp) * 4 + ((part + o) & 3)) * 32 + lane) * 8;
-      const float4 u = *reinterpret_cast<const float4*>(other), v = *reinterpret_cast<const float4*>(other + 4);
-      s[0][0] += u.x, s[0][1] += u.y, s[0][2] += u.z, s[0][3] += u.w;
-      s[1][0] += v.x, s[1][1] += v.y, s[1][2] += v.z, s[1][3] += v.w;
+    for (int o = 0; o < 4; ++o) {
+      const float* src = sp_s + ((((i & 1) * HG + grp) * 4 + o) * 32 + lane) * 8;
+      const float4 u = *reinterpret_cast<const float4*>(src), v = *reinterpret_cast<const float4*>(src + 4);
+      if (o == 0) {
+        s[0][0] = u.x, s[0][1] = u.y, s[0][2] = u.z, s[0][3] = u.w;
+        s[1][0] = v.x, s[1][1] = v.y, s[1][2] = v.z, s[1][3] = v.w;
+      } else {
+        s[0][0] += u.x, s[0][1] += u.y, s[0][2] += u.z, s[0][3] += u.w;
+        s[1][0] += v.x, s[1][1] += v.y, s[1][2] += v.z, s[1][3] += v.w;
+      }
     }
     // Online softmax; columns (rows of the tile) 8n + 2tq + j.
     float mxA = -INFINITY, mxB = -INFINITY;

@@ -198,7 +198,9 @@ void topk_exact_case(int64_t L, int64_t k, bool fault) {
 
 const bool registered = [] {
   for (IdxCase c : {IdxCase{4, 32, 128, 2048, 4096}, IdxCase{4, 32, 128, 2048, 32768}, IdxCase{1, 32, 128, 2048, 200000},
-                    IdxCase{3, 7, 66, 37, 1001}})
+                    IdxCase{3, 7, 66, 37, 1001},
+                    // the tensor-core path's other head count, a partial last tile, a context under one tile
+                    IdxCase{5, 64, 128, 2048, 4099}, IdxCase{2, 32, 128, 8, 13}})
     register_case("indexer", idx_name(c), [c] { indexer_case(c); });
   for (auto [L, k] : {std::pair<int64_t, int64_t>{4096, 2048}, {200000, 2048}, {1001, 37}, {50, 64}})
     register_case("indexer", "topk_exact(L=" + std::to_string(L) + ",k=" + std::to_string(k) + ",ties=many)",
