@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Merges kernel_bench's JSON (mlaconf) with torch_peers.py's JSON (torch): every mlaconf row gets its
-peer's time and the ratio torch_us / mlaconf_us (> 1: mlaconf is faster). Rows are matched by name
-(",hpc=N" variants match their base case). Writes the merged JSON and prints a markdown table.
+"""Merges kernel_bench's JSON files (mlaconf; one per kernel family, each run in its own process) with
+torch_peers.py's JSON (torch): every mlaconf row gets its peer's time and the ratio torch_us / mlaconf_us
+(> 1: mlaconf is faster). Rows are matched by name (",hpc=N" / ",split=N" variants match their base
+case). Writes the merged JSON and prints a markdown table.
 
-    python3 bench/merge_bench.py MLACONF.json TORCH.json --json MERGED.json [--md TABLE.md]
+    python3 bench/merge_bench.py MLACONF.json [MLACONF2.json ...] --torch TORCH.json --json MERGED.json [--md TABLE.md]
 """
 import argparse
 import json
@@ -13,12 +14,25 @@ import sys
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mlaconf")
-    ap.add_argument("torch")
+    ap.add_argument("mlaconf", nargs="+")
+    ap.add_argument("--torch", required=True)
     ap.add_argument("--json", required=True)
     ap.add_argument("--md")
     a = ap.parse_args()
-    m = json.load(open(a.mlaconf))
+    m = None
+    for path in a.mlaconf:  # a family whose process died leaves no file: its rows are missing
+        try:
+            part = json.load(open(path))
+        except (OSError, ValueError) as e:
+            print(f"merge_bench: skipping {path}: {e}", file=sys.stderr)
+            continue
+        if m is None:
+            m = part
+        else:
+            m["rows"] += [r for r in part["rows"] if not r["name"].startswith(("copy_bandwidth", "fp16_matmul"))]
+    if m is None:
+        print("merge_bench: no mlaconf results", file=sys.stderr)
+        return 1
     try:
         t = json.load(open(a.torch))
     except (OSError, ValueError) as e:
@@ -28,7 +42,7 @@ def main():
     lines = ["| case | mlaconf us | GB/s | TFLOP/s | % of floor | torch us | torch / mlaconf |",
              "|---|---|---|---|---|---|---|"]
     for r in m["rows"]:
-        p = peers.get(re.sub(r",hpc=\d+", "", r["name"]))
+        p = peers.get(re.sub(r",(hpc|split)=\d+", "", r["name"]))
         r["peer_us"] = p["us"] if p else None
         r["ratio_vs_peer"] = (p["us"] / r["us"]) if p else None
         ratio = f"{r['ratio_vs_peer']:.2f}x" if p else "-"

@@ -198,6 +198,11 @@ void fill_pattern_f16(uint16_t* d_x, int64_t rows, int64_t cols, uint64_t seed);
 // q [T, Hi, Di] f16, k [L, Di] f16, w [T, Hi] f32 (already scaled).
 void indexer_scores(const uint16_t* d_q, const uint16_t* d_k, const float* d_w, const int32_t* d_qpos, int64_t T,
                     int64_t Hi, int64_t Di, int64_t L, float* d_scores);
+// Batched decode: T queries of T sequences, query t's keys at d_k + t * k_stride (elements; 0 = one key
+// set for all) and L keys each (q_pos[t], the position in its own sequence, masks the rest). fp16 with
+// Di = 128 and Hi = 32 or 64 runs on tensor cores (mma.sync, fp32 accumulate).
+void indexer_scores_batched(const uint16_t* d_q, const uint16_t* d_k, int64_t k_stride, const float* d_w,
+                            const int32_t* d_qpos, int64_t T, int64_t Hi, int64_t Di, int64_t L, float* d_scores);
 // The same with fp32 q [T, Hi, Di] and keys [L, Di] (the pipeline's indexer).
 void indexer_scores_f32(const float* d_q, const float* d_k, const float* d_w, const int32_t* d_qpos, int64_t T, int64_t Hi,
                         int64_t Di, int64_t L, float* d_scores);

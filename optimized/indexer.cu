@@ -25,9 +25,9 @@ __device__ __forceinline__ float2 ld2(const __half* p) { return __half22float2(*
 __device__ __forceinline__ float2 ld2(const float* p) { return make_float2(p[0], p[1]); }
 
 template <class In>
-__global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const In* q, const In* k, const float* w,
-                                                                      const int32_t* q_pos, int Hi, int Di, int64_t L,
-                                                                      float* scores) {
+__global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const In* q, const In* k, int64_t k_stride,
+                                                                      const float* w, const int32_t* q_pos, int Hi, int Di,
+                                                                      int64_t L, float* scores) {
   extern __shared__ __align__(16) unsigned char smem[];
   // Row pitch: an odd number of 4-byte words (no bank conflicts), even element count (pair loads).
   const int ld = sizeof(In) == 2 ? Di + 2 : Di + 1;
@@ -36,6 +36,7 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const In*
   float* w_s = reinterpret_cast<float*>(k_s + kKeys * ld);
   const int64_t t = blockIdx.y, s0 = (int64_t)blockIdx.x * kKeys;
   const int tid = threadIdx.x;
+  k += t * k_stride;  // this query's keys (0: keys shared by all queries)
   const int64_t last = q_pos[t];  // causal: keys 0..last
   if (s0 > last) {                // the whole tile is in the future
     for (int i = tid; i < kKeys; i += kScoreThreads)
@@ -73,8 +74,8 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const In*
 }
 
 template <class In>
-void launch_scores(const In* q, const In* k, const float* w, const int32_t* qpos, int64_t T, int64_t Hi, int64_t Di,
-                   int64_t L, float* scores) {
+void launch_scores(const In* q, const In* k, int64_t k_stride, const float* w, const int32_t* qpos, int64_t T, int64_t Hi,
+                   int64_t Di, int64_t L, float* scores) {
   if (Hi <= 0 || Di <= 0 || Di % 2 || Hi > 128 || Di > 512)
     throw InputError("cuda::indexer_scores: not supported: " + std::to_string(Hi) + " heads x " + std::to_string(Di));
   if (T == 0 || L == 0) return;
@@ -82,7 +83,7 @@ void launch_scores(const In* q, const In* k, const float* w, const int32_t* qpos
   if (smem > 99 * 1024) throw InputError("cuda::indexer_scores: not supported: shared memory for " + std::to_string(Hi) + " heads x " + std::to_string(Di));
   MLACONF_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_kernel<In>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   dim3 grid(ceil_div(L, kKeys), (unsigned)T);
-  indexer_scores_kernel<In><<<grid, kScoreThreads, smem>>>(q, k, w, qpos, (int)Hi, (int)Di, L, scores);
+  indexer_scores_kernel<In><<<grid, kScoreThreads, smem>>>(q, k, k_stride, w, qpos, (int)Hi, (int)Di, L, scores);
   MLACONF_CUDA_LAUNCH_CHECK("indexer_scores_kernel");
 }
 
@@ -96,12 +97,14 @@ void launch_scores(const In* q, const In* k, const float* w, const int32_t* qpos
 // 16-key tiles (grid-stride); the quad of a key sums w[h] * relu(S[key, h]) over its heads.
 template <int NT>
 __global__ void __launch_bounds__(256) indexer_scores_mma(const __half* __restrict__ q, const __half* __restrict__ k,
-                                                          const float* __restrict__ w, const int32_t* __restrict__ q_pos,
-                                                          int64_t L, float* __restrict__ scores) {
+                                                          int64_t k_stride, const float* __restrict__ w,
+                                                          const int32_t* __restrict__ q_pos, int64_t L,
+                                                          float* __restrict__ scores) {
   constexpr int Di = 128, Hi = 8 * NT;
   const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int64_t t = blockIdx.y;
   const int64_t last = q_pos[t];
+  k += t * k_stride;  // this query's keys (0: keys shared by all queries)
   uint4 qb[NT][4];
   float wv[NT][2];
 #pragma unroll
@@ -159,10 +162,10 @@ __global__ void __launch_bounds__(256) indexer_scores_mma(const __half* __restri
 }
 
 // True when the tensor-core kernel ran: fp16, Di = 128, Hi = 32 or 64, 16-byte aligned q and keys.
-bool launch_scores_mma(const __half* q, const __half* k, const float* w, const int32_t* qpos, int64_t T, int64_t Hi,
-                       int64_t Di, int64_t L, float* scores) {
+bool launch_scores_mma(const __half* q, const __half* k, int64_t k_stride, const float* w, const int32_t* qpos, int64_t T,
+                       int64_t Hi, int64_t Di, int64_t L, float* scores) {
   if (Di != 128 || (Hi != 32 && Hi != 64) || reinterpret_cast<uintptr_t>(q) % 16 || reinterpret_cast<uintptr_t>(k) % 16 ||
-      T > 65535)
+      k_stride % 8 || T > 65535)
     return false;
   int dev = 0, sms = 0;
   MLACONF_CUDA_CHECK(cudaGetDevice(&dev));
@@ -171,8 +174,8 @@ bool launch_scores_mma(const __half* q, const __half* k, const float* w, const i
   const int64_t tiles = (L + 15) / 16;
   const int64_t per_row = std::max<int64_t>(1, std::min<int64_t>((tiles + 7) / 8, (4 * (int64_t)sms + T - 1) / T));
   const dim3 grid((unsigned)per_row, (unsigned)T);
-  if (Hi == 32) indexer_scores_mma<4><<<grid, 256>>>(q, k, w, qpos, L, scores);
-  else indexer_scores_mma<8><<<grid, 256>>>(q, k, w, qpos, L, scores);
+  if (Hi == 32) indexer_scores_mma<4><<<grid, 256>>>(q, k, k_stride, w, qpos, L, scores);
+  else indexer_scores_mma<8><<<grid, 256>>>(q, k, k_stride, w, qpos, L, scores);
   MLACONF_CUDA_LAUNCH_CHECK("indexer_scores_mma");
   return true;
 }
@@ -279,16 +282,21 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const float* scores,
 
 }  // namespace
 
+void indexer_scores_batched(const uint16_t* d_q, const uint16_t* d_k, int64_t k_stride, const float* d_w,
+                            const int32_t* d_qpos, int64_t T, int64_t Hi, int64_t Di, int64_t L, float* d_scores) {
+  if (k_stride < 0) throw InputError("cuda::indexer_scores: negative key stride");
+  const __half* q = reinterpret_cast<const __half*>(d_q);
+  const __half* k = reinterpret_cast<const __half*>(d_k);
+  if (T > 0 && L > 0 && launch_scores_mma(q, k, k_stride, d_w, d_qpos, T, Hi, Di, L, d_scores)) return;
+  launch_scores(q, k, k_stride, d_w, d_qpos, T, Hi, Di, L, d_scores);
+}
 void indexer_scores(const uint16_t* d_q, const uint16_t* d_k, const float* d_w, const int32_t* d_qpos, int64_t T,
                     int64_t Hi, int64_t Di, int64_t L, float* d_scores) {
-  if (T > 0 && L > 0 && launch_scores_mma(reinterpret_cast<const __half*>(d_q), reinterpret_cast<const __half*>(d_k), d_w, d_qpos, T, Hi, Di, L,
-                                          d_scores))
-    return;
-  launch_scores(reinterpret_cast<const __half*>(d_q), reinterpret_cast<const __half*>(d_k), d_w, d_qpos, T, Hi, Di, L, d_scores);
+  indexer_scores_batched(d_q, d_k, 0, d_w, d_qpos, T, Hi, Di, L, d_scores);
 }
 void indexer_scores_f32(const float* d_q, const float* d_k, const float* d_w, const int32_t* d_qpos, int64_t T, int64_t Hi,
                         int64_t Di, int64_t L, float* d_scores) {
-  launch_scores(d_q, d_k, d_w, d_qpos, T, Hi, Di, L, d_scores);
+  launch_scores(d_q, d_k, 0, d_w, d_qpos, T, Hi, Di, L, d_scores);
 }
 
 void topk_rows(const float* d_scores, int64_t T, int64_t L, int64_t k, int32_t* d_out) {

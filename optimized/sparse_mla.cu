@@ -577,7 +577,8 @@ void sparse_mla(const SparseMlaArgs& a) {
   if (a.T > 65535) throw InputError("cuda::sparse_mla: not supported: more than 65535 queries in one call");
   if (a.heads_per_cta != 0 && a.heads_per_cta != 16 && a.heads_per_cta != 64)
     throw InputError("cuda::sparse_mla: heads_per_cta must be 0, 16 or 64");
-  if (a.d_qk == kMmaDqk && a.d_v == kMmaDv) {
+  // The tensor-core kernel copies 16-byte pieces of rows: it needs a 16-byte aligned cache.
+  if (a.d_qk == kMmaDqk && a.d_v == kMmaDv && reinterpret_cast<uintptr_t>(a.cache) % 16 == 0) {
     // 64 heads per CTA (each row read once per query) once the queries alone fill a quarter of the
     // device; below that, 16-head CTAs and a finer split keep every SM busy (rows re-read from L2).
     int hpc = a.heads_per_cta;
