@@ -89,6 +89,20 @@ bool g_only_set = false;
 std::string g_only;
 bool wanted(const std::string& name) { return !g_only_set || name.find(g_only) != std::string::npos; }
 
+// Failed kernel families ("sparse_mla", "gemv", "indexer", "topk"): their cases are not timed, the
+// others still are (one device run must not be lost to one kernel), and the program exits 1.
+std::vector<std::string> g_failed;
+void check_row(const std::string& what, double e, double bound) {
+  const bool ok = e <= bound;
+  std::printf("check %-60s NMSE %.3e (bound %.0e) %s\n", what.c_str(), e, bound, ok ? "ok" : "FAIL");
+  if (!ok) g_failed.push_back(what.substr(0, what.find_first_of("( ")));
+}
+bool failed(const std::string& family) {
+  for (const auto& f : g_failed)
+    if (f.rfind(family, 0) == 0) return true;
+  return false;
+}
+
 // ---- ceilings ------------------------------------------------------------------------------------
 void ceilings() {
   const size_t n = 1ull << 30;  // 1 GiB each way
@@ -306,19 +320,6 @@ double nmse_vs(const std::vector<float>& got, const std::vector<double>& want) {
     den += want[i] * want[i];
   }
   return den > 0 ? num / den : num;
-}
-// Failed kernel families ("sparse_mla", "gemv", "indexer", "topk"): their cases are not timed, the
-// others still are (one device run must not be lost to one kernel), and the program exits 1.
-std::vector<std::string> g_failed;
-void check_row(const std::string& what, double e, double bound) {
-  const bool ok = e <= bound;
-  std::printf("check %-60s NMSE %.3e (bound %.0e) %s\n", what.c_str(), e, bound, ok ? "ok" : "FAIL");
-  if (!ok) g_failed.push_back(what.substr(0, what.find_first_of("( ")));
-}
-bool failed(const std::string& family) {
-  for (const auto& f : g_failed)
-    if (f.rfind(family, 0) == 0) return true;
-  return false;
 }
 
 // Sparse MLA, d 576/512, B queries each over its own region, 30% of the slots -1, against float64.

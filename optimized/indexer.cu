@@ -187,15 +187,14 @@ __device__ __forceinline__ uint32_t order_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// One CTA per row. Radix select of the k-th largest key (4 passes of 8 bits), then one ordered pass
-// that keeps every key above it and the lowest-index (or, under the fault, highest-index) equal ones.
-__global__ void __launch_bounds__(kTopkThreads) topk_kernel(const float* scores, int64_t L, int k, bool upper_tie, int32_t* out) {
+// One CTA (kTopkThreads threads) for a whole row. Radix select of the k-th largest key (4 passes of 8
+// bits), then one ordered pass that keeps every key above it and the lowest-index (or, under the fault,
+// highest-index) equal ones.
+__device__ void topk_row_block(const float* row, int64_t L, int k, bool upper_tie, int32_t* orow) {
   using Scan = cub::BlockScan<int, kTopkThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int hist[256];
   __shared__ int s_valid, s_bucket, s_remaining, s_run_eq, s_run_take;
-  const float* row = scores + (int64_t)blockIdx.x * L;
-  int32_t* orow = out + (int64_t)blockIdx.x * k;
   const int tid = threadIdx.x;
 
   int nv = 0;
@@ -280,6 +279,253 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const float* scores,
   for (int i = keff + tid; i < k; i += kTopkThreads) orow[i] = -1;
 }
 
+__global__ void __launch_bounds__(kTopkThreads) topk_kernel(const float* scores, int64_t L, int k, bool upper_tie, int32_t* out) {
+  topk_row_block(scores + (int64_t)blockIdx.x * L, L, k, upper_tie, out + (int64_t)blockIdx.x * k);
+}
+
+// ---- top-k of long rows over many CTAs ----------------------------------------------------------
+// Two histogram passes (grid: chunks x rows): per-CTA histograms of 11 bits of the order keys (bits
+// 31..21, then bits 20..10 of the keys in the chosen top bin), added into a global one; the last CTA of
+// a row (ticket) finds the bin that holds the k-th largest key and the count above it. Then the collect
+// pass: every CTA marks the elements above the chosen 22-bit prefix in a selection bitmap of the row and
+// appends those equal to it to a candidate list; the last CTA selects among the candidates in shared
+// memory (one radix pass over the last 10 key bits, then up to three over the index for the ties:
+// lowest index first), marks them, and writes the row's bitmap out in index order (ascending, -1
+// padded). Where more than kTopkCap candidates share the prefix (heavy ties), that CTA runs the one-CTA
+// algorithm on the whole row instead. Every counter, histogram and bitmap is left zero for the next call.
+constexpr int kBins = 2048;
+constexpr int kTopkCap = 3072;
+constexpr int kTopkChunk = 8192;        // elements per CTA
+constexpr int64_t kTopkMultiMinL = 16384;
+
+struct TopkWork {
+  int* hist;         // [T][kBins]
+  int* valid;        // [T]
+  int* ticket1;      // [T]
+  int* ticket2;      // [T]
+  int* ncand;        // [T]
+  int* state;        // [T][8]: b1, count above bin b1, keff, b2, count above the prefix (b1, b2)
+  uint32_t* ckey;    // [T][kTopkCap]
+  int32_t* cidx;     // [T][kTopkCap]
+  uint32_t* bitmap;  // [T][words]
+  int64_t words;
+};
+using TkScan = cub::BlockScan<int, kTopkThreads>;
+
+// hist[kBins] (shared, complete) in scan order (bins descending when desc, else ascending): the bin
+// where the running count reaches need (1-based) -> *s_bin, and need minus the count before it -> *s_rest.
+__device__ void find_bin(const int* hist, int need, bool desc, TkScan::TempStorage& tmp, int* s_bin, int* s_rest) {
+  int v[2], ex[2], bin[2], total;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int pos = 2 * threadIdx.x + j;
+    bin[j] = desc ? kBins - 1 - pos : pos;
+    v[j] = hist[bin[j]];
+  }
+  TkScan(tmp).ExclusiveSum(v, ex, total);
+  if (threadIdx.x == 0 && total < need) *s_bin = -1, *s_rest = 0;
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+    if (ex[j] < need && need <= ex[j] + v[j]) *s_bin = bin[j], *s_rest = need - ex[j];
+  __syncthreads();
+}
+
+__device__ __forceinline__ void zero_hist(int* hist) {
+  for (int b = threadIdx.x; b < kBins; b += kTopkThreads) hist[b] = 0;
+  __syncthreads();
+}
+
+// level 0: bits 31..21 of every finite key; level 1: bits 20..10 of the keys whose bits 31..21 are b1.
+__global__ void __launch_bounds__(kTopkThreads) topk_hist(const float* scores, int64_t L, int k, TopkWork w, int level) {
+  __shared__ int hist[kBins];
+  __shared__ TkScan::TempStorage tmp;
+  __shared__ int s_valid, s_last, s_bin, s_rest;
+  const int tid = threadIdx.x;
+  const int64_t t = blockIdx.y, beg = (int64_t)blockIdx.x * kTopkChunk, end = min(L, beg + kTopkChunk);
+  const float* row = scores + t * L;
+  const int b1 = level == 0 ? 0 : w.state[t * 8 + 0];
+  if (b1 < 0) return;  // level 1 of a row with nothing to select: every CTA of the row leaves
+  if (tid == 0) s_valid = 0;
+  zero_hist(hist);
+  int nv = 0;
+  for (int64_t base = beg; base < end; base += kTopkThreads) {  // uniform trip count: the warps stay converged
+    const int64_t i = base + tid;
+    int bucket = -1;
+    if (i < end) {
+      const float f = row[i];
+      if (isfinite(f)) {
+        const uint32_t key = order_key(f);
+        ++nv;
+        if (level == 0) bucket = (int)(key >> 21);
+        else if ((int)(key >> 21) == b1) bucket = (int)((key >> 10) & 2047);
+      }
+    }
+    const unsigned peers = __match_any_sync(0xffffffffu, bucket);
+    if (bucket >= 0 && (tid & 31) == __ffs(peers) - 1) atomicAdd(&hist[bucket], __popc(peers));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) nv += __shfl_xor_sync(0xffffffffu, nv, o);
+  if ((tid & 31) == 0) atomicAdd(&s_valid, nv);
+  __syncthreads();
+  for (int b = tid; b < kBins; b += kTopkThreads)
+    if (hist[b]) atomicAdd(&w.hist[t * kBins + b], hist[b]);
+  if (tid == 0 && level == 0) atomicAdd(&w.valid[t], s_valid);
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) s_last = atomicAdd(&w.ticket1[t], 1) == (int)gridDim.x - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  for (int b = tid; b < kBins; b += kTopkThreads) {
+    hist[b] = __ldcg(&w.hist[t * kBins + b]);
+    w.hist[t * kBins + b] = 0;
+  }
+  const int keff = level == 0 ? min(k, __ldcg(&w.valid[t])) : w.state[t * 8 + 2];
+  const int need = level == 0 ? keff : keff - w.state[t * 8 + 1];
+  __syncthreads();
+  if (need > 0) {
+    find_bin(hist, need, true, tmp, &s_bin, &s_rest);
+  } else if (tid == 0) {
+    s_bin = -1, s_rest = 0;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    if (level == 0) {
+      w.state[t * 8 + 0] = s_bin;
+      w.state[t * 8 + 1] = keff - s_rest;
+      w.state[t * 8 + 2] = keff;
+      w.valid[t] = 0;
+    } else {
+      w.state[t * 8 + 3] = s_bin;
+      w.state[t * 8 + 4] = keff - s_rest;
+    }
+    w.ticket1[t] = 0;
+  }
+}
+
+__global__ void __launch_bounds__(kTopkThreads) topk_collect(const float* scores, int64_t L, int k, TopkWork w, int32_t* out) {
+  __shared__ uint32_t ckey[kTopkCap];
+  __shared__ int32_t cidx[kTopkCap];
+  __shared__ int hist[kBins];
+  __shared__ TkScan::TempStorage tmp;
+  __shared__ int s_last, s_bin, s_rest;
+  const int tid = threadIdx.x;
+  const int64_t t = blockIdx.y, beg = (int64_t)blockIdx.x * kTopkChunk, end = min(L, beg + kTopkChunk);
+  const float* row = scores + t * L;
+  uint32_t* bm = w.bitmap + t * w.words;
+  const int b1 = w.state[t * 8 + 0], keff = w.state[t * 8 + 2];
+  const int b2 = b1 >= 0 ? w.state[t * 8 + 3] : -1, above = b1 >= 0 ? w.state[t * 8 + 4] : 0;
+  const int64_t prefix = ((int64_t)b1 << 11) | b2;  // bits 31..10 of the k-th largest key
+  if (b1 >= 0) {
+    for (int64_t i = beg + tid; i < end; i += kTopkThreads) {
+      const float f = row[i];
+      if (!isfinite(f)) continue;
+      const uint32_t key = order_key(f);
+      const int64_t top = key >> 10;
+      if (top > prefix) {
+        atomicOr(&bm[i >> 5], 1u << (i & 31));
+      } else if (top == prefix) {
+        const int pos = atomicAdd(&w.ncand[t], 1);
+        if (pos < kTopkCap) w.ckey[t * kTopkCap + pos] = key, w.cidx[t * kTopkCap + pos] = (int32_t)i;
+      }
+    }
+  }
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) s_last = atomicAdd(&w.ticket2[t], 1) == (int)gridDim.x - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  const int n_cand = __ldcg(&w.ncand[t]);
+  int32_t* orow = out + t * k;
+  if (keff > 0 && n_cand > kTopkCap) {  // heavy ties: the exact one-CTA algorithm over the whole row
+    for (int64_t j = tid; j < w.words; j += kTopkThreads) bm[j] = 0;
+    topk_row_block(row, L, k, false, orow);
+  } else {
+    if (keff > 0) {
+      const int need = keff - above;  // >= 1, all among the candidates
+      for (int j = tid; j < n_cand; j += kTopkThreads) ckey[j] = __ldcg(&w.ckey[t * kTopkCap + j]), cidx[j] = __ldcg(&w.cidx[t * kTopkCap + j]);
+      zero_hist(hist);  // (its barrier also publishes the candidates)
+      for (int j = tid; j < n_cand; j += kTopkThreads) atomicAdd(&hist[ckey[j] & 1023], 1);
+      __syncthreads();
+      find_bin(hist, need, true, tmp, &s_bin, &s_rest);
+      const uint32_t kstar = ((uint32_t)prefix << 10) | (uint32_t)s_bin;
+      const int take_eq = s_rest, n_eq = hist[s_bin];
+      __syncthreads();  // everyone has read hist and s_bin before they change
+      // Ties at kstar: the take_eq lowest indices (indices < 2^31: 11 + 10 + 10 bits).
+      int32_t cut = INT32_MAX;
+      if (take_eq < n_eq) {
+        uint32_t pre = 0;
+        int rest = take_eq;
+        for (int pass = 0; pass < 3; ++pass) {
+          const int shift = pass == 0 ? 20 : (pass == 1 ? 10 : 0);
+          const uint32_t bits = pass == 0 ? 2047u : 1023u;
+          const int hi_shift = pass == 1 ? 20 : 10;  // the index bits above this pass must equal pre
+          zero_hist(hist);  // its barrier: everyone is done with the previous pass's histogram
+          for (int j = tid; j < n_cand; j += kTopkThreads) {
+            const uint32_t ix = (uint32_t)cidx[j];
+            if (ckey[j] == kstar && (pass == 0 || (ix >> hi_shift) == pre)) atomicAdd(&hist[(ix >> shift) & bits], 1);
+          }
+          __syncthreads();
+          find_bin(hist, rest, false, tmp, &s_bin, &s_rest);
+          pre = (pre << (pass == 0 ? 11 : 10)) | (uint32_t)s_bin;
+          rest = s_rest;
+        }
+        cut = (int32_t)pre;
+      }
+      for (int j = tid; j < n_cand; j += kTopkThreads)
+        if (ckey[j] > kstar || (ckey[j] == kstar && cidx[j] <= cut)) atomicOr(&bm[cidx[j] >> 5], 1u << (cidx[j] & 31));
+    }
+    __syncthreads();
+    // The bitmap in index order: each thread a run of words, positions by a block scan of the counts.
+    const int64_t per = (w.words + kTopkThreads - 1) / kTopkThreads;
+    const int64_t w0 = tid * per, w1 = min(w.words, w0 + per);
+    int cnt = 0;
+    for (int64_t j = w0; j < w1; ++j) cnt += __popc(__ldcg(&bm[j]));
+    int pos, total;
+    TkScan(tmp).ExclusiveSum(cnt, pos, total);
+    for (int64_t j = w0; j < w1; ++j) {
+      uint32_t m = __ldcg(&bm[j]);
+      bm[j] = 0;
+      while (m) {
+        const int b = __ffs(m) - 1;
+        m &= m - 1;
+        if (pos < k) orow[pos] = (int32_t)(j * 32 + b);
+        ++pos;
+      }
+    }
+    for (int j = total + tid; j < k; j += kTopkThreads) orow[j] = -1;
+  }
+  if (tid == 0) w.ncand[t] = 0, w.ticket2[t] = 0;
+}
+
+// Zeroed work memory for the multi-CTA top-k, grown on demand (every call leaves it zero).
+TopkWork topk_work(int64_t T, int64_t L) {
+  static DeviceBuffer buf;
+  static int64_t cap_T = 0, cap_words = 0;
+  const int64_t words = (L + 31) / 32;
+  if (T > cap_T || words > cap_words) {
+    cap_T = std::max(T, cap_T), cap_words = std::max(words, cap_words);
+    const size_t ints = (size_t)cap_T * (kBins + 4 + 8 + 2 * kTopkCap) + (size_t)cap_T * cap_words;
+    buf = DeviceBuffer();
+    buf = DeviceBuffer(ints * 4);
+    buf.fill(0);
+  }
+  int* p = buf.as<int>();
+  TopkWork w;
+  w.hist = p, p += cap_T * kBins;
+  w.valid = p, p += cap_T;
+  w.ticket1 = p, p += cap_T;
+  w.ticket2 = p, p += cap_T;
+  w.ncand = p, p += cap_T;
+  w.state = p, p += cap_T * 8;
+  w.ckey = reinterpret_cast<uint32_t*>(p), p += cap_T * kTopkCap;
+  w.cidx = p, p += cap_T * kTopkCap;
+  w.bitmap = reinterpret_cast<uint32_t*>(p);
+  w.words = words;
+  return w;
+}
+
 }  // namespace
 
 void indexer_scores_batched(const uint16_t* d_q, const uint16_t* d_k, int64_t k_stride, const float* d_w,
@@ -302,7 +548,19 @@ void indexer_scores_f32(const float* d_q, const float* d_k, const float* d_w, co
 void topk_rows(const float* d_scores, int64_t T, int64_t L, int64_t k, int32_t* d_out) {
   if (k <= 0 || k > INT32_MAX || L < 0) throw InputError("cuda::topk_rows: bad k or L");
   if (T == 0) return;
-  topk_kernel<<<(unsigned)T, kTopkThreads>>>(d_scores, L, (int)k, active_fault() == Fault::TopkUpperTie, d_out);
+  const bool upper_tie = active_fault() == Fault::TopkUpperTie;
+  if (L >= kTopkMultiMinL && k <= kTopkCap && !upper_tie && T <= 65535 && L <= INT32_MAX) {
+    const TopkWork w = topk_work(T, L);
+    const dim3 grid(ceil_div(L, kTopkChunk), (unsigned)T);
+    for (int level = 0; level < 2; ++level) {
+      topk_hist<<<grid, kTopkThreads>>>(d_scores, L, (int)k, w, level);
+      MLACONF_CUDA_LAUNCH_CHECK("topk_hist");
+    }
+    topk_collect<<<grid, kTopkThreads>>>(d_scores, L, (int)k, w, d_out);
+    MLACONF_CUDA_LAUNCH_CHECK("topk_collect");
+    return;
+  }
+  topk_kernel<<<(unsigned)T, kTopkThreads>>>(d_scores, L, (int)k, upper_tie, d_out);
   MLACONF_CUDA_LAUNCH_CHECK("topk_kernel");
 }
 

@@ -172,12 +172,14 @@ void indexer_f32_case() {
 }
 
 // Exact selection on tie-heavy rows (integer scores, -inf holes, short rows): equal to the host rule.
-void topk_exact_case(int64_t L, int64_t k, bool fault) {
+// levels = 7: many exact ties (the multi-CTA top-k falls back to one CTA); 20000: a few copies of
+// each value (its tie resolution by index runs on a handful of candidates).
+void topk_exact_case(int64_t L, int64_t k, bool fault, int levels = 7) {
   MLACONF_REQUIRE_CUDA();
   std::mt19937_64 rng(L * 7 + k);
   const int64_t T = 6;
   std::vector<float> s(T * L);
-  for (auto& v : s) v = (float)(rng() % 7) - 2.0f;  // many exact ties, negatives too
+  for (auto& v : s) v = (float)(int64_t)(rng() % levels) - (float)(levels / 3);  // exact ties, negatives too
   for (int64_t i = 0; i < L; i += 5) s[i] = -INFINITY;
   for (int64_t i = 0; i < L; ++i) s[5 * L + i] = i < 3 ? 1.0f : -INFINITY;  // row 5: fewer finite than k
   auto d_s = cuda::to_device(s);
@@ -210,6 +212,8 @@ const bool registered = [] {
   for (auto [L, k] : {std::pair<int64_t, int64_t>{4096, 2048}, {200000, 2048}, {1001, 37}, {50, 64}})
     register_case("indexer", "topk_exact(L=" + std::to_string(L) + ",k=" + std::to_string(k) + ",ties=many)",
                   [L = L, k = k] { topk_exact_case(L, k, false); });
+  register_case("indexer", "topk_exact(L=100000,k=2048,ties=few)", [] { topk_exact_case(100000, 2048, false, 20000); });
+  register_case("indexer", "topk_exact(L=40000,k=3000,ties=few)", [] { topk_exact_case(40000, 3000, false, 20000); });
   register_case("indexer", "indexer_scores(t=3,hi=32,di=128,L=5000,dtype=f32)", indexer_f32_case);
   register_case("indexer", "topk_negative_control(fault=topk_upper_tie,L=4096,k=2048)", [] { topk_exact_case(4096, 2048, true); });
   return true;
