@@ -112,6 +112,11 @@ void dequantize_host(GgmlType t, const uint8_t* src, int64_t n, float* dst);
 // ggml blocks, at d_w + b * w_batch_stride bytes; x_b = d_x + b * x_stride (f32), y_b = d_y + b * y_stride.
 void gemv(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const float* d_x, float* d_y,
           int64_t batch = 1, int64_t w_batch_stride = 0, int64_t x_stride = 0, int64_t y_stride = 0);
+// All used experts of a token (or of a batch) in one launch: y_j = W[ids[j]] x_j for j < n, where
+// expert e's matrix (n_rows x ncols, type t) starts at d_w + e * expert_stride bytes and ids [n] is on
+// the device; x_j = d_x + j * x_stride (0: one x for all), y_j = d_y + j * y_stride.
+void gemv_experts(GgmlType t, const void* d_w, int64_t expert_stride, const int32_t* d_ids, int64_t n, int64_t n_rows,
+                  int64_t ncols, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride);
 // Per-head GEMV: y[b] = W[b % H] x[b] for b < batch; W[h] (rows x cols, type t) at d_w + h * rows * row bytes;
 // x[b] = d_x + b * x_stride, y[b] = d_y + b * y_stride.
 void gemv_per_head(GgmlType t, const void* d_w, int64_t rows, int64_t cols, int64_t H, const float* d_x, int64_t x_stride,
@@ -167,6 +172,17 @@ int64_t count_nonfinite(const float* d_x, int64_t n);
 // rows times their first d_v values. A query with no valid index gives zeros. Split-K over the index
 // list (chunks of `split` entries, 0 = automatic) with a log-sum-exp merge.
 // q_pos [T] (may be null) is each query's position: only the fault "dense-attention" reads it.
+//
+// Batched decode is the same call: the T rows are then B queries of B independent sequences, each with
+// its own region of one shared, paged latent cache, and idx holds absolute rows of that cache (a
+// sequence's page table resolved to rows), so each query reads only its own sequence's rows. row_base
+// [T] (may be null = 0) is where each query's sequence starts: the dense fault attends to rows
+// row_base[t] .. row_base[t] + q_pos[t] (a contiguous region; the fault is a test device, not paging-aware).
+//
+// d_qk = 576, d_v = 512 (GLM-5, DeepSeek V3.2) run the tensor-core kernel (mma.sync, ldmatrix,
+// cp.async): a CTA takes 16 or 64 heads of one query (heads_per_cta, 0 = automatic: 64 when there are
+// enough queries to fill the device) and reads each listed row once for all of them; the split-K
+// partials are merged by the last CTA of each query. Other sizes run a SIMT kernel.
 struct SparseMlaArgs {
   const uint16_t* q = nullptr;
   const uint16_t* cache = nullptr;
@@ -177,6 +193,8 @@ struct SparseMlaArgs {
   float scale = 0;
   int64_t split = 0;
   float* out = nullptr;
+  const int32_t* row_base = nullptr;
+  int heads_per_cta = 0;
 };
 void sparse_mla(const SparseMlaArgs& a);
 // out_v [T, H, v] = per head W_UV[h] (v x d_v, type t, ggml blocks, head stride in bytes) times latent [T, H, d_v].
@@ -203,6 +221,11 @@ void fill_pattern_f16(uint16_t* d_x, int64_t rows, int64_t cols, uint64_t seed);
 // q [T, Hi, Di] f16, k [L, Di] f16, w [T, Hi] f32 (already scaled).
 void indexer_scores(const uint16_t* d_q, const uint16_t* d_k, const float* d_w, const int32_t* d_qpos, int64_t T,
                     int64_t Hi, int64_t Di, int64_t L, float* d_scores);
+// Batched decode: T queries of T sequences, query t's keys at d_k + t * k_stride (elements; 0 = one key
+// set for all) and L keys each (q_pos[t], the position in its own sequence, masks the rest). fp16 with
+// Di = 128 and Hi = 32 or 64 runs on tensor cores (mma.sync, fp32 accumulate).
+void indexer_scores_batched(const uint16_t* d_q, const uint16_t* d_k, int64_t k_stride, const float* d_w,
+                            const int32_t* d_qpos, int64_t T, int64_t Hi, int64_t Di, int64_t L, float* d_scores);
 // The same with fp32 q [T, Hi, Di] and keys [L, Di] (the pipeline's indexer).
 void indexer_scores_f32(const float* d_q, const float* d_k, const float* d_w, const int32_t* d_qpos, int64_t T, int64_t Hi,
                         int64_t Di, int64_t L, float* d_scores);

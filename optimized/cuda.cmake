@@ -16,3 +16,9 @@ target_compile_options(mlaconf_optimized PRIVATE
 # kernels that want FMA use fmaf explicitly.
 target_compile_options(mlaconf_optimized PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--fmad=true>)
 target_compile_definitions(mlaconf_optimized PUBLIC MLACONF_HAVE_CUDA=1)
+# The kernel benchmark (bench/kernel_bench.cu), built here (this folder's CUDA 20 set-up) so that it
+# cannot rot; a GPU host without the project's dev packages builds it with nvcc alone
+# (bench/gpu_kernel_bench.sh).
+add_executable(mlaconf_kernel_bench ${PROJECT_SOURCE_DIR}/bench/kernel_bench.cu)
+target_link_libraries(mlaconf_kernel_bench PRIVATE mlaconf_optimized)
+target_compile_options(mlaconf_kernel_bench PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)

@@ -20,14 +20,15 @@ constexpr int kGemvThreads = 256;
 // grid (ceil(rows/8), batch). W_b = w + (b % w_count) * w_stride bytes.
 __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(int type, const uint8_t* __restrict__ w, int64_t n_rows,
                                                             int64_t ncols, int64_t row_bytes, int bs, int ts,
-                                                            int64_t w_count, int64_t w_stride, const float* __restrict__ x,
+                                                            int64_t w_count, int64_t w_stride, const int32_t* __restrict__ ids,
+                                                            const float* __restrict__ x,
                                                             int64_t x_stride, float* __restrict__ y, int64_t y_stride) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t row = (int64_t)blockIdx.x * (kGemvThreads / 32) + warp;
   const int64_t b = blockIdx.y;
   if (row >= n_rows) return;
   const IqGrids g = device_grids();
-  const uint8_t* wr = w + (b % w_count) * w_stride + row * row_bytes;
+  const uint8_t* wr = w + (ids ? (int64_t)ids[b] : b % w_count) * w_stride + row * row_bytes;
   const float* xb = x + b * x_stride;
   float acc = 0.f;
   if (bs == 1) {
@@ -44,6 +45,135 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(int type, const uint
   if (lane == 0) y[b * y_stride + row] = acc;
 }
 
+// ---- Q4_K GEMV (the quantization GLM-5 GGUFs use for their large matrices) -------------------------
+// A CTA takes kQ4Rows(R) rows of one matrix; thread tid works on row tid % R and on the blocks
+// tid / R, tid / R + 256 / R, ..., so the 8 lanes of a quarter-warp share a block index and read the
+// same 16 bytes of x (one broadcast) while each streams its own row's 144-byte block with nine 16-byte
+// loads. Each sub-block of 32 values contributes d*sc * sum(q x) - dmin*m * sum(x); the sums of x per
+// sub-block are computed once per CTA into shared memory. Nibbles become floats exactly by the
+// 2^23 trick (byte in the mantissa of 2^23, minus 2^23). Matrix b of the batch is ids[b] (or b).
+constexpr int kQ4Threads = 256;
+constexpr int kQ4MaxSub = 4096;  // sub-blocks of x in shared memory: ncols <= 131072
+
+__device__ __forceinline__ float nib(uint32_t word, int byte) {
+  return __uint_as_float(__byte_perm(word, 0x4B000000u, (uint32_t)byte | 0x7540u)) - 8388608.f;
+}
+
+template <int R>
+__global__ void __launch_bounds__(kQ4Threads) gemv_q4k_kernel(const uint8_t* __restrict__ w, int64_t n_rows, int nb,
+                                                              const int32_t* __restrict__ ids, int64_t mat_stride,
+                                                              const float* __restrict__ x, int64_t x_stride,
+                                                              float* __restrict__ y, int64_t y_stride) {
+  __shared__ float sumx[kQ4MaxSub];
+  __shared__ float red[kQ4Threads];
+  const int tid = threadIdx.x;
+  const int64_t b = blockIdx.y;
+  const int64_t mat = ids ? (int64_t)ids[b] : b;
+  const float* xb = x + b * x_stride;
+  const int64_t row_bytes_ = (int64_t)nb * 144;
+  const int r = tid % R;
+  const int64_t row = (int64_t)blockIdx.x * R + r;
+  // Issue the first block's loads before the x pre-pass, so they are in flight during it.
+  const uint4* wr = reinterpret_cast<const uint4*>(w + mat * mat_stride + min(row, n_rows - 1) * row_bytes_);
+  int blk = tid / R;
+  uint4 c[9];
+  if (blk < nb) {
+#pragma unroll
+    for (int i = 0; i < 9; ++i) c[i] = __ldg(wr + blk * 9 + i);
+  }
+  for (int s = tid; s < nb * 8; s += kQ4Threads) {
+    const float4* xs = reinterpret_cast<const float4*>(xb + s * 32);
+    float a = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float4 v = __ldg(xs + i);
+      a += (v.x + v.y) + (v.z + v.w);
+    }
+    sumx[s] = a;
+  }
+  __syncthreads();
+  float acc = 0.f;
+  for (; blk < nb; blk += kQ4Threads / R) {
+    const float d = __half2float(__ushort_as_half((unsigned short)(c[0].x & 0xffff)));
+    const float dmin = __half2float(__ushort_as_half((unsigned short)(c[0].x >> 16)));
+    const uint32_t sw[3] = {c[0].y, c[0].z, c[0].w};  // the 12 scale bytes
+    auto sbyte = [&](int i) { return (int)((sw[i >> 2] >> (8 * (i & 3))) & 0xff); };
+    const float4* xv = reinterpret_cast<const float4*>(xb + (int64_t)blk * 256);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t q[8] = {c[1 + 2 * j].x, c[1 + 2 * j].y, c[1 + 2 * j].z, c[1 + 2 * j].w,
+                             c[2 + 2 * j].x, c[2 + 2 * j].y, c[2 + 2 * j].z, c[2 + 2 * j].w};
+      float dot_lo = 0.f, dot_hi = 0.f;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const uint32_t lo = q[k] & 0x0F0F0F0Fu, hi = (q[k] >> 4) & 0x0F0F0F0Fu;
+        const float4 a = __ldg(xv + 16 * j + k), h = __ldg(xv + 16 * j + 8 + k);
+        dot_lo = fmaf(nib(lo, 0), a.x, dot_lo);
+        dot_lo = fmaf(nib(lo, 1), a.y, dot_lo);
+        dot_lo = fmaf(nib(lo, 2), a.z, dot_lo);
+        dot_lo = fmaf(nib(lo, 3), a.w, dot_lo);
+        dot_hi = fmaf(nib(hi, 0), h.x, dot_hi);
+        dot_hi = fmaf(nib(hi, 1), h.y, dot_hi);
+        dot_hi = fmaf(nib(hi, 2), h.z, dot_hi);
+        dot_hi = fmaf(nib(hi, 3), h.w, dot_hi);
+      }
+      // Sub-blocks 2j (low nibbles) and 2j + 1 (high nibbles): ggml's get_scale_min_k4.
+      int sc0, m0, sc1, m1;
+      const int s0 = 2 * j, s1 = 2 * j + 1;
+      if (s0 < 4) sc0 = sbyte(s0) & 63, m0 = sbyte(s0 + 4) & 63;
+      else sc0 = (sbyte(s0 + 4) & 0xF) | ((sbyte(s0 - 4) >> 6) << 4), m0 = (sbyte(s0 + 4) >> 4) | ((sbyte(s0) >> 6) << 4);
+      if (s1 < 4) sc1 = sbyte(s1) & 63, m1 = sbyte(s1 + 4) & 63;
+      else sc1 = (sbyte(s1 + 4) & 0xF) | ((sbyte(s1 - 4) >> 6) << 4), m1 = (sbyte(s1 + 4) >> 4) | ((sbyte(s1) >> 6) << 4);
+      acc += (d * (float)sc0) * dot_lo - (dmin * (float)m0) * sumx[blk * 8 + s0];
+      acc += (d * (float)sc1) * dot_hi - (dmin * (float)m1) * sumx[blk * 8 + s1];
+    }
+    const int next = blk + kQ4Threads / R;
+    if (next < nb) {
+#pragma unroll
+      for (int i = 0; i < 9; ++i) c[i] = __ldg(wr + next * 9 + i);
+    }
+  }
+  red[tid] = acc;
+  __syncthreads();
+  if (tid < R && row < n_rows) {
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < kQ4Threads / R; ++k) s += red[tid + k * R];
+    y[b * y_stride + row] = s;
+  }
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, sms = 0;
+    MLACONF_CUDA_CHECK(cudaGetDevice(&dev));
+    MLACONF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
+  }();
+  return n;
+}
+
+// True when the Q4_K kernel ran (16-byte aligned weights and x, x rows a multiple of 4 floats).
+bool gemv_q4k(const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_ids, int64_t mat_stride, const float* d_x,
+              int64_t x_stride, float* d_y, int64_t y_stride, int64_t batch) {
+  const int64_t nb = ncols / 256;
+  if (nb * 8 > kQ4MaxSub || (reinterpret_cast<uintptr_t>(d_w) % 16) || mat_stride % 16 ||
+      (reinterpret_cast<uintptr_t>(d_x) % 16) || x_stride % 4 || batch > 65535)
+    return false;
+  // The most rows per CTA (x pre-pass amortised) that still gives every SM two CTAs.
+  const int64_t want = 2 * (int64_t)sm_count();
+  const uint8_t* w = static_cast<const uint8_t*>(d_w);
+  if (ceil_div(n_rows, 32) * batch >= want) {
+    gemv_q4k_kernel<32><<<dim3(ceil_div(n_rows, 32), (unsigned)batch), kQ4Threads>>>(w, n_rows, (int)nb, d_ids, mat_stride, d_x, x_stride, d_y, y_stride);
+  } else if (ceil_div(n_rows, 16) * batch >= want) {
+    gemv_q4k_kernel<16><<<dim3(ceil_div(n_rows, 16), (unsigned)batch), kQ4Threads>>>(w, n_rows, (int)nb, d_ids, mat_stride, d_x, x_stride, d_y, y_stride);
+  } else {
+    gemv_q4k_kernel<8><<<dim3(ceil_div(n_rows, 8), (unsigned)batch), kQ4Threads>>>(w, n_rows, (int)nb, d_ids, mat_stride, d_x, x_stride, d_y, y_stride);
+  }
+  MLACONF_CUDA_LAUNCH_CHECK("gemv_q4k_kernel");
+  return true;
+}
+
 // One handle per device (a handle belongs to the device current when it was created), made on first use.
 cublasHandle_t cublas() {
   constexpr int kMaxDevices = 64;
@@ -54,15 +184,20 @@ cublasHandle_t cublas() {
   return h[d];
 }
 
+// Matrix of batch entry b: ids[b] when ids is given, else b % w_count.
 void gemv_impl(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const float* d_x, float* d_y, int64_t batch,
-               int64_t w_count, int64_t w_stride, int64_t x_stride, int64_t y_stride) {
+               int64_t w_count, int64_t w_stride, int64_t x_stride, int64_t y_stride, const int32_t* d_ids = nullptr) {
   if (!can_dequantize(t)) throw InputError(std::string("cuda::gemv: unsupported weight type ") + type_name(t));
   if (n_rows <= 0 || ncols <= 0 || batch <= 0) throw InputError("cuda::gemv: empty shape");
   const auto& tr = traits(t);
   const int64_t rb = row_bytes(t, ncols);  // throws InputError when ncols is not a block multiple
+  // Q4_K: the vectorised kernel (a per-head batch, b % w_count with w_count < batch, stays generic).
+  if (t == GgmlType::Q4_K && (d_ids || w_count == batch) &&
+      gemv_q4k(d_w, n_rows, ncols, d_ids, w_stride, d_x, x_stride, d_y, y_stride, batch))
+    return;
   dim3 grid(ceil_div(n_rows, kGemvThreads / 32), (unsigned)batch);
   gemv_kernel<<<grid, kGemvThreads>>>((int)t, static_cast<const uint8_t*>(d_w), n_rows, ncols, rb, (int)tr.block_size,
-                                      (int)tr.type_size, w_count, w_stride, d_x, x_stride, d_y, y_stride);
+                                      (int)tr.type_size, w_count, w_stride, d_ids, d_x, x_stride, d_y, y_stride);
   MLACONF_CUDA_LAUNCH_CHECK("gemv_kernel");
 }
 
@@ -71,6 +206,12 @@ void gemv_impl(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const
 void gemv(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const float* d_x, float* d_y, int64_t batch,
           int64_t w_batch_stride, int64_t x_stride, int64_t y_stride) {
   gemv_impl(t, d_w, n_rows, ncols, d_x, d_y, batch, batch, w_batch_stride, x_stride, y_stride);
+}
+
+void gemv_experts(GgmlType t, const void* d_w, int64_t expert_stride, const int32_t* d_ids, int64_t n, int64_t n_rows,
+                  int64_t ncols, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride) {
+  if (n == 0) return;
+  gemv_impl(t, d_w, n_rows, ncols, d_x, d_y, n, n, expert_stride, x_stride, y_stride, d_ids);
 }
 
 void apply_wuv(GgmlType t, const void* d_wuv, int64_t v, int64_t d_v, const float* d_latent, int64_t T, int64_t H,

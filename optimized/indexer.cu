@@ -2,12 +2,14 @@
 #include <cub/block/block_scan.cuh>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 #include "optimized/api.h"
 #include "optimized/common.cuh"
 #include "optimized/faults.h"
+#include "optimized/mma.cuh"
 
 namespace mlaconf::cuda {
 namespace {
@@ -23,9 +25,9 @@ __device__ __forceinline__ float2 ld2(const __half* p) { return __half22float2(*
 __device__ __forceinline__ float2 ld2(const float* p) { return make_float2(p[0], p[1]); }
 
 template <class In>
-__global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const In* q, const In* k, const float* w,
-                                                                      const int32_t* q_pos, int Hi, int Di, int64_t L,
-                                                                      float* scores) {
+__global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const In* q, const In* k, int64_t k_stride,
+                                                                      const float* w, const int32_t* q_pos, int Hi, int Di,
+                                                                      int64_t L, float* scores) {
   extern __shared__ __align__(16) unsigned char smem[];
   // Row pitch: an odd number of 4-byte words (no bank conflicts), even element count (pair loads).
   const int ld = sizeof(In) == 2 ? Di + 2 : Di + 1;
@@ -34,6 +36,7 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const In*
   float* w_s = reinterpret_cast<float*>(k_s + kKeys * ld);
   const int64_t t = blockIdx.y, s0 = (int64_t)blockIdx.x * kKeys;
   const int tid = threadIdx.x;
+  k += t * k_stride;  // this query's keys (0: keys shared by all queries)
   const int64_t last = q_pos[t];  // causal: keys 0..last
   if (s0 > last) {                // the whole tile is in the future
     for (int i = tid; i < kKeys; i += kScoreThreads)
@@ -71,8 +74,8 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const In*
 }
 
 template <class In>
-void launch_scores(const In* q, const In* k, const float* w, const int32_t* qpos, int64_t T, int64_t Hi, int64_t Di,
-                   int64_t L, float* scores) {
+void launch_scores(const In* q, const In* k, int64_t k_stride, const float* w, const int32_t* qpos, int64_t T, int64_t Hi,
+                   int64_t Di, int64_t L, float* scores) {
   if (Hi <= 0 || Di <= 0 || Di % 2 || Hi > 128 || Di > 512)
     throw InputError("cuda::indexer_scores: not supported: " + std::to_string(Hi) + " heads x " + std::to_string(Di));
   if (T == 0 || L == 0) return;
@@ -80,8 +83,101 @@ void launch_scores(const In* q, const In* k, const float* w, const int32_t* qpos
   if (smem > 99 * 1024) throw InputError("cuda::indexer_scores: not supported: shared memory for " + std::to_string(Hi) + " heads x " + std::to_string(Di));
   MLACONF_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_kernel<In>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   dim3 grid(ceil_div(L, kKeys), (unsigned)T);
-  indexer_scores_kernel<In><<<grid, kScoreThreads, smem>>>(q, k, w, qpos, (int)Hi, (int)Di, L, scores);
+  indexer_scores_kernel<In><<<grid, kScoreThreads, smem>>>(q, k, k_stride, w, qpos, (int)Hi, (int)Di, L, scores);
   MLACONF_CUDA_LAUNCH_CHECK("indexer_scores_kernel");
+}
+
+// ---- tensor-core scores for fp16 q and keys, Di = 128, Hi = 8 * NT ----------------------------------
+// S[key, head] = k[key] . q[head] with mma.sync m16n8k16 (fp16 in, fp32 accumulate), straight from
+// global memory: no shared memory, no barrier. The dot product does not care in which order its 128
+// terms come, so the k dimension is permuted to make every fragment a run of 16-byte loads: lane (g, t)
+// reads dims 32c + 8t .. 32c + 8t + 7 (c = 0..3) of its keys g and g + 8, and k-step s takes the
+// half-words 4(s % 2) .. 4(s % 2) + 3 of chunk s / 2; q's B fragments use the same permutation. Lanes
+// t = 0..3 read 64 contiguous bytes of a key, so each load instruction is coalesced. Each warp takes
+// 16-key tiles (grid-stride); the quad of a key sums w[h] * relu(S[key, h]) over its heads.
+template <int NT>
+__global__ void __launch_bounds__(256) indexer_scores_mma(const __half* __restrict__ q, const __half* __restrict__ k,
+                                                          int64_t k_stride, const float* __restrict__ w,
+                                                          const int32_t* __restrict__ q_pos, int64_t L,
+                                                          float* __restrict__ scores) {
+  constexpr int Di = 128, Hi = 8 * NT;
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int64_t t = blockIdx.y;
+  const int64_t last = q_pos[t];
+  k += t * k_stride;  // this query's keys (0: keys shared by all queries)
+  uint4 qb[NT][4];
+  float wv[NT][2];
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    const uint4* qr = reinterpret_cast<const uint4*>(q + (t * Hi + n * 8 + g) * Di);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) qb[n][c] = __ldg(qr + 4 * c + tq);
+    wv[n][0] = __ldg(w + t * Hi + n * 8 + 2 * tq);
+    wv[n][1] = __ldg(w + t * Hi + n * 8 + 2 * tq + 1);
+  }
+  const int64_t n_tiles = (L + 15) / 16;
+  const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
+  for (int64_t tile = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5); tile < n_tiles; tile += warps) {
+    const int64_t key0 = tile * 16, kA = key0 + g, kB = kA + 8;
+    float sA = -INFINITY, sB = -INFINITY;
+    if (key0 <= last) {  // else the whole tile is in the future
+      const uint4* ra = reinterpret_cast<const uint4*>(k + min(kA, L - 1) * Di);
+      const uint4* rb = reinterpret_cast<const uint4*>(k + min(kB, L - 1) * Di);
+      uint4 a4[4], b4[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) a4[c] = __ldg(ra + 4 * c + tq), b4[c] = __ldg(rb + 4 * c + tq);
+      float acc[NT][4];
+#pragma unroll
+      for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+#pragma unroll
+      for (int s = 0; s < 8; ++s) {
+        const uint4 ca = a4[s / 2], cb = b4[s / 2];
+        const uint32_t a[4] = {s % 2 ? ca.z : ca.x, s % 2 ? cb.z : cb.x, s % 2 ? ca.w : ca.y, s % 2 ? cb.w : cb.y};
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          const uint4 qq = qb[n][s / 2];
+          mma_16816(acc[n], a, s % 2 ? qq.z : qq.x, s % 2 ? qq.w : qq.y);
+        }
+      }
+      float tA = 0.f, tB = 0.f;
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        tA = fmaf(wv[n][0], fmaxf(acc[n][0], 0.f), tA);
+        tA = fmaf(wv[n][1], fmaxf(acc[n][1], 0.f), tA);
+        tB = fmaf(wv[n][0], fmaxf(acc[n][2], 0.f), tB);
+        tB = fmaf(wv[n][1], fmaxf(acc[n][3], 0.f), tB);
+      }
+      tA += __shfl_xor_sync(0xffffffffu, tA, 1);
+      tA += __shfl_xor_sync(0xffffffffu, tA, 2);
+      tB += __shfl_xor_sync(0xffffffffu, tB, 1);
+      tB += __shfl_xor_sync(0xffffffffu, tB, 2);
+      sA = kA <= last ? tA : -INFINITY;
+      sB = kB <= last ? tB : -INFINITY;
+    }
+    if (tq == 0) {
+      if (kA < L) scores[t * L + kA] = sA;
+      if (kB < L) scores[t * L + kB] = sB;
+    }
+  }
+}
+
+// True when the tensor-core kernel ran: fp16, Di = 128, Hi = 32 or 64, 16-byte aligned q and keys.
+bool launch_scores_mma(const __half* q, const __half* k, int64_t k_stride, const float* w, const int32_t* qpos, int64_t T,
+                       int64_t Hi, int64_t Di, int64_t L, float* scores) {
+  if (Di != 128 || (Hi != 32 && Hi != 64) || reinterpret_cast<uintptr_t>(q) % 16 || reinterpret_cast<uintptr_t>(k) % 16 ||
+      k_stride % 8 || T > 65535)
+    return false;
+  int dev = 0, sms = 0;
+  MLACONF_CUDA_CHECK(cudaGetDevice(&dev));
+  MLACONF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  // Enough 8-warp CTAs for 4 per SM over all rows, at most one 16-key tile per warp.
+  const int64_t tiles = (L + 15) / 16;
+  const int64_t per_row = std::max<int64_t>(1, std::min<int64_t>((tiles + 7) / 8, (4 * (int64_t)sms + T - 1) / T));
+  const dim3 grid((unsigned)per_row, (unsigned)T);
+  if (Hi == 32) indexer_scores_mma<4><<<grid, 256>>>(q, k, k_stride, w, qpos, L, scores);
+  else indexer_scores_mma<8><<<grid, 256>>>(q, k, k_stride, w, qpos, L, scores);
+  MLACONF_CUDA_LAUNCH_CHECK("indexer_scores_mma");
+  return true;
 }
 
 constexpr int kTopkThreads = 1024;
@@ -91,15 +187,14 @@ __device__ __forceinline__ uint32_t order_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// One CTA per row. Radix select of the k-th largest key (4 passes of 8 bits), then one ordered pass
-// that keeps every key above it and the lowest-index (or, under the fault, highest-index) equal ones.
-__global__ void __launch_bounds__(kTopkThreads) topk_kernel(const float* scores, int64_t L, int k, bool upper_tie, int32_t* out) {
+// One CTA (kTopkThreads threads) for a whole row. Radix select of the k-th largest key (4 passes of 8
+// bits), then one ordered pass that keeps every key above it and the lowest-index (or, under the fault,
+// highest-index) equal ones.
+__device__ void topk_row_block(const float* row, int64_t L, int k, bool upper_tie, int32_t* orow) {
   using Scan = cub::BlockScan<int, kTopkThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int hist[256];
   __shared__ int s_valid, s_bucket, s_remaining, s_run_eq, s_run_take;
-  const float* row = scores + (int64_t)blockIdx.x * L;
-  int32_t* orow = out + (int64_t)blockIdx.x * k;
   const int tid = threadIdx.x;
 
   int nv = 0;
@@ -116,11 +211,18 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const float* scores,
       const int shift = 24 - 8 * pass;
       for (int i = tid; i < 256; i += kTopkThreads) hist[i] = 0;
       __syncthreads();
-      for (int64_t i = tid; i < L; i += kTopkThreads) {
-        const float f = row[i];
-        if (!isfinite(f)) continue;
-        const uint32_t key = order_key(f);
-        if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1);
+      // Scores cluster in a few buckets (one sign and exponent), so the lanes of a warp that share a
+      // bucket add once, together: without that, the first pass serialises on one shared counter.
+      for (int64_t base = 0; base < L; base += kTopkThreads) {
+        const int64_t i = base + tid;
+        int bucket = -1;
+        if (i < L) {
+          const float f = row[i];
+          const uint32_t key = order_key(f);
+          if (isfinite(f) && (key & mask) == prefix) bucket = (int)((key >> shift) & 255);
+        }
+        const unsigned peers = __match_any_sync(0xffffffffu, bucket);
+        if (bucket >= 0 && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bucket], __popc(peers));
       }
       __syncthreads();
       if (tid == 0) {
@@ -177,21 +279,296 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const float* scores,
   for (int i = keff + tid; i < k; i += kTopkThreads) orow[i] = -1;
 }
 
+__global__ void __launch_bounds__(kTopkThreads) topk_kernel(const float* scores, int64_t L, int k, bool upper_tie, int32_t* out) {
+  topk_row_block(scores + (int64_t)blockIdx.x * L, L, k, upper_tie, out + (int64_t)blockIdx.x * k);
+}
+
+// ---- top-k of long rows over many CTAs ----------------------------------------------------------
+// Two histogram passes (grid: chunks x rows): per-CTA histograms of 11 bits of the order keys (bits
+// 31..21, then bits 20..10 of the keys in the chosen top bin), added into a global one; the last CTA of
+// a row (ticket) finds the bin that holds the k-th largest key and the count above it. Then the collect
+// pass: every CTA marks the elements above the chosen 22-bit prefix in a selection bitmap of the row and
+// appends those equal to it to a candidate list; the last CTA selects among the candidates in shared
+// memory (one radix pass over the last 10 key bits, then up to three over the index for the ties:
+// lowest index first), marks them, and writes the row's bitmap out in index order (ascending, -1
+// padded). Where more than kTopkCap candidates share the prefix (heavy ties), that CTA runs the one-CTA
+// algorithm on the whole row instead. Every counter, histogram and bitmap is left zero for the next call.
+constexpr int kBins = 2048;
+constexpr int kTopkCap = 3072;
+constexpr int kTopkChunk = 8192;        // elements per CTA
+constexpr int64_t kTopkMultiMinL = 16384;
+
+struct TopkWork {
+  int* hist;         // [T][kBins]
+  int* valid;        // [T]
+  int* ticket1;      // [T]
+  int* ticket2;      // [T]
+  int* ncand;        // [T]
+  int* state;        // [T][8]: b1, count above bin b1, keff, b2, count above the prefix (b1, b2)
+  uint32_t* ckey;    // [T][kTopkCap]
+  int32_t* cidx;     // [T][kTopkCap]
+  uint32_t* bitmap;  // [T][words]
+  int64_t words;
+};
+using TkScan = cub::BlockScan<int, kTopkThreads>;
+
+// hist[kBins] (shared, complete) in scan order (bins descending when desc, else ascending): the bin
+// where the running count reaches need (1-based) -> *s_bin, and need minus the count before it -> *s_rest.
+__device__ void find_bin(const int* hist, int need, bool desc, TkScan::TempStorage& tmp, int* s_bin, int* s_rest) {
+  int v[2], ex[2], bin[2], total;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int pos = 2 * threadIdx.x + j;
+    bin[j] = desc ? kBins - 1 - pos : pos;
+    v[j] = hist[bin[j]];
+  }
+  TkScan(tmp).ExclusiveSum(v, ex, total);
+  if (threadIdx.x == 0 && total < need) *s_bin = -1, *s_rest = 0;
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+    if (ex[j] < need && need <= ex[j] + v[j]) *s_bin = bin[j], *s_rest = need - ex[j];
+  __syncthreads();
+}
+
+__device__ __forceinline__ void zero_hist(int* hist) {
+  for (int b = threadIdx.x; b < kBins; b += kTopkThreads) hist[b] = 0;
+  __syncthreads();
+}
+
+// level 0: bits 31..21 of every finite key; level 1: bits 20..10 of the keys whose bits 31..21 are b1.
+__global__ void __launch_bounds__(kTopkThreads) topk_hist(const float* scores, int64_t L, int k, TopkWork w, int level) {
+  __shared__ int hist[kBins];
+  __shared__ TkScan::TempStorage tmp;
+  __shared__ int s_valid, s_last, s_bin, s_rest;
+  const int tid = threadIdx.x;
+  const int64_t t = blockIdx.y, beg = (int64_t)blockIdx.x * kTopkChunk, end = min(L, beg + kTopkChunk);
+  const float* row = scores + t * L;
+  const int b1 = level == 0 ? 0 : w.state[t * 8 + 0];
+  if (b1 < 0) return;  // level 1 of a row with nothing to select: every CTA of the row leaves
+  if (tid == 0) s_valid = 0;
+  zero_hist(hist);
+  int nv = 0;
+  for (int64_t base = beg; base < end; base += kTopkThreads) {  // uniform trip count: the warps stay converged
+    const int64_t i = base + tid;
+    int bucket = -1;
+    if (i < end) {
+      const float f = row[i];
+      if (isfinite(f)) {
+        const uint32_t key = order_key(f);
+        ++nv;
+        if (level == 0) bucket = (int)(key >> 21);
+        else if ((int)(key >> 21) == b1) bucket = (int)((key >> 10) & 2047);
+      }
+    }
+    const unsigned peers = __match_any_sync(0xffffffffu, bucket);
+    if (bucket >= 0 && (tid & 31) == __ffs(peers) - 1) atomicAdd(&hist[bucket], __popc(peers));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) nv += __shfl_xor_sync(0xffffffffu, nv, o);
+  if ((tid & 31) == 0) atomicAdd(&s_valid, nv);
+  __syncthreads();
+  for (int b = tid; b < kBins; b += kTopkThreads)
+    if (hist[b]) atomicAdd(&w.hist[t * kBins + b], hist[b]);
+  if (tid == 0 && level == 0) atomicAdd(&w.valid[t], s_valid);
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) s_last = atomicAdd(&w.ticket1[t], 1) == (int)gridDim.x - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  for (int b = tid; b < kBins; b += kTopkThreads) {
+    hist[b] = __ldcg(&w.hist[t * kBins + b]);
+    w.hist[t * kBins + b] = 0;
+  }
+  const int keff = level == 0 ? min(k, __ldcg(&w.valid[t])) : w.state[t * 8 + 2];
+  const int need = level == 0 ? keff : keff - w.state[t * 8 + 1];
+  __syncthreads();
+  if (need > 0) {
+    find_bin(hist, need, true, tmp, &s_bin, &s_rest);
+  } else if (tid == 0) {
+    s_bin = -1, s_rest = 0;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    if (level == 0) {
+      w.state[t * 8 + 0] = s_bin;
+      w.state[t * 8 + 1] = keff - s_rest;
+      w.state[t * 8 + 2] = keff;
+      w.valid[t] = 0;
+    } else {
+      w.state[t * 8 + 3] = s_bin;
+      w.state[t * 8 + 4] = keff - s_rest;
+    }
+    w.ticket1[t] = 0;
+  }
+}
+
+__global__ void __launch_bounds__(kTopkThreads) topk_collect(const float* scores, int64_t L, int k, TopkWork w, int32_t* out) {
+  __shared__ uint32_t ckey[kTopkCap];
+  __shared__ int32_t cidx[kTopkCap];
+  __shared__ int hist[kBins];
+  __shared__ TkScan::TempStorage tmp;
+  __shared__ int s_last, s_bin, s_rest;
+  const int tid = threadIdx.x;
+  const int64_t t = blockIdx.y, beg = (int64_t)blockIdx.x * kTopkChunk, end = min(L, beg + kTopkChunk);
+  const float* row = scores + t * L;
+  uint32_t* bm = w.bitmap + t * w.words;
+  const int b1 = w.state[t * 8 + 0], keff = w.state[t * 8 + 2];
+  const int b2 = b1 >= 0 ? w.state[t * 8 + 3] : -1, above = b1 >= 0 ? w.state[t * 8 + 4] : 0;
+  const int64_t prefix = ((int64_t)b1 << 11) | b2;  // bits 31..10 of the k-th largest key
+  if (b1 >= 0) {
+    for (int64_t i = beg + tid; i < end; i += kTopkThreads) {
+      const float f = row[i];
+      if (!isfinite(f)) continue;
+      const uint32_t key = order_key(f);
+      const int64_t top = key >> 10;
+      if (top > prefix) {
+        atomicOr(&bm[i >> 5], 1u << (i & 31));
+      } else if (top == prefix) {
+        const int pos = atomicAdd(&w.ncand[t], 1);
+        if (pos < kTopkCap) w.ckey[t * kTopkCap + pos] = key, w.cidx[t * kTopkCap + pos] = (int32_t)i;
+      }
+    }
+  }
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) s_last = atomicAdd(&w.ticket2[t], 1) == (int)gridDim.x - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  const int n_cand = __ldcg(&w.ncand[t]);
+  int32_t* orow = out + t * k;
+  if (keff > 0 && n_cand > kTopkCap) {  // heavy ties: the exact one-CTA algorithm over the whole row
+    for (int64_t j = tid; j < w.words; j += kTopkThreads) bm[j] = 0;
+    topk_row_block(row, L, k, false, orow);
+  } else {
+    if (keff > 0) {
+      const int need = keff - above;  // >= 1, all among the candidates
+      for (int j = tid; j < n_cand; j += kTopkThreads) ckey[j] = __ldcg(&w.ckey[t * kTopkCap + j]), cidx[j] = __ldcg(&w.cidx[t * kTopkCap + j]);
+      zero_hist(hist);  // (its barrier also publishes the candidates)
+      for (int j = tid; j < n_cand; j += kTopkThreads) atomicAdd(&hist[ckey[j] & 1023], 1);
+      __syncthreads();
+      find_bin(hist, need, true, tmp, &s_bin, &s_rest);
+      const uint32_t kstar = ((uint32_t)prefix << 10) | (uint32_t)s_bin;
+      const int take_eq = s_rest, n_eq = hist[s_bin];
+      __syncthreads();  // everyone has read hist and s_bin before they change
+      // Ties at kstar: the take_eq lowest indices (indices < 2^31: 11 + 10 + 10 bits).
+      int32_t cut = INT32_MAX;
+      if (take_eq < n_eq) {
+        uint32_t pre = 0;
+        int rest = take_eq;
+        for (int pass = 0; pass < 3; ++pass) {
+          const int shift = pass == 0 ? 20 : (pass == 1 ? 10 : 0);
+          const uint32_t bits = pass == 0 ? 2047u : 1023u;
+          const int hi_shift = pass == 1 ? 20 : 10;  // the index bits above this pass must equal pre
+          zero_hist(hist);  // its barrier: everyone is done with the previous pass's histogram
+          for (int j = tid; j < n_cand; j += kTopkThreads) {
+            const uint32_t ix = (uint32_t)cidx[j];
+            if (ckey[j] == kstar && (pass == 0 || (ix >> hi_shift) == pre)) atomicAdd(&hist[(ix >> shift) & bits], 1);
+          }
+          __syncthreads();
+          find_bin(hist, rest, false, tmp, &s_bin, &s_rest);
+          pre = (pre << (pass == 0 ? 11 : 10)) | (uint32_t)s_bin;
+          rest = s_rest;
+        }
+        cut = (int32_t)pre;
+      }
+      for (int j = tid; j < n_cand; j += kTopkThreads)
+        if (ckey[j] > kstar || (ckey[j] == kstar && cidx[j] <= cut)) atomicOr(&bm[cidx[j] >> 5], 1u << (cidx[j] & 31));
+    }
+    __syncthreads();
+    // The bitmap in index order: each thread a run of words, positions by a block scan of the counts.
+    const int64_t per = (w.words + kTopkThreads - 1) / kTopkThreads;
+    const int64_t w0 = tid * per, w1 = min(w.words, w0 + per);
+    int cnt = 0;
+    for (int64_t j = w0; j < w1; ++j) cnt += __popc(__ldcg(&bm[j]));
+    int pos, total;
+    TkScan(tmp).ExclusiveSum(cnt, pos, total);
+    for (int64_t j = w0; j < w1; ++j) {
+      uint32_t m = __ldcg(&bm[j]);
+      bm[j] = 0;
+      while (m) {
+        const int b = __ffs(m) - 1;
+        m &= m - 1;
+        if (pos < k) orow[pos] = (int32_t)(j * 32 + b);
+        ++pos;
+      }
+    }
+    for (int j = total + tid; j < k; j += kTopkThreads) orow[j] = -1;
+  }
+  if (tid == 0) w.ncand[t] = 0, w.ticket2[t] = 0;
+}
+
+// Zeroed work memory for the multi-CTA top-k, grown on demand (every call leaves it zero); one per
+// device (the layer split runs stages on several devices).
+TopkWork topk_work(int64_t T, int64_t L) {
+  struct Work {
+    DeviceBuffer buf;
+    int64_t cap_T = 0, cap_words = 0;
+  };
+  static Work works[64];
+  Work& wk = works[current_device() & 63];
+  DeviceBuffer& buf = wk.buf;
+  int64_t& cap_T = wk.cap_T;
+  int64_t& cap_words = wk.cap_words;
+  const int64_t words = (L + 31) / 32;
+  if (T > cap_T || words > cap_words) {
+    cap_T = std::max(T, cap_T), cap_words = std::max(words, cap_words);
+    const size_t ints = (size_t)cap_T * (kBins + 4 + 8 + 2 * kTopkCap) + (size_t)cap_T * cap_words;
+    buf = DeviceBuffer();
+    buf = DeviceBuffer(ints * 4);
+    buf.fill(0);
+  }
+  int* p = buf.as<int>();
+  TopkWork w;
+  w.hist = p, p += cap_T * kBins;
+  w.valid = p, p += cap_T;
+  w.ticket1 = p, p += cap_T;
+  w.ticket2 = p, p += cap_T;
+  w.ncand = p, p += cap_T;
+  w.state = p, p += cap_T * 8;
+  w.ckey = reinterpret_cast<uint32_t*>(p), p += cap_T * kTopkCap;
+  w.cidx = p, p += cap_T * kTopkCap;
+  w.bitmap = reinterpret_cast<uint32_t*>(p);
+  w.words = words;
+  return w;
+}
+
 }  // namespace
 
+void indexer_scores_batched(const uint16_t* d_q, const uint16_t* d_k, int64_t k_stride, const float* d_w,
+                            const int32_t* d_qpos, int64_t T, int64_t Hi, int64_t Di, int64_t L, float* d_scores) {
+  if (k_stride < 0) throw InputError("cuda::indexer_scores: negative key stride");
+  const __half* q = reinterpret_cast<const __half*>(d_q);
+  const __half* k = reinterpret_cast<const __half*>(d_k);
+  if (T > 0 && L > 0 && launch_scores_mma(q, k, k_stride, d_w, d_qpos, T, Hi, Di, L, d_scores)) return;
+  launch_scores(q, k, k_stride, d_w, d_qpos, T, Hi, Di, L, d_scores);
+}
 void indexer_scores(const uint16_t* d_q, const uint16_t* d_k, const float* d_w, const int32_t* d_qpos, int64_t T,
                     int64_t Hi, int64_t Di, int64_t L, float* d_scores) {
-  launch_scores(reinterpret_cast<const __half*>(d_q), reinterpret_cast<const __half*>(d_k), d_w, d_qpos, T, Hi, Di, L, d_scores);
+  indexer_scores_batched(d_q, d_k, 0, d_w, d_qpos, T, Hi, Di, L, d_scores);
 }
 void indexer_scores_f32(const float* d_q, const float* d_k, const float* d_w, const int32_t* d_qpos, int64_t T, int64_t Hi,
                         int64_t Di, int64_t L, float* d_scores) {
-  launch_scores(d_q, d_k, d_w, d_qpos, T, Hi, Di, L, d_scores);
+  launch_scores(d_q, d_k, 0, d_w, d_qpos, T, Hi, Di, L, d_scores);
 }
 
 void topk_rows(const float* d_scores, int64_t T, int64_t L, int64_t k, int32_t* d_out) {
   if (k <= 0 || k > INT32_MAX || L < 0) throw InputError("cuda::topk_rows: bad k or L");
   if (T == 0) return;
-  topk_kernel<<<(unsigned)T, kTopkThreads>>>(d_scores, L, (int)k, active_fault() == Fault::TopkUpperTie, d_out);
+  const bool upper_tie = active_fault() == Fault::TopkUpperTie;
+  if (L >= kTopkMultiMinL && k <= kTopkCap && !upper_tie && T <= 65535 && L <= INT32_MAX) {
+    const TopkWork w = topk_work(T, L);
+    const dim3 grid(ceil_div(L, kTopkChunk), (unsigned)T);
+    for (int level = 0; level < 2; ++level) {
+      topk_hist<<<grid, kTopkThreads>>>(d_scores, L, (int)k, w, level);
+      MLACONF_CUDA_LAUNCH_CHECK("topk_hist");
+    }
+    topk_collect<<<grid, kTopkThreads>>>(d_scores, L, (int)k, w, d_out);
+    MLACONF_CUDA_LAUNCH_CHECK("topk_collect");
+    return;
+  }
+  topk_kernel<<<(unsigned)T, kTopkThreads>>>(d_scores, L, (int)k, upper_tie, d_out);
   MLACONF_CUDA_LAUNCH_CHECK("topk_kernel");
 }
 

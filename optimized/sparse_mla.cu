@@ -15,6 +15,7 @@
 #include "optimized/api.h"
 #include "optimized/common.cuh"
 #include "optimized/faults.h"
+#include "optimized/mma.cuh"
 
 namespace mlaconf::cuda {
 namespace {
@@ -32,6 +33,7 @@ struct Params {
   int64_t L;
   const int32_t* idx;    // [T, top_k]
   const int32_t* q_pos;  // [T] or null (dense fault only)
+  const int32_t* row_base;  // [T] or null (dense fault only)
   int T, H, dqk, dv, top_k;
   int entries;           // list length per query (top_k, or L for the dense fault)
   int split;             // entries per split (multiple of kRows)
@@ -77,14 +79,15 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_partial(Params p) {
 
   const int begin = split * p.split, end = min(begin + p.split, p.entries);
   const int64_t limit = p.dense ? (p.q_pos ? (int64_t)p.q_pos[t] : p.L - 1) : 0;
-  for (int base = begin; base < end; base += kRows) {
+  const int64_t base = (p.dense && p.row_base) ? (int64_t)p.row_base[t] : 0;
+  for (int step = begin; step < end; step += kRows) {
     __syncthreads();  // previous step's k_s / p_s reads are done
     if (tid < kRows) {
-      const int e = base + tid;
+      const int e = step + tid;
       int64_t row = -1;
       if (e < end) {
         if (p.dense) {
-          row = (e <= limit && e < p.L) ? e : -1;
+          row = (e <= limit && base + e < p.L) ? base + e : -1;
         } else {
           const int32_t r = p.idx[(int64_t)t * p.top_k + e];
           row = (r >= 0 && r < p.L) ? r : -1;
@@ -191,6 +194,376 @@ __global__ void sparse_mla_merge(const float* o_part, const float* m_part, const
   }
 }
 
+// ---- tensor-core kernel for d_qk = 576, d_v = 512 -------------------------------------------------
+// A CTA holds HG groups of 16 heads of one query and one split of its index list; 4 warps per head
+// group. Each step gathers kTileRows listed rows (1152 bytes each) into shared memory with 16-byte
+// cp.async copies, three stages deep, so every row is read from memory once for all the CTA's heads.
+// Warp (group g, part p): S partial = Q[16 heads, dims 144p..144p+143] . K^T over the tile (Q's A
+// fragments stay in registers for the whole split), the 4 parts are summed through shared memory,
+// every warp of the group runs the same online softmax on the full S, and accumulates
+// O[16 heads, values 128p..128p+127] += P . V with P rounded to fp16 (the normaliser sums the
+// rounded P, so the weights stay consistent). fp32 accumulation throughout.
+constexpr int kMmaDqk = 576, kMmaDv = 512;
+constexpr int kTileRows = 16;
+constexpr int kStages = 3;
+constexpr int kLdk = kMmaDqk + 8;       // halves per shared row: 1168 bytes, ldmatrix rows hit distinct banks
+constexpr int kKPart = kMmaDqk / 4;     // 144 = 9 k16 steps per warp
+constexpr int kNPart = kMmaDv / 4;      // 128 = 16 n8 tiles per warp
+constexpr int kChunks = kMmaDqk / 8;    // 16-byte chunks per row
+constexpr int kFusedMaxSplits = 4;      // up to this many splits the last CTA merges (it reads them all)
+constexpr int kMaxAutoSplits = 16;
+
+struct MmaParams {
+  const __half* q;
+  const __half* cache;
+  int64_t L;
+  const int32_t* idx;
+  const int32_t* q_pos;
+  const int32_t* row_base;
+  int T, H, top_k, entries, split, n_splits;
+  bool dense, plain_sum;
+  float scale_log2;
+  float* out;     // [T, H, dv]
+  float* o_part;  // [T, n_splits, H, dv]
+  float* m_part;  // [T, n_splits, H]
+  float* l_part;
+  int* tickets;   // [T, head blocks], zero between launches (the merging CTA resets its own)
+  bool fused_merge;  // the last CTA of a (query, head block) merges; else sparse_mla_mma_merge does
+};
+
+template <int HG>
+constexpr size_t mma_smem_bytes() {
+  return (size_t)kStages * kTileRows * kLdk * 2 + (size_t)2 * HG * 4 * 32 * 8 * 4 + kStages * kTileRows * 4;
+}
+
+template <int HG>
+__global__ void __launch_bounds__(HG * 128, HG == 4 ? 1 : 2) sparse_mla_mma(MmaParams p) {
+  constexpr int kThreadsM = HG * 128;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __half* k_s = reinterpret_cast<__half*>(smem);                            // [kStages][kTileRows][kLdk]
+  float* sp_s = reinterpret_cast<float*>(k_s + kStages * kTileRows * kLdk);  // [2][HG][4][32 lanes][8]
+  int* valid_s = reinterpret_cast<int*>(sp_s + 2 * HG * 4 * 32 * 8);        // [kStages][kTileRows]
+
+  const int split = blockIdx.x, t = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int grp = warp >> 2, part = warp & 3;
+  const int g = lane >> 2, tq = lane & 3;
+  const int head_block = blockIdx.y * 16 * HG;
+  const int hA = head_block + grp * 16 + g, hB = hA + 8;  // this thread's two heads (fragment rows g, g+8)
+
+  const int begin = split * p.split, end = min(begin + p.split, p.entries);
+  const int n_tiles = (end - begin + kTileRows - 1) / kTileRows;
+  const int64_t base = (p.dense && p.row_base) ? (int64_t)p.row_base[t] : 0;
+  const int64_t limit = p.dense ? (p.q_pos ? (int64_t)p.q_pos[t] : p.L - 1) : 0;
+
+  // Gather tile i into stage i % kStages: row slots past the split's end or with index -1 become zeros.
+  auto issue = [&](int i) {
+    if (i < n_tiles) {
+      const int stage = i % kStages;
+      for (int c = tid; c < kTileRows * kChunks; c += kThreadsM) {
+        const int r = c / kChunks, w = c - r * kChunks;
+        const int e = begin + i * kTileRows + r;
+        int64_t row = -1;
+        if (e < end) {
+          if (p.dense) {
+            row = (e <= limit && base + e < p.L) ? base + e : -1;
+          } else {
+            const int32_t v = __ldg(p.idx + (int64_t)t * p.top_k + e);
+            row = (v >= 0 && v < p.L) ? v : -1;
+          }
+        }
+        const __half* src = row >= 0 ? p.cache + row * kMmaDqk + w * 8 : p.q;  // any valid address: nothing is read
+        cp_async_16(smem_addr(k_s + (stage * kTileRows + r) * kLdk + w * 8), src, row >= 0 ? 16 : 0);
+        if (w == 0) valid_s[stage * kTileRows + r] = row >= 0;
+      }
+    }
+    cp_async_commit();  // an empty group keeps the wait counts uniform
+  };
+  issue(0);
+  issue(1);
+
+  // Q's A fragments for this warp's 16 heads and 144 dims (zeros for heads past H).
+  uint32_t qa[kKPart / 16][4];
+  {
+    const uint32_t* qA = reinterpret_cast<const uint32_t*>(p.q + ((int64_t)t * p.H + min(hA, p.H - 1)) * kMmaDqk);
+    const uint32_t* qB = reinterpret_cast<const uint32_t*>(p.q + ((int64_t)t * p.H + min(hB, p.H - 1)) * kMmaDqk);
+#pragma unroll
+    for (int ks = 0; ks < kKPart / 16; ++ks) {
+      const int w = (part * kKPart + ks * 16 + 2 * tq) / 2;
+      qa[ks][0] = hA < p.H ? __ldg(qA + w) : 0u;
+      qa[ks][1] = hB < p.H ? __ldg(qB + w) : 0u;
+      qa[ks][2] = hA < p.H ? __ldg(qA + w + 4) : 0u;
+      qa[ks][3] = hB < p.H ? __ldg(qB + w + 4) : 0u;
+    }
+  }
+
+  float acc[kNPart / 8][4];
+#pragma unroll
+  for (int n = 0; n < kNPart / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+  float mA = -INFINITY, mB = -INFINITY, lA = 0.f, lB = 0.f;  // running max (log2 domain), thread-partial sums
+
+  // ldmatrix lane addresses (byte offsets inside a stage): matrix i = lane / 8, row lane % 8.
+  const int mi = lane >> 3, mr = lane & 7;
+  const uint32_t k_base = smem_addr(k_s);
+  const uint32_t qk_off = (uint32_t)(((mr + (mi >> 1) * 8) * kLdk + part * kKPart + (mi & 1) * 8) * 2);
+  const uint32_t pv_off = (uint32_t)(((mr + (mi & 1) * 8) * kLdk + part * kNPart + (mi >> 1) * 8) * 2);
+
+  for (int i = 0; i < n_tiles; ++i) {
+    cp_async_wait<1>();
+    __syncthreads();  // tile i is in place for everyone; step i - 1 is over, so its stage can be refilled
+    issue(i + 2);
+    const int stage = i % kStages;
+    const uint32_t st = k_base + (uint32_t)(stage * kTileRows * kLdk * 2);
+
+    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int ks = 0; ks < kKPart / 16; ++ks) {
+      uint32_t b[4];
+      ldmatrix_x4(b, st + qk_off + ks * 32);
+      mma_16816(s[0], qa[ks], b[0], b[1]);
+      mma_16816(s[1], qa[ks], b[2], b[3]);
+    }
+    float* my = sp_s + ((((i & 1) * HG + grp) * 4 + part) * 32 + lane) * 8;
+    *reinterpret_cast<float4*>(my) = make_float4(s[0][0], s[0][1], s[0][2], s[0][3]);
+    *reinterpret_cast<float4*>(my + 4) = make_float4(s[1][0], s[1][1], s[1][2], s[1][3]);
+    __syncthreads();  // all four parts of S are written
+    // Summed in part order by every warp, so that the four warps of a group hold the same bits of S
+    // (and so the same max, P and sum: the merge takes part 0's max and sum for all four quarters).
+#pragma unroll
+    for (int o = 0; o < 4; ++o) {
+      const float* src = sp_s + ((((i & 1) * HG + grp) * 4 + o) * 32 + lane) * 8;
+      const float4 u = *reinterpret_cast<const float4*>(src), v = *reinterpret_cast<const float4*>(src + 4);
+      if (o == 0) {
+        s[0][0] = u.x, s[0][1] = u.y, s[0][2] = u.z, s[0][3] = u.w;
+        s[1][0] = v.x, s[1][1] = v.y, s[1][2] = v.z, s[1][3] = v.w;
+      } else {
+        s[0][0] += u.x, s[0][1] += u.y, s[0][2] += u.z, s[0][3] += u.w;
+        s[1][0] += v.x, s[1][1] += v.y, s[1][2] += v.z, s[1][3] += v.w;
+      }
+    }
+    // Online softmax; columns (rows of the tile) 8n + 2tq + j.
+    float mxA = -INFINITY, mxB = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const bool ok = valid_s[stage * kTileRows + 8 * n + 2 * tq + j] != 0;
+        s[n][j] = ok ? s[n][j] * p.scale_log2 : -INFINITY;
+        s[n][2 + j] = ok ? s[n][2 + j] * p.scale_log2 : -INFINITY;
+        mxA = fmaxf(mxA, s[n][j]);
+        mxB = fmaxf(mxB, s[n][2 + j]);
+      }
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) {
+      mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, o));
+      mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, o));
+    }
+    const float nA = fmaxf(mA, mxA), nB = fmaxf(mB, mxB);
+    const float uA = nA == -INFINITY ? 0.f : nA, uB = nB == -INFINITY ? 0.f : nB;  // no (-inf) - (-inf)
+    const float aA = exp2f(mA - uA), aB = exp2f(mB - uB);
+    mA = nA, mB = nB;
+    uint32_t pa[4];
+    float sumA = 0.f, sumB = 0.f;
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      pa[2 * n] = pack_half2(exp2f(s[n][0] - uA), exp2f(s[n][1] - uA));
+      pa[2 * n + 1] = pack_half2(exp2f(s[n][2] - uB), exp2f(s[n][3] - uB));
+      const float2 ra = unpack_half2(pa[2 * n]), rb = unpack_half2(pa[2 * n + 1]);
+      sumA += ra.x + ra.y;
+      sumB += rb.x + rb.y;
+    }
+    lA = lA * aA + sumA;
+    lB = lB * aB + sumB;
+#pragma unroll
+    for (int n = 0; n < kNPart / 8; ++n) {
+      acc[n][0] *= aA, acc[n][1] *= aA;
+      acc[n][2] *= aB, acc[n][3] *= aB;
+    }
+#pragma unroll
+    for (int n = 0; n < kNPart / 16; ++n) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, st + pv_off + n * 32);
+      mma_16816(acc[2 * n], pa, b[0], b[1]);
+      mma_16816(acc[2 * n + 1], pa, b[2], b[3]);
+    }
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int o = 1; o < 4; o <<= 1) {
+    lA += __shfl_xor_sync(0xffffffffu, lA, o);
+    lB += __shfl_xor_sync(0xffffffffu, lB, o);
+  }
+  const int col0 = part * kNPart + 2 * tq;
+  if (p.n_splits == 1) {
+    const float iA = lA > 0.f ? 1.f / lA : 0.f, iB = lB > 0.f ? 1.f / lB : 0.f;
+#pragma unroll
+    for (int n = 0; n < kNPart / 8; ++n) {
+      if (hA < p.H)
+        *reinterpret_cast<float2*>(p.out + ((int64_t)t * p.H + hA) * kMmaDv + col0 + 8 * n) = make_float2(acc[n][0] * iA, acc[n][1] * iA);
+      if (hB < p.H)
+        *reinterpret_cast<float2*>(p.out + ((int64_t)t * p.H + hB) * kMmaDv + col0 + 8 * n) = make_float2(acc[n][2] * iB, acc[n][3] * iB);
+    }
+    return;
+  }
+  // Split: write the partial, then the last CTA of this (query, head block) merges all splits.
+  const int64_t pbase = ((int64_t)t * p.n_splits + split) * p.H;
+#pragma unroll
+  for (int n = 0; n < kNPart / 8; ++n) {
+    if (hA < p.H) *reinterpret_cast<float2*>(p.o_part + (pbase + hA) * kMmaDv + col0 + 8 * n) = make_float2(acc[n][0], acc[n][1]);
+    if (hB < p.H) *reinterpret_cast<float2*>(p.o_part + (pbase + hB) * kMmaDv + col0 + 8 * n) = make_float2(acc[n][2], acc[n][3]);
+  }
+  if (part == 0 && tq == 0) {
+    if (hA < p.H) p.m_part[pbase + hA] = mA, p.l_part[pbase + hA] = lA;
+    if (hB < p.H) p.m_part[pbase + hB] = mB, p.l_part[pbase + hB] = lB;
+  }
+  if (!p.fused_merge) return;
+  __threadfence();
+  __syncthreads();
+  __shared__ int last;
+  int* ticket = p.tickets + (int64_t)t * gridDim.y + blockIdx.y;
+  if (tid == 0) last = atomicAdd(ticket, 1) == p.n_splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int nh = min(16 * HG, p.H - head_block);
+  float* w_s = sp_s;  // [16 HG] max, [16 HG] 1 / sum
+  for (int h = tid; h < nh; h += kThreadsM) {
+    float M = -INFINITY, Ls = 0.f;
+    for (int sp = 0; sp < p.n_splits; ++sp) M = fmaxf(M, __ldcg(p.m_part + ((int64_t)t * p.n_splits + sp) * p.H + head_block + h));
+    for (int sp = 0; sp < p.n_splits; ++sp) {
+      const int64_t k = ((int64_t)t * p.n_splits + sp) * p.H + head_block + h;
+      const float m = __ldcg(p.m_part + k);
+      Ls += (p.plain_sum ? 1.f : (m == -INFINITY ? 0.f : exp2f(m - M))) * __ldcg(p.l_part + k);
+    }
+    w_s[h] = M;
+    w_s[16 * HG + h] = (M == -INFINITY || Ls == 0.f) ? 0.f : 1.f / Ls;
+  }
+  __syncthreads();
+  for (int e = tid; e < nh * (kMmaDv / 4); e += kThreadsM) {
+    const int h = e / (kMmaDv / 4), c = (e - h * (kMmaDv / 4)) * 4;
+    const float M = w_s[h];
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int sp = 0; sp < p.n_splits; ++sp) {
+      const int64_t k = ((int64_t)t * p.n_splits + sp) * p.H + head_block + h;
+      const float m = __ldcg(p.m_part + k);
+      const float wgt = p.plain_sum ? 1.f : (m == -INFINITY ? 0.f : exp2f(m - M));
+      if (wgt != 0.f) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(p.o_part + k * kMmaDv + c));
+        o.x += wgt * v.x, o.y += wgt * v.y, o.z += wgt * v.z, o.w += wgt * v.w;
+      }
+    }
+    const float inv = w_s[16 * HG + h];
+    *reinterpret_cast<float4*>(p.out + ((int64_t)t * p.H + head_block + h) * kMmaDv + c) =
+        make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+  }
+  if (tid == 0) *ticket = 0;  // ready for the next launch
+}
+
+// The merge for many splits, where one CTA per (query, head block) would read too much: one CTA of
+// 128 threads per (head, query), a float4 column each, the splits' loads unrolled to be in flight.
+__global__ void __launch_bounds__(128) sparse_mla_mma_merge(const float* __restrict__ o_part, const float* __restrict__ m_part,
+                                                            const float* __restrict__ l_part, int n_splits, int H,
+                                                            bool plain_sum, float* __restrict__ out) {
+  const int h = blockIdx.x, t = blockIdx.y, c = threadIdx.x * 4;
+  float M = -INFINITY;
+  for (int s = 0; s < n_splits; ++s) M = fmaxf(M, m_part[((int64_t)t * n_splits + s) * H + h]);
+  float Ls = 0.f;
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+  for (int s = 0; s < n_splits; ++s) {
+    const int64_t k = ((int64_t)t * n_splits + s) * H + h;
+    const float m = m_part[k];
+    const float w = plain_sum ? 1.f : (m == -INFINITY ? 0.f : exp2f(m - M));
+    const float4 v = *reinterpret_cast<const float4*>(o_part + k * kMmaDv + c);
+    Ls += w * l_part[k];
+    if (w != 0.f) o.x += w * v.x, o.y += w * v.y, o.z += w * v.z, o.w += w * v.w;
+  }
+  const float inv = (M == -INFINITY || Ls == 0.f) ? 0.f : 1.f / Ls;
+  *reinterpret_cast<float4*>(out + ((int64_t)t * H + h) * kMmaDv + c) = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+}
+
+int device_sm_count() {
+  static const int n = [] {
+    int dev = 0, sms = 0;
+    MLACONF_CUDA_CHECK(cudaGetDevice(&dev));
+    MLACONF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
+  }();
+  return n;
+}
+
+// Zeroed ticket counters, grown on demand (each launch leaves them zero again); one set per device
+// (the layer split runs stages on several devices).
+int* tickets(size_t n) {
+  static DeviceBuffer bufs[64];
+  DeviceBuffer& buf = bufs[current_device() & 63];
+  if (buf.bytes() < n * 4) {
+    buf = DeviceBuffer();
+    buf = DeviceBuffer(std::max<size_t>(n * 4, 4096));
+    buf.fill(0);
+  }
+  return buf.as<int>();
+}
+
+template <int HG>
+void launch_mma(const SparseMlaArgs& a, bool dense, int64_t entries) {
+  const int sms = device_sm_count();
+  const int64_t head_blocks = (a.H + 16 * HG - 1) / (16 * HG);
+  const int64_t ctas = head_blocks * a.T;
+  const int64_t resident = (int64_t)sms * (HG == 4 ? 1 : 2);
+  // Split only where the queries alone leave the device idle, never into more than one wave, and into
+  // at most kMaxAutoSplits: each split writes a 2 KB fp32 partial per head, as many bytes as 1.8 rows.
+  int64_t split;
+  if (a.split > 0) {
+    split = a.split;
+  } else {
+    const int64_t want = std::clamp<int64_t>(resident / ctas, 1, kMaxAutoSplits);
+    split = (entries + want - 1) / want;
+  }
+  split = std::max<int64_t>(kTileRows, ((split + kTileRows - 1) / kTileRows) * kTileRows);
+  const int64_t n_splits = entries == 0 ? 1 : (entries + split - 1) / split;
+  MmaParams p{};
+  p.q = reinterpret_cast<const __half*>(a.q);
+  p.cache = reinterpret_cast<const __half*>(a.cache);
+  p.L = a.L;
+  p.idx = a.idx;
+  p.q_pos = a.q_pos;
+  p.row_base = a.row_base;
+  p.T = (int)a.T;
+  p.H = (int)a.H;
+  p.top_k = (int)a.top_k;
+  p.entries = (int)entries;
+  p.split = (int)split;
+  p.n_splits = (int)n_splits;
+  p.dense = dense;
+  p.plain_sum = active_fault() == Fault::NoLseMerge;
+  p.scale_log2 = a.scale * 1.4426950408889634f;
+  p.out = a.out;
+  if (n_splits > 1) {
+    const size_t n_part = (size_t)a.T * n_splits * a.H;
+    p.o_part = static_cast<float*>(scratch(0, n_part * kMmaDv * 4));
+    p.m_part = static_cast<float*>(scratch(1, n_part * 4));
+    p.l_part = static_cast<float*>(scratch(2, n_part * 4));
+    p.fused_merge = n_splits <= kFusedMaxSplits;
+    if (p.fused_merge) p.tickets = tickets((size_t)ctas);
+  }
+  constexpr size_t smem = mma_smem_bytes<HG>();
+  static_assert(smem <= 99 * 1024, "sparse MLA tile must fit sm_120's 99 KB");
+  static bool attr_set = false;  // one attribute call per process and instantiation
+  if (!attr_set) {
+    MLACONF_CUDA_CHECK(cudaFuncSetAttribute(sparse_mla_mma<HG>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    attr_set = true;
+  }
+  const dim3 grid((unsigned)n_splits, (unsigned)head_blocks, (unsigned)a.T);
+  sparse_mla_mma<HG><<<grid, HG * 128, smem>>>(p);
+  MLACONF_CUDA_LAUNCH_CHECK("sparse_mla_mma");
+  if (n_splits > 1 && !p.fused_merge) {
+    sparse_mla_mma_merge<<<dim3((unsigned)a.H, (unsigned)a.T), kMmaDv / 4>>>(p.o_part, p.m_part, p.l_part, (int)n_splits, p.H,
+                                                                              p.plain_sum, a.out);
+    MLACONF_CUDA_LAUNCH_CHECK("sparse_mla_mma_merge");
+  }
+}
+
 }  // namespace
 
 void sparse_mla(const SparseMlaArgs& a) {
@@ -203,6 +576,19 @@ void sparse_mla(const SparseMlaArgs& a) {
   const bool dense = active_fault() == Fault::DenseAttention;
   if (a.L > INT32_MAX && dense) throw InputError("cuda::sparse_mla: dense fault needs L < 2^31");
   const int64_t entries = dense ? a.L : a.top_k;
+  if (a.T > 65535) throw InputError("cuda::sparse_mla: not supported: more than 65535 queries in one call");
+  if (a.heads_per_cta != 0 && a.heads_per_cta != 16 && a.heads_per_cta != 64)
+    throw InputError("cuda::sparse_mla: heads_per_cta must be 0, 16 or 64");
+  // The tensor-core kernel copies 16-byte pieces of rows: it needs a 16-byte aligned cache.
+  if (a.d_qk == kMmaDqk && a.d_v == kMmaDv && reinterpret_cast<uintptr_t>(a.cache) % 16 == 0) {
+    // 64 heads per CTA (each row read once per query) once the queries alone fill a quarter of the
+    // device; below that, 16-head CTAs and a finer split keep every SM busy (rows re-read from L2).
+    int hpc = a.heads_per_cta;
+    if (hpc == 0) hpc = (a.H > 16 && a.T * ((a.H + 63) / 64) * 4 >= device_sm_count()) ? 64 : 16;
+    if (hpc == 64) launch_mma<4>(a, dense, entries);
+    else launch_mma<1>(a, dense, entries);
+    return;
+  }
   // Automatic split: enough CTAs to fill the device about twice (132 SMs on an H200).
   const int64_t ctas = ((a.H + kHeads - 1) / kHeads) * a.T;
   int64_t split = a.split > 0 ? a.split : std::max<int64_t>(kRows, (entries + std::max<int64_t>(1, 264 / ctas) - 1) / std::max<int64_t>(1, 264 / ctas));
@@ -215,6 +601,7 @@ void sparse_mla(const SparseMlaArgs& a) {
   p.L = a.L;
   p.idx = a.idx;
   p.q_pos = a.q_pos;
+  p.row_base = a.row_base;
   p.T = (int)a.T;
   p.H = (int)a.H;
   p.dqk = (int)a.d_qk;

@@ -44,10 +44,12 @@ double jaccard(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
 
 struct IdxCase {
   int64_t T, Hi, Di, topk, L;
+  bool batched = false;  // T sequences, each with its own L keys (indexer_scores_batched) and position
 };
 std::string idx_name(const IdxCase& c) {
   return "indexer_topk(t=" + std::to_string(c.T) + ",hi=" + std::to_string(c.Hi) + ",di=" + std::to_string(c.Di) +
-         ",topk=" + std::to_string(c.topk) + ",L=" + std::to_string(c.L) + ",dtype=f16)";
+         ",topk=" + std::to_string(c.topk) + ",L=" + std::to_string(c.L) + (c.batched ? ",keys=per_sequence" : "") +
+         ",dtype=f16)";
 }
 
 // Scores and top-k of the last T positions of a context of L keys (causal), against float64.
@@ -57,17 +59,18 @@ void indexer_case(IdxCase c) {
   std::vector<uint16_t> qb, kb;
   std::vector<float> q, k;
   random_half(rng, c.T * c.Hi * c.Di, 1.0f, &qb, &q);
-  random_half(rng, c.L * c.Di, 1.0f, &kb, &k);
+  const int64_t n_keysets = c.batched ? c.T : 1, k_stride = c.batched ? c.L * c.Di : 0;
+  random_half(rng, n_keysets * c.L * c.Di, 1.0f, &kb, &k);
   std::vector<float> w(c.T * c.Hi);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   const float wscale = 1.0f / std::sqrt((float)(c.Hi * c.Di));
   for (auto& v : w) v = u(rng) * wscale;
   std::vector<int32_t> pos(c.T);
-  for (int64_t t = 0; t < c.T; ++t) pos[t] = (int32_t)(c.L - c.T + t);
+  for (int64_t t = 0; t < c.T; ++t) pos[t] = (int32_t)(c.batched ? c.L - 1 - 37 * t : c.L - c.T + t);
   auto d_q = cuda::to_device(qb), d_k = cuda::to_device(kb), d_w = cuda::to_device(w), d_pos = cuda::to_device(pos);
   cuda::DeviceBuffer d_s(c.T * c.L * 4), d_top(c.T * c.topk * 4);
-  cuda::indexer_scores(d_q.as<uint16_t>(), d_k.as<uint16_t>(), d_w.as<float>(), d_pos.as<int32_t>(), c.T, c.Hi, c.Di, c.L,
-                       d_s.as<float>());
+  cuda::indexer_scores_batched(d_q.as<uint16_t>(), d_k.as<uint16_t>(), k_stride, d_w.as<float>(), d_pos.as<int32_t>(), c.T,
+                               c.Hi, c.Di, c.L, d_s.as<float>());
   cuda::topk_rows(d_s.as<float>(), c.T, c.L, c.topk, d_top.as<int32_t>());
   cuda::synchronize();
   auto t0 = std::chrono::steady_clock::now();
@@ -93,7 +96,7 @@ void indexer_case(IdxCase c) {
       for (int64_t h = 0; h < c.Hi; ++h) {
         double d = 0;
         const float* qh = &q[(t * c.Hi + h) * c.Di];
-        const float* ks = &k[s * c.Di];
+        const float* ks = &k[t * k_stride + s * c.Di];
         for (int64_t x = 0; x < c.Di; ++x) d += (double)qh[x] * ks[x];
         tot += (double)w[t * c.Hi + h] * std::max(d, 0.0);
       }
@@ -169,12 +172,14 @@ void indexer_f32_case() {
 }
 
 // Exact selection on tie-heavy rows (integer scores, -inf holes, short rows): equal to the host rule.
-void topk_exact_case(int64_t L, int64_t k, bool fault) {
+// levels = 7: many exact ties (the multi-CTA top-k falls back to one CTA); 20000: a few copies of
+// each value (its tie resolution by index runs on a handful of candidates).
+void topk_exact_case(int64_t L, int64_t k, bool fault, int levels = 7) {
   MLACONF_REQUIRE_CUDA();
   std::mt19937_64 rng(L * 7 + k);
   const int64_t T = 6;
   std::vector<float> s(T * L);
-  for (auto& v : s) v = (float)(rng() % 7) - 2.0f;  // many exact ties, negatives too
+  for (auto& v : s) v = (float)(int64_t)(rng() % levels) - (float)(levels / 3);  // exact ties, negatives too
   for (int64_t i = 0; i < L; i += 5) s[i] = -INFINITY;
   for (int64_t i = 0; i < L; ++i) s[5 * L + i] = i < 3 ? 1.0f : -INFINITY;  // row 5: fewer finite than k
   auto d_s = cuda::to_device(s);
@@ -198,11 +203,17 @@ void topk_exact_case(int64_t L, int64_t k, bool fault) {
 
 const bool registered = [] {
   for (IdxCase c : {IdxCase{4, 32, 128, 2048, 4096}, IdxCase{4, 32, 128, 2048, 32768}, IdxCase{1, 32, 128, 2048, 200000},
-                    IdxCase{3, 7, 66, 37, 1001}})
+                    IdxCase{3, 7, 66, 37, 1001},
+                    // the tensor-core path's other head count, a partial last tile, a context under one tile
+                    IdxCase{5, 64, 128, 2048, 4099}, IdxCase{2, 32, 128, 8, 13},
+                    // batched decode: keys per sequence (tensor-core path and SIMT path)
+                    IdxCase{4, 32, 128, 2048, 9000, true}, IdxCase{3, 7, 66, 37, 1001, true}})
     register_case("indexer", idx_name(c), [c] { indexer_case(c); });
   for (auto [L, k] : {std::pair<int64_t, int64_t>{4096, 2048}, {200000, 2048}, {1001, 37}, {50, 64}})
     register_case("indexer", "topk_exact(L=" + std::to_string(L) + ",k=" + std::to_string(k) + ",ties=many)",
                   [L = L, k = k] { topk_exact_case(L, k, false); });
+  register_case("indexer", "topk_exact(L=100000,k=2048,ties=few)", [] { topk_exact_case(100000, 2048, false, 20000); });
+  register_case("indexer", "topk_exact(L=40000,k=3000,ties=few)", [] { topk_exact_case(40000, 3000, false, 20000); });
   register_case("indexer", "indexer_scores(t=3,hi=32,di=128,L=5000,dtype=f32)", indexer_f32_case);
   register_case("indexer", "topk_negative_control(fault=topk_upper_tie,L=4096,k=2048)", [] { topk_exact_case(4096, 2048, true); });
   return true;

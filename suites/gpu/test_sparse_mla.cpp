@@ -10,6 +10,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "optimized/api.h"
 #include "core/error.h"
@@ -27,6 +28,8 @@ struct MlaCase {
   double invalid_frac = 0.0;  // share of index slots set to -1
   bool all_invalid = false;
   uint64_t seed = 1;
+  int hpc = 0;        // heads per CTA of the tensor-core kernel (0 = automatic)
+  int64_t split = 0;  // split-K chunk (0 = automatic)
 };
 
 std::string mla_name(const char* kind, const MlaCase& c) {
@@ -36,6 +39,8 @@ std::string mla_name(const char* kind, const MlaCase& c) {
        std::to_string(c.topk) + ",L=" + std::to_string(c.L);
   if (c.all_invalid) s += ",idx=all_invalid";
   else if (c.invalid_frac > 0) s += ",invalid=" + std::to_string((int)std::lround(c.invalid_frac * 100)) + "pct";
+  if (c.hpc) s += ",hpc=" + std::to_string(c.hpc);
+  if (c.split) s += ",split=" + std::to_string(c.split);
   return s + ",dtype=f16)";
 }
 
@@ -120,6 +125,8 @@ MlaResult run_case(const MlaCase& c, const std::vector<int32_t>* idx_override = 
   a.T = c.T, a.H = c.H, a.d_qk = c.dqk, a.d_v = c.dv, a.top_k = c.topk;
   a.scale = scale;
   a.out = d_out.as<float>();
+  a.heads_per_cta = c.hpc;
+  a.split = c.split;
   cuda::sparse_mla(a);  // warm-up (and the result)
   cuda::synchronize();
   auto t0 = std::chrono::steady_clock::now();
@@ -154,6 +161,35 @@ void conformance_case(MlaCase c, const char* kind) {
     return;
   }
   check_conformance(r, mla_name(kind, c));
+}
+
+// Batched decode as a server runs it: B queries of B sequences, each sequence's rows on pages of 64
+// rows scattered over one shared cache (a page table per sequence), index lists of absolute rows
+// (positions chosen from the sequence's own context, 10% -1). Judged against the float64 reference
+// over the same rows; every configuration of the tensor-core kernel (16 or 64 heads per CTA, split
+// or not) must give the same answer.
+void batched_paged_case(int64_t B, int hpc, int64_t split) {
+  MLACONF_REQUIRE_CUDA();
+  constexpr int64_t kPage = 64;
+  const int64_t ctx = 3000, pages_per_seq = (ctx + kPage - 1) / kPage, n_pages = B * pages_per_seq + 7;
+  MlaCase c;
+  c.T = B, c.H = 64, c.topk = 2048, c.L = n_pages * kPage, c.hpc = hpc, c.split = split, c.seed = 40 + B;
+  std::mt19937_64 rng(77 + B);
+  std::vector<int32_t> pages(n_pages);
+  std::iota(pages.begin(), pages.end(), 0);
+  std::shuffle(pages.begin(), pages.end(), rng);  // page j of sequence b is pages[b * pages_per_seq + j]
+  std::vector<int32_t> idx(B * c.topk, -1), pos(ctx);
+  for (int64_t b = 0; b < B; ++b) {
+    std::iota(pos.begin(), pos.end(), 0);
+    std::shuffle(pos.begin(), pos.end(), rng);
+    for (int64_t i = 0; i < c.topk; ++i) {
+      if (rng() % 10 == 0) continue;
+      const int64_t p = pos[i];
+      idx[b * c.topk + i] = (int32_t)(pages[b * pages_per_seq + p / kPage] * kPage + p % kPage);
+    }
+  }
+  auto r = run_case(c, &idx);
+  check_conformance(r, mla_name("sparse_mla_batched_paged", c));
 }
 
 // The cache holds more than 2^31 elements: rows above 2^31 / d are selected, read with 64-bit offsets.
@@ -266,6 +302,13 @@ const bool registered = [] {
     MlaCase d;
     d.T = 2, d.H = 17, d.dqk = 98, d.dv = 64, d.topk = 33, d.L = 70;  // other latent dims
     register_case("sparse_mla", mla_name("sparse_mla_prefill", d), [d] { conformance_case(d, "sparse_mla_prefill"); });
+  }
+  for (auto [B, hpc, split] : {std::tuple<int64_t, int, int64_t>{8, 0, 0}, {8, 16, 0}, {8, 64, 0}, {8, 64, 4096}, {8, 64, 512},
+                                {3, 16, 48}, {64, 0, 0}}) {
+    std::string name = "sparse_mla_batched_paged(b=" + std::to_string(B) + ",h=64,d=576,dv=512,topk=2048,ctx=3000,page=64";
+    if (hpc) name += ",hpc=" + std::to_string(hpc);
+    if (split) name += ",split=" + std::to_string(split);
+    register_case("sparse_mla", name + ",dtype=f16)", [B, hpc, split] { batched_paged_case(B, hpc, split); });
   }
   register_case("sparse_mla", "sparse_mla_decode(h=64,d=576,dv=512,topk=2048,L=3800000,cache=gt2^31elems,dtype=f16)",
                 huge_cache_case);

@@ -1,0 +1,546 @@
+// mlaconf kernel benchmark: each optimized/ kernel at GLM-5's production shapes, on the device, with the
+// two ceilings (copy bandwidth, fp16 matmul rate) measured in the same run. Standalone: it links the
+// optimized/ kernels, core/ggml_types and cuBLAS only (no Eigen, HDF5 or CLI11), so that a GPU host
+// with nvcc alone can build it (bench/gpu_kernel_bench.sh).
+//
+// Method (docs/PERF_H200.md): inputs rotate over more than 200 MB (H200 L2: 60 MB), so no call reads
+// what the previous one left in L2; warm-up, then every call is enqueued back to back between CUDA
+// events and the median of the per-call times is reported. Every case has an explicit byte model (each
+// input read once, each output written once) and FLOP model; the floor is bytes / measured copy bandwidth.
+//
+//   kernel_bench [--json FILE] [--reps N] [--only SUBSTRING]
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <iterator>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/ggml_types.h"
+#include "optimized/api.h"
+
+using namespace mlaconf;
+using namespace mlaconf::cuda;
+
+namespace {
+
+#define CK(call)                                                                               \
+  do {                                                                                         \
+    cudaError_t e_ = (call);                                                                   \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "kernel_bench: %s: %s (line %d)\n", #call, cudaGetErrorString(e_), __LINE__); \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+int g_reps = 50;
+
+// Median per-call microseconds of `call(i)` for i = 0.. (rotating inputs inside call), after warm-up.
+double time_us(const std::function<void(int)>& call, int reps = -1) {
+  if (reps < 0) reps = g_reps;
+  for (int i = 0; i < 3; ++i) call(i);
+  CK(cudaDeviceSynchronize());
+  std::vector<cudaEvent_t> ev(reps + 1);
+  for (auto& e : ev) CK(cudaEventCreate(&e));
+  CK(cudaEventRecord(ev[0], 0));
+  for (int i = 0; i < reps; ++i) {
+    call(i + 3);
+    CK(cudaEventRecord(ev[i + 1], 0));
+  }
+  CK(cudaEventSynchronize(ev[reps]));
+  CK(cudaGetLastError());
+  std::vector<double> t(reps);
+  for (int i = 0; i < reps; ++i) {
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
+    t[i] = ms * 1e3;
+  }
+  for (auto& e : ev) CK(cudaEventDestroy(e));
+  std::sort(t.begin(), t.end());
+  return t[reps / 2];
+}
+
+struct Row {
+  std::string name, kernel, note;
+  double us = 0, bytes = 0, flops = 0;
+  std::string extra;  // extra JSON members ("\"k\": v, ...")
+};
+std::vector<Row> g_rows;
+double g_copy_gbs = 0, g_mma_tflops = 0;
+
+void report(Row r) {
+  const double gbs = r.bytes / (r.us * 1e3), tfl = r.flops / (r.us * 1e6);
+  const double floor_us = g_copy_gbs > 0 ? r.bytes / (g_copy_gbs * 1e3) : 0;
+  std::printf("%-44s %10.2f us %9.1f GB/s %8.2f TFLOP/s  %5.1f%% of floor  %s\n", r.name.c_str(), r.us, gbs, tfl,
+              floor_us > 0 ? 100.0 * floor_us / r.us : 0.0, r.note.c_str());
+  std::fflush(stdout);
+  g_rows.push_back(std::move(r));
+}
+
+bool g_only_set = false;
+std::string g_only;
+bool wanted(const std::string& name) { return !g_only_set || name.find(g_only) != std::string::npos; }
+
+// Failed kernel families ("sparse_mla", "gemv", "indexer", "topk"): their cases are not timed, the
+// others still are (one device run must not be lost to one kernel), and the program exits 1.
+std::vector<std::string> g_failed;
+void check_row(const std::string& what, double e, double bound) {
+  const bool ok = e <= bound;
+  std::printf("check %-60s NMSE %.3e (bound %.0e) %s\n", what.c_str(), e, bound, ok ? "ok" : "FAIL");
+  if (!ok) g_failed.push_back(what.substr(0, what.find_first_of("( ")));
+}
+bool failed(const std::string& family) {
+  for (const auto& f : g_failed)
+    if (f.rfind(family, 0) == 0) return true;
+  return false;
+}
+
+// ---- ceilings ------------------------------------------------------------------------------------
+void ceilings() {
+  const size_t n = 1ull << 30;  // 1 GiB each way
+  DeviceBuffer a(n), b(n);
+  fill_pattern_f16(a.as<uint16_t>(), (int64_t)(n / 2 / 4096), 4096, 7);
+  const double us = time_us([&](int) { CK(cudaMemcpyAsync(b.get(), a.get(), n, cudaMemcpyDeviceToDevice, 0)); }, 20);
+  g_copy_gbs = 2.0 * n / (us * 1e3);
+  report({"copy_bandwidth(1GiB d2d)", "cudaMemcpy", "read + write counted", us, 2.0 * n, 0});
+
+  const int N = 8192;
+  DeviceBuffer x((size_t)N * N * 2), w((size_t)N * N * 2), y((size_t)N * N * 4);
+  fill_pattern_f16(x.as<uint16_t>(), N, N, 1);
+  fill_pattern_f16(w.as<uint16_t>(), N, N, 2);
+  cublasHandle_t h;
+  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) std::exit(1);
+  const float one = 1, zero = 0;
+  const double gus = time_us(
+      [&](int) {
+        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, N, N, &one, w.get(), CUDA_R_16F, N, x.get(), CUDA_R_16F, N, &zero,
+                     y.get(), CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      },
+      10);
+  g_mma_tflops = 2.0 * N * N * N / (gus * 1e6);
+  report({"fp16_matmul_rate(8192^3, fp32 acc, cuBLAS)", "cublasGemmEx", "random data", gus, 3.0 * N * N * 2 + 0.0 * N * N,
+          2.0 * N * N * N});
+  cublasDestroy(h);
+}
+
+// ---- sparse MLA decode ---------------------------------------------------------------------------
+// B queries (64 heads, d 576/512), each from its own sequence of ctx rows in a shared latent cache
+// (index lists are absolute rows). Rotation: n_sets index/query sets over distinct cache regions.
+void sparse_mla_case(int64_t B, int64_t ctx, int heads_per_cta = 0, int64_t split = 0) {
+  const int64_t H = 64, dqk = 576, dv = 512, topk = 2048;
+  const double row_bytes_ = dqk * 2.0;
+  const double call_bytes = B * (topk * row_bytes_ + H * dqk * 2.0 + topk * 4.0 + H * dv * 4.0);
+  const int n_sets = std::max<int>(2, (int)std::ceil(200e6 / call_bytes));
+  const int64_t regions = n_sets * B;
+  const int64_t L = regions * ctx;
+  std::string name = "sparse_mla_decode(B=" + std::to_string(B) + ",h=64,d=576,dv=512,topk=2048,ctx=" + std::to_string(ctx) +
+                     (heads_per_cta ? ",hpc=" + std::to_string(heads_per_cta) : std::string()) +
+                     (split ? ",split=" + std::to_string(split) : std::string()) + ")";
+  if (!wanted(name) || failed("sparse_mla")) return;
+  DeviceBuffer cache((size_t)L * dqk * 2), q((size_t)n_sets * B * H * dqk * 2), idx((size_t)n_sets * B * topk * 4),
+      out((size_t)B * H * dv * 4);
+  fill_pattern_f16(cache.as<uint16_t>(), L, dqk, 11);
+  fill_pattern_f16(q.as<uint16_t>(), n_sets * B * H, dqk, 12);
+  std::vector<int32_t> hidx((size_t)n_sets * B * topk);
+  std::vector<int32_t> perm(ctx);
+  std::mt19937_64 rng(5);
+  for (int64_t s = 0; s < n_sets * B; ++s) {  // query s reads region s: 2048 distinct random rows of it
+    std::iota(perm.begin(), perm.end(), 0);
+    for (int64_t i = 0; i < topk; ++i) std::swap(perm[i], perm[i + rng() % (ctx - i)]);
+    for (int64_t i = 0; i < topk; ++i) hidx[s * topk + i] = (int32_t)(s * ctx + perm[i]);
+  }
+  idx.upload(hidx.data(), hidx.size() * 4);
+  SparseMlaArgs a;
+  a.cache = cache.as<uint16_t>();
+  a.L = L;
+  a.T = B, a.H = H, a.d_qk = dqk, a.d_v = dv, a.top_k = topk;
+  a.scale = 1.0f / std::sqrt(192.0f);
+  a.out = out.as<float>();
+  a.heads_per_cta = heads_per_cta;
+  a.split = split;
+  const double us = time_us([&](int i) {
+    const int s = i % n_sets;
+    a.q = q.as<uint16_t>() + (size_t)s * B * H * dqk;
+    a.idx = idx.as<int32_t>() + (size_t)s * B * topk;
+    sparse_mla(a);
+  });
+  Row r{name, "sparse_mla", "rotating " + std::to_string(n_sets) + " sets", us, call_bytes,
+        (double)B * topk * H * (dqk + dv) * 2.0};
+  r.extra = "\"B\": " + std::to_string(B);
+  report(r);
+}
+
+// ---- indexer -------------------------------------------------------------------------------------
+// One query (32 heads x 128) over L keys: scores + top-2048. fp16 keys (the tensor-core path) and fp32
+// keys (the pipeline's current choice). B > 1: B sequences with their own keys, one scores launch
+// (indexer_scores_batched) and one top-k launch (one CTA per row).
+template <class In>
+void indexer_case(int64_t B, int64_t L, bool f16) {
+  const int64_t Hi = 32, Di = 128, topk = 2048;
+  const std::string name = std::string("indexer(B=") + std::to_string(B) + ",hi=32,di=128,topk=2048,L=" + std::to_string(L) +
+                           ",keys=" + (f16 ? "f16" : "f32") + ")";
+  if (!wanted(name) || failed("indexer") || failed("topk")) return;
+  const double key_bytes = (double)L * Di * sizeof(In);
+  const int n_sets = std::max<int>(2, (int)std::ceil(200e6 / (B * key_bytes)));
+  const int64_t nk = n_sets * B;
+  DeviceBuffer k((size_t)nk * L * Di * sizeof(In)), q((size_t)nk * Hi * Di * sizeof(In)), w((size_t)nk * Hi * 4),
+      pos((size_t)4), scores((size_t)B * L * 4), out((size_t)B * topk * 4);
+  if (f16) {
+    fill_pattern_f16(k.as<uint16_t>(), nk * L, Di, 21);
+    fill_pattern_f16(q.as<uint16_t>(), nk * Hi, Di, 22);
+  } else {
+    std::vector<float> hk(L * Di);  // f32 keys: the f16 pattern widened, per key set
+    DeviceBuffer tmp((size_t)L * Di * 2);
+    for (int64_t s = 0; s < nk; ++s) {
+      fill_pattern_f16(tmp.as<uint16_t>(), L, Di, 21 + s);
+      std::vector<uint16_t> hb(L * Di);
+      tmp.download(hb.data(), hb.size() * 2);
+      for (size_t i = 0; i < hk.size(); ++i) hk[i] = half_bits_to_float_host(hb[i]);
+      k.upload(hk.data(), hk.size() * 4, (size_t)s * L * Di * 4);
+    }
+    std::vector<float> hq(nk * Hi * Di);
+    std::mt19937_64 rng(3);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (auto& v : hq) v = u(rng);
+    q.upload(hq.data(), hq.size() * 4);
+  }
+  std::vector<float> hw(nk * Hi);
+  std::mt19937_64 rng(4);
+  std::uniform_real_distribution<float> u(0.01f, 0.2f);
+  for (auto& v : hw) v = u(rng);
+  w.upload(hw.data(), hw.size() * 4);
+  const std::vector<int32_t> lasts(B, (int32_t)(L - 1));
+  pos = to_device(lasts);
+  auto scores_call = [&](int i, int64_t b) {
+    const int64_t s = (int64_t)(i % n_sets) * B + b;
+    const In* kp = k.as<In>() + s * L * Di;
+    const In* qp = q.as<In>() + s * Hi * Di;
+    if constexpr (sizeof(In) == 2)
+      indexer_scores_batched(reinterpret_cast<const uint16_t*>(qp), reinterpret_cast<const uint16_t*>(kp), L * Di,
+                             w.as<float>() + s * Hi, pos.as<int32_t>(), B, Hi, Di, L, scores.as<float>());
+    else
+      indexer_scores_f32(qp, kp, w.as<float>() + s * Hi, pos.as<int32_t>(), 1, Hi, Di, L, scores.as<float>() + b * L);
+  };
+  const double flops = (double)B * L * Hi * Di * 2.0;
+  const double bytes = B * (key_bytes + Hi * Di * sizeof(In) + Hi * 4.0 + topk * 4.0);
+  // fp16: one batched launch for all B; fp32 (single-query API): B launches.
+  auto all_scores = [&](int i) {
+    if constexpr (sizeof(In) == 2) scores_call(i, 0);
+    else
+      for (int64_t b = 0; b < B; ++b) scores_call(i, b);
+  };
+  const std::string tag = "rotating " + std::to_string(n_sets) + " key sets";
+  const double us_all = time_us([&](int i) {
+    all_scores(i);
+    topk_rows(scores.as<float>(), B, L, topk, out.as<int32_t>());
+  });
+  report({name, "indexer_scores+topk_rows", tag, us_all, bytes, flops});
+  const double us_s = time_us([&](int i) { all_scores(i); });
+  report({"indexer_scores" + name.substr(7), "indexer_scores", tag + "; bytes: keys + scores written",
+          us_s, bytes + B * L * 4.0, flops});
+  const double us_t = time_us([&](int) { topk_rows(scores.as<float>(), B, L, topk, out.as<int32_t>()); });
+  report({"indexer_topk" + name.substr(7), "topk_rows", "bytes: scores read once", us_t, B * (L * 4.0 + topk * 4.0), 0});
+}
+
+// ---- Q4_K GEMV -----------------------------------------------------------------------------------
+// Random Q4_K blocks (random scales in a sane range) for n matrices of rows x cols.
+void random_q4k(DeviceBuffer* w, int64_t n_mats, int64_t rows, int64_t cols) {
+  const int64_t rb = row_bytes(GgmlType::Q4_K, cols);
+  const size_t per = (size_t)rows * rb;
+  std::vector<uint8_t> h(per);
+  std::mt19937_64 rng(9);
+  for (auto& b : h) b = (uint8_t)rng();
+  // d and dmin: small positive halves, so the values are finite and of a realistic size.
+  for (size_t off = 0; off < per; off += 144) {
+    const uint16_t d = float_to_half_bits(0.001f + (rng() % 1000) * 1e-6f), m = float_to_half_bits(0.0005f + (rng() % 1000) * 1e-6f);
+    std::memcpy(&h[off], &d, 2);
+    std::memcpy(&h[off + 2], &m, 2);
+  }
+  *w = DeviceBuffer((size_t)n_mats * per);
+  for (int64_t i = 0; i < n_mats; ++i) w->upload(h.data(), per, (size_t)i * per);  // same bytes, distinct addresses
+}
+
+void gemv_cases() {
+  if (failed("gemv")) return;
+  const int64_t rows = 2048, cols = 6144;
+  const int64_t rb = row_bytes(GgmlType::Q4_K, cols);
+  const double mat_bytes = (double)rows * rb;
+  const int64_t pool = std::max<int64_t>(16, (int64_t)std::ceil(220e6 / mat_bytes));  // matrices in rotation
+  DeviceBuffer w;
+  random_q4k(&w, pool, rows, cols);
+  std::vector<float> hx(cols * 8);
+  std::mt19937_64 rng(2);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& v : hx) v = u(rng);
+  DeviceBuffer x = to_device(hx), y((size_t)8 * rows * 4);
+  const uint8_t* wp = w.as<uint8_t>();
+  const std::string n1 = "gemv(type=Q4_K,rows=2048,cols=6144)";
+  if (wanted(n1)) {
+    const double us = time_us([&](int i) {
+      gemv(GgmlType::Q4_K, wp + (size_t)(i % pool) * (size_t)mat_bytes, rows, cols, x.as<float>(), y.as<float>());
+    });
+    report({n1, "gemv", "rotating " + std::to_string(pool) + " matrices", us, mat_bytes + cols * 4.0 + rows * 4.0,
+            2.0 * rows * cols});
+  }
+  const std::string n8 = "gemv_experts(type=Q4_K,experts=8,rows=2048,cols=6144)";
+  if (wanted(n8)) {
+    // 8 used experts of one token (one x, 8 outputs), chosen at random from the pool each call.
+    std::vector<int32_t> ids(8 * 64);
+    for (int c = 0; c < 64; ++c) {
+      std::vector<int32_t> p(pool);
+      std::iota(p.begin(), p.end(), 0);
+      std::shuffle(p.begin(), p.end(), rng);
+      for (int j = 0; j < 8; ++j) ids[c * 8 + j] = p[j];
+    }
+    DeviceBuffer d_ids = to_device(ids);
+    const double us = time_us([&](int i) {
+      gemv_experts(GgmlType::Q4_K, wp, (int64_t)mat_bytes, d_ids.as<int32_t>() + (i % 64) * 8, 8, rows, cols, x.as<float>(), 0,
+                   y.as<float>(), rows);
+    });
+    report({n8, "gemv_experts", "8 of " + std::to_string(pool) + " experts, random per call", us,
+            8 * mat_bytes + cols * 4.0 + 8 * rows * 4.0, 8 * 2.0 * rows * cols});
+  }
+}
+
+
+// ---- correctness gate (runs first: a fast wrong kernel is worth nothing) --------------------------
+double nmse_vs(const std::vector<float>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+// Sparse MLA, d 576/512, B queries each over its own region, 30% of the slots -1, against float64.
+void check_sparse_mla(int64_t B, int hpc, int64_t split) {
+  const int64_t H = 64, dqk = 576, dv = 512, topk = 2048, ctx = 4096, L = B * ctx;
+  DeviceBuffer cache((size_t)L * dqk * 2), out((size_t)B * H * dv * 4);
+  fill_pattern_f16(cache.as<uint16_t>(), L, dqk, 31);
+  std::mt19937_64 rng(B * 7 + hpc + split);
+  std::vector<uint16_t> qb(B * H * dqk);
+  std::vector<float> q(qb.size());
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (size_t i = 0; i < qb.size(); ++i) q[i] = half_bits_to_float_host(qb[i] = float_to_half_bits(u(rng)));
+  std::vector<int32_t> idx(B * topk);
+  std::vector<int32_t> perm(ctx);
+  for (int64_t b = 0; b < B; ++b) {
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int64_t i = 0; i < topk; ++i) idx[b * topk + i] = (rng() % 10 < 3) ? -1 : (int32_t)(b * ctx + perm[i]);
+  }
+  DeviceBuffer dq = to_device(qb), di = to_device(idx);
+  SparseMlaArgs a;
+  a.q = dq.as<uint16_t>(), a.cache = cache.as<uint16_t>(), a.L = L, a.idx = di.as<int32_t>();
+  a.T = B, a.H = H, a.d_qk = dqk, a.d_v = dv, a.top_k = topk, a.scale = 1.0f / 16, a.out = out.as<float>();
+  a.heads_per_cta = hpc, a.split = split;
+  sparse_mla(a);
+  sparse_mla(a);  // twice: the merge tickets must be left at zero
+  std::vector<float> got = to_host<float>(out, B * H * dv);
+  std::vector<double> want(got.size(), 0.0);
+  std::vector<double> s(topk);
+  auto kv = [&](int64_t row, int64_t c) { return (double)half_bits_to_float_host(pattern_half_bits(31, row, c)); };
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<int64_t> rows;
+    for (int64_t i = 0; i < topk; ++i)
+      if (idx[b * topk + i] >= 0) rows.push_back(idx[b * topk + i]);
+    std::vector<double> K(rows.size() * dqk);
+    for (size_t j = 0; j < rows.size(); ++j)
+      for (int64_t c = 0; c < dqk; ++c) K[j * dqk + c] = kv(rows[j], c);
+    for (int64_t h = 0; h < H; ++h) {
+      double mx = -INFINITY;
+      for (size_t j = 0; j < rows.size(); ++j) {
+        double d = 0;
+        for (int64_t c = 0; c < dqk; ++c) d += (double)q[(b * H + h) * dqk + c] * K[j * dqk + c];
+        s[j] = d * a.scale;
+        mx = std::max(mx, s[j]);
+      }
+      double den = 0;
+      for (size_t j = 0; j < rows.size(); ++j) den += (s[j] = std::exp(s[j] - mx));
+      double* o = &want[(b * H + h) * dv];
+      for (size_t j = 0; j < rows.size(); ++j)
+        for (int64_t c = 0; c < dv; ++c) o[c] += s[j] / den * K[j * dqk + c];
+    }
+  }
+  check_row("sparse_mla(B=" + std::to_string(B) + ",hpc=" + std::to_string(hpc) + ",split=" + std::to_string(split) +
+                ",L=4096/seq,invalid=30pct)",
+            nmse_vs(got, want), 1e-5);
+}
+
+// Q4_K GEMV (vectorised kernel) against float64 on the device-dequantized weights (bit-exact with the
+// reference dequantizer, suites/gpu), single and as 3 experts picked by id.
+void check_gemv() {
+  const int64_t rows = 300, cols = 2048, pool = 5;
+  DeviceBuffer w;
+  random_q4k(&w, pool, rows, cols);
+  const int64_t mat = rows * row_bytes(GgmlType::Q4_K, cols);
+  DeviceBuffer wf((size_t)pool * rows * cols * 4);
+  dequantize_f32(GgmlType::Q4_K, w.get(), pool * rows * cols, wf.as<float>());
+  std::vector<float> W = to_host<float>(wf, pool * rows * cols);
+  std::vector<float> hx(3 * cols);
+  std::mt19937_64 rng(8);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& v : hx) v = u(rng);
+  DeviceBuffer x = to_device(hx), y((size_t)3 * rows * 4);
+  gemv(GgmlType::Q4_K, w.get(), rows, cols, x.as<float>(), y.as<float>());
+  std::vector<float> got = to_host<float>(y, rows);
+  std::vector<double> want(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    double acc = 0;
+    for (int64_t c = 0; c < cols; ++c) acc += (double)W[r * cols + c] * hx[c];
+    want[r] = acc;
+  }
+  check_row("gemv(type=Q4_K,rows=300,cols=2048)", nmse_vs(got, want), 1e-10);
+  const std::vector<int32_t> ids = {4, 0, 2};
+  DeviceBuffer di = to_device(ids);
+  gemv_experts(GgmlType::Q4_K, w.get(), mat, di.as<int32_t>(), 3, rows, cols, x.as<float>(), cols, y.as<float>(), rows);
+  got = to_host<float>(y, 3 * rows);
+  want.assign(3 * rows, 0.0);
+  for (int j = 0; j < 3; ++j)
+    for (int64_t r = 0; r < rows; ++r) {
+      double acc = 0;
+      for (int64_t c = 0; c < cols; ++c) acc += (double)W[(ids[j] * rows + r) * cols + c] * hx[j * cols + c];
+      want[j * rows + r] = acc;
+    }
+  check_row("gemv_experts(type=Q4_K,ids=4|0|2,rows=300,cols=2048)", nmse_vs(got, want), 1e-10);
+}
+
+// Indexer: the tensor-core fp16 scores against the fp32 kernel on the same (fp16-valued) inputs; then
+// the selections of the fp16 path against the fp32 indexer on fp32 inputs (q, keys rounded to fp16 for
+// the first): the flips that fp16 storage costs (reported, not gated: the pipeline keeps fp32).
+void check_indexer() {
+  const int64_t Hi = 32, Di = 128, L = 131072, topk = 2048;
+  std::mt19937_64 rng(12);
+  std::uniform_real_distribution<float> u(-1, 1), uw(0.01f, 0.2f);
+  std::vector<float> q(Hi * Di), k(L * Di), w(Hi), qr(q.size()), kr(k.size());
+  std::vector<uint16_t> qh(q.size()), kh(k.size());
+  for (size_t i = 0; i < q.size(); ++i) q[i] = u(rng), qr[i] = half_bits_to_float_host(qh[i] = float_to_half_bits(q[i]));
+  for (size_t i = 0; i < k.size(); ++i) k[i] = u(rng), kr[i] = half_bits_to_float_host(kh[i] = float_to_half_bits(k[i]));
+  for (auto& v : w) v = uw(rng);
+  const int32_t last = (int32_t)(L - 1);
+  DeviceBuffer dq = to_device(q), dk = to_device(k), dqr = to_device(qr), dkr = to_device(kr), dqh = to_device(qh),
+               dkh = to_device(kh), dw = to_device(w), dpos = to_device(std::vector<int32_t>{last}), s16(L * 4), s32(L * 4),
+               sref(L * 4), o16(topk * 4), o32(topk * 4);
+  indexer_scores(dqh.as<uint16_t>(), dkh.as<uint16_t>(), dw.as<float>(), dpos.as<int32_t>(), 1, Hi, Di, L, s16.as<float>());
+  indexer_scores_f32(dqr.as<float>(), dkr.as<float>(), dw.as<float>(), dpos.as<int32_t>(), 1, Hi, Di, L, sref.as<float>());
+  indexer_scores_f32(dq.as<float>(), dk.as<float>(), dw.as<float>(), dpos.as<int32_t>(), 1, Hi, Di, L, s32.as<float>());
+  std::vector<float> a = to_host<float>(s16, L), b = to_host<float>(sref, L);
+  check_row("indexer_scores(f16 tensor cores vs f32 kernel, same inputs, L=131072)", nmse_vs(a, std::vector<double>(b.begin(), b.end())), 1e-10);
+  topk_rows(s16.as<float>(), 1, L, topk, o16.as<int32_t>());
+  topk_rows(s32.as<float>(), 1, L, topk, o32.as<int32_t>());
+  std::vector<int32_t> x = to_host<int32_t>(o16, topk), y = to_host<int32_t>(o32, topk);
+  std::vector<int32_t> both;
+  std::set_intersection(x.begin(), x.end(), y.begin(), y.end(), std::back_inserter(both));
+  std::printf("measure indexer top-2048 of L=131072: fp16 q/keys (tensor cores) vs fp32 indexer: %zu of 2048 selections differ\n",
+              topk - both.size());
+  // the top-k itself against a host sort of the same scores
+  std::vector<float> sc = to_host<float>(s32, L);
+  std::vector<int32_t> order(L);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t i, int32_t j) { return sc[i] > sc[j]; });
+  std::vector<int32_t> want(order.begin(), order.begin() + topk);
+  std::sort(want.begin(), want.end());
+  check_row("topk_rows(L=131072,k=2048) vs host sort (exact: 1 = differs)", want == y ? 0.0 : 1.0, 0.0);
+}
+
+// With --only, the checks of the other kernel families are skipped too.
+bool family_wanted(const std::string& f) {
+  return !g_only_set || f.find(g_only) != std::string::npos || g_only.find(f) != std::string::npos;
+}
+
+void checks() {
+  if (family_wanted("indexer")) check_indexer();
+  if (family_wanted("gemv")) check_gemv();
+  if (!family_wanted("sparse_mla")) return;
+  check_sparse_mla(1, 0, 0);
+  check_sparse_mla(3, 16, 0);
+  check_sparse_mla(3, 64, 0);
+  check_sparse_mla(2, 64, 2048);  // no split: the direct epilogue
+  check_sparse_mla(2, 16, 48);    // many splits: the merge kernel
+  check_sparse_mla(4, 64, 512);   // 4 splits: merged by the last CTA
+  check_sparse_mla(36, 0, 0);     // automatic: 64 heads per CTA, 3 splits
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) json = argv[++i];
+    else if (a == "--reps" && i + 1 < argc) g_reps = std::atoi(argv[++i]);
+    else if (a == "--only" && i + 1 < argc) g_only_set = true, g_only = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--reps N] [--only SUBSTRING]\n");
+      return 2;
+    }
+  }
+  std::string why;
+  if (!cuda_available(&why)) {
+    std::fprintf(stderr, "kernel_bench: not supported: %s\n", why.c_str());
+    return 3;
+  }
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, sm_%d%d, %d SMs, L2 %d MB\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+              prop.l2CacheSize >> 20);
+  try {
+    checks();
+    ceilings();
+    sparse_mla_case(1, 32768);
+    sparse_mla_case(64, 32768);
+    // The configuration space around the automatic choice (64 heads per CTA at B=64, 16 at B=1).
+    sparse_mla_case(64, 32768, 16);
+    sparse_mla_case(64, 32768, 64, 2048);  // no split: 64 CTAs
+    sparse_mla_case(1, 32768, 64);
+    for (int64_t split : {64, 256, 512}) sparse_mla_case(1, 32768, 16, split);
+    sparse_mla_case(8, 32768);
+    sparse_mla_case(32, 32768);
+    indexer_case<uint16_t>(1, 131072, true);
+    indexer_case<float>(1, 131072, false);
+    indexer_case<uint16_t>(16, 131072, true);
+    gemv_cases();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kernel_bench: error: %s\n", e.what());
+    return 1;
+  }
+  CK(cudaDeviceSynchronize());
+  for (const auto& f : g_failed) std::printf("FAILED check: %s (its cases were not timed)\n", f.c_str());
+  if (!json.empty()) {
+    FILE* f = std::fopen(json.c_str(), "w");
+    if (!f) return 2;
+    std::fprintf(f, "{\n  \"source\": \"mlaconf\",\n  \"device\": \"%s\",\n  \"copy_gbs\": %.1f,\n  \"fp16_tflops\": %.1f,\n  \"rows\": [\n",
+                 json_escape(prop.name).c_str(), g_copy_gbs, g_mma_tflops);
+    for (size_t i = 0; i < g_rows.size(); ++i) {
+      const Row& r = g_rows[i];
+      std::fprintf(f,
+                   "    {\"name\": \"%s\", \"kernel\": \"%s\", \"note\": \"%s\", \"us\": %.3f, \"bytes\": %.0f, \"flops\": %.0f, "
+                   "\"gbs\": %.2f, \"tflops\": %.4f, \"pct_floor\": %.2f%s%s}%s\n",
+                   json_escape(r.name).c_str(), r.kernel.c_str(), json_escape(r.note).c_str(), r.us, r.bytes, r.flops,
+                   r.bytes / (r.us * 1e3), r.flops / (r.us * 1e6), 100.0 * r.bytes / (g_copy_gbs * 1e3) / r.us,
+                   r.extra.empty() ? "" : ", ", r.extra.c_str(), i + 1 < g_rows.size() ? "," : "");
+    }
+    std::fprintf(f, "  ]\n}\n");
+    std::fclose(f);
+  }
+  return g_failed.empty() ? 0 : 1;
+}
