@@ -64,6 +64,25 @@ int32_t argmax_lower(const Eigen::Ref<const Vec<S>>& row, double* margin) {
   return best;
 }
 
+Eigen::VectorXd model_rope_inv_freq(const ModelConfig& c) {
+  RopeParams rp;
+  rp.dim = c.n_rot;
+  rp.theta = c.rope_freq_base;
+  rp.yarn_factor = c.rope_scaling_factor;
+  rp.yarn_orig_ctx = c.rope_scaling_orig_ctx;
+  return rope_inv_freq(rp);
+}
+
+double model_attn_scale(const ModelConfig& c) {
+  // softmax scale 1/sqrt(qk_nope + qk_rope); DeepSeek YaRN multiplies it by mscale².
+  double scale = 1.0 / std::sqrt(static_cast<double>(c.qk_head()));
+  if (c.rope_scaling_factor > 1.0 && c.rope_yarn_log_multiplier > 0.0) {
+    double m = 1.0 + c.rope_yarn_log_multiplier * std::log(c.rope_scaling_factor);
+    scale *= m * m;
+  }
+  return scale;
+}
+
 template <class S>
 struct Model<S>::Impl {
   struct LayerCache {
@@ -83,19 +102,8 @@ Model<S>::Model(const GgufFile& f, const ModelConfig& c, ModelOptions opt) : c_(
   c_.validate(f.path());
   validate_weights(f, c_);
   impl_ = std::make_unique<Impl>(f, c_, opt_);
-  RopeParams rp;
-  rp.dim = c_.n_rot;
-  rp.theta = c_.rope_freq_base;
-  rp.yarn_factor = c_.rope_scaling_factor;
-  rp.yarn_orig_ctx = c_.rope_scaling_orig_ctx;
-  impl_->inv_freq = rope_inv_freq(rp);
-  // softmax scale 1/sqrt(qk_nope + qk_rope); DeepSeek YaRN multiplies it by mscale².
-  double scale = 1.0 / std::sqrt(static_cast<double>(c_.qk_head()));
-  if (c_.rope_scaling_factor > 1.0 && c_.rope_yarn_log_multiplier > 0.0) {
-    double m = 1.0 + c_.rope_yarn_log_multiplier * std::log(c_.rope_scaling_factor);
-    scale *= m * m;
-  }
-  impl_->attn_scale = scale;
+  impl_->inv_freq = model_rope_inv_freq(c_);
+  impl_->attn_scale = model_attn_scale(c_);
   impl_->caches.resize(static_cast<size_t>(c_.n_layer_run()));
   for (auto& lc : impl_->caches) {
     lc.latent = RowCache<S>(c_.latent_dim());

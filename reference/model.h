@@ -48,6 +48,12 @@ class Weights;
 template <class S>
 int32_t argmax_lower(const Eigen::Ref<const Vec<S>>& row, double* margin);
 
+// The RoPE frequencies [n_rot/2] (YaRN-corrected where the config asks) and the attention softmax
+// scale 1/sqrt(qk_nope + qk_rope) (times the DeepSeek YaRN mscale²) of a model: what Model uses, and
+// what a replay of one of its ops must use.
+Eigen::VectorXd model_rope_inv_freq(const ModelConfig& c);
+double model_attn_scale(const ModelConfig& c);
+
 template <class S>
 class Model {
  public:

@@ -13,7 +13,7 @@ template <class S>
 class ReferenceBackend : public Backend {
  public:
   ReferenceBackend(const GgufFile& f, const ModelConfig& c, const BackendOptions& o)
-      : m_(f, c, options(o)), c_(c), dense_(o.fault == "dense-attention"), replay_(f, c) {}
+      : m_(f, c, options(o)), c_(c), dense_(o.fault == "dense-attention"), replay_(f, c, dense_) {}
   std::string name() const override { return "reference"; }
   std::string precision() const override { return sizeof(S) == 8 ? "f64" : "f32"; }
   std::string describe() const override {

@@ -12,7 +12,9 @@ namespace mlaconf::be {
 template <class S>
 class ReferenceReplay {
  public:
-  ReferenceReplay(const GgufFile& f, const ModelConfig& c);
+  // `dense_attention`: the negative control of ModelOptions, in replay: attn_latent_out attends to every
+  // causal row instead of the indexer_topk it is given.
+  ReferenceReplay(const GgufFile& f, const ModelConfig& c, bool dense_attention = false);
   ~ReferenceReplay();
   // One op of `layer` on exact inputs (see Backend::replay).
   Tensors run(int layer, const std::string& op, const Tensors& in, int64_t pos0);
