@@ -188,15 +188,128 @@ struct Pipeline::Impl {
   void layer(int64_t l, float* h, int64_t T, const int32_t* d_pos, std::vector<DeviceBuffer>& topk_by_layer);
   void moe(int64_t l, const float* y, int64_t T, float* out);
   void record_topk_extras(int64_t l, const float* d_scores, int64_t T, int64_t Lkv, int64_t K);
+
+  // ---- The ops of one layer. Each is one piece of logic, used by layer() / moe() in a forward pass and by
+  // replay() on a fixture's inputs: fp32 device buffers of T rows, d_pos [T] the rows' positions.
+  void attn_norm(int64_t l, const float* h, int64_t T, float* x) {
+    rmsnorm(h, L(l, wname::kAttnNorm).buf.as<float>(), T, c.n_embd, c.n_embd, (float)c.rms_eps, x);
+  }
+  // q_a_proj; the fault inject-overflow writes +inf into layer 1's output.
+  void q_a(int64_t l, const float* x, int64_t T, float* qa) {
+    linear(L(l, wname::kQA), x, T, qa);
+    if (l == 1 && active_fault() == Fault::InjectOverflow) scale_inplace(qa, 1, INFINITY);
+  }
+  void q_a_norm(int64_t l, const float* qa, int64_t T, float* cq) {
+    rmsnorm(qa, L(l, wname::kQANorm).buf.as<float>(), T, c.q_lora_rank, c.q_lora_rank, (float)c.rms_eps, cq);
+  }
+  void q_b(int64_t l, const float* cq, int64_t T, float* qb) { linear(L(l, wname::kQB), cq, T, qb); }
+  // RoPE on the rope values of each head of q_b [T, H, nope+rope], in place.
+  void q_rope(float* qb, int64_t T, const int32_t* d_pos) {
+    rope(qb, T, c.n_head, c.qk_head(), c.qk_nope(), c.qk_rope(), d_pos, c.rope_freq_base, false);
+  }
+  void kv_a(int64_t l, const float* x, int64_t T, float* kva) { linear(L(l, wname::kKvA), x, T, kva); }
+  // Latent cache rows [RMSNorm(kv_a[:kv_lora]) | RoPE(kv_a[kv_lora:])], fp32 [T, kv_lora+rope].
+  void latent_rows(int64_t l, const float* kva, int64_t T, const int32_t* d_pos, float* lat) {
+    const int64_t dl = c.kv_lora_rank, R = c.qk_rope(), dlat = dl + R;
+    rmsnorm(kva, L(l, wname::kKvANorm).buf.as<float>(), T, dl, dlat, (float)c.rms_eps, lat);
+    copy2d(lat + dl, dlat * 4, kva + dl, dlat * 4, R * 4, T);
+    rope(lat, T, 1, dlat, dl, R, d_pos, c.rope_freq_base, false);
+  }
+  // Absorbed query [W_UK^T q_nope | q_pe] per head, from q_b whose rope values are already rotated.
+  void absorb(int64_t l, const float* qb, int64_t T, float* qabs) {
+    const int64_t H = c.n_head, dn = c.qk_nope(), R = c.qk_rope(), dq = c.qk_head(), dl = c.kv_lora_rank, dlat = dl + R;
+    const DevTensor& kb = L(l, wname::kKB);
+    gemv_per_head(kb.type, kb.buf.get(), dl, dn, H, qb, dq, qabs, dlat, T * H);
+    copy2d(qabs + dl, dlat * 4, qb + dn, dq * 4, R * 4, T * H);
+  }
+  // The indexer in fp32 (its top-k is decided by near-ties that fp16 rounding flips).
+  void indexer_q(int64_t l, const float* cq, int64_t T, const int32_t* d_pos, float* qi) {
+    linear(L(l, wname::kIdxQB), cq, T, qi, -1, true);
+    rope(qi, T, c.indexer_n_head, c.indexer_head_size, 0, c.qk_rope(), d_pos, c.rope_freq_base, c.indexer_neox());
+  }
+  void indexer_k(int64_t l, const float* x, int64_t T, const int32_t* d_pos, float* ki) {
+    const int64_t Di = c.indexer_head_size;
+    auto kraw = fbuf(T * Di);
+    linear(L(l, wname::kIdxK), x, T, kraw.as<float>(), -1, true);
+    layernorm(kraw.as<float>(), L(l, wname::kIdxKNorm).buf.as<float>(), L(l, wname::kIdxKNormB).buf.as<float>(), T, Di, 1e-6f, ki);
+    rope(ki, T, 1, Di, 0, c.qk_rope(), d_pos, c.rope_freq_base, c.indexer_neox());
+  }
+  void indexer_weights(int64_t l, const float* x, int64_t T, float* wts) { linear(L(l, wname::kIdxProj), x, T, wts, -1, true); }
+  // scores [T, Lkv]; scales wts (the unscaled indexer_weights [T, Hi]) in place by (Hi Di)^-1/2 first.
+  void indexer_score_rows(const float* qi, const float* keys, float* wts, const int32_t* d_pos, int64_t T, int64_t Lkv, float* scores) {
+    const int64_t Hi = c.indexer_n_head, Di = c.indexer_head_size;
+    scale_inplace(wts, T * Hi, (float)(1.0 / std::sqrt((double)Hi * (double)Di)));
+    indexer_scores_f32(qi, keys, wts, d_pos, T, Hi, Di, Lkv, scores);
+  }
+  // Per row of host scores [T, Lkv]: 1 when the k-th and (k+1)-th finite scores are equal, and their gap.
+  static void topk_extras(const std::vector<float>& s, int64_t T, int64_t Lkv, int64_t K, std::vector<int32_t>& tie,
+                          std::vector<double>& gap);
+  // Sparse MLA of T fp16 absorbed queries over Lkv fp16 cache rows, limited to idx [T, top_k] -> att [T, H, kv_lora].
+  void attend(const uint16_t* qabs_h, const uint16_t* cache_h, int64_t Lkv, const int32_t* idx, const int32_t* d_pos, int64_t T,
+              float* att) {
+    SparseMlaArgs a;
+    a.q = qabs_h;
+    a.cache = cache_h;
+    a.L = Lkv;
+    a.idx = idx;
+    a.q_pos = d_pos;
+    a.T = T, a.H = c.n_head, a.d_qk = c.latent_dim(), a.d_v = c.kv_lora_rank, a.top_k = c.indexer_top_k;
+    a.scale = (float)attn_scale;
+    a.out = att;
+    sparse_mla(a);
+  }
+  void v_up(int64_t l, const float* att, int64_t T, float* vout) {
+    const DevTensor& vb = L(l, wname::kVB);
+    apply_wuv(vb.type, vb.buf.get(), c.v_head(), c.kv_lora_rank, att, T, c.n_head, vout);
+  }
+  void o_proj(int64_t l, const float* vout, int64_t T, float* ao) { linear(L(l, wname::kAttnOut), vout, T, ao); }
+  // a = input_hidden + attn_out (the caller adds) -> post-attention RMSNorm.
+  void ffn_norm(int64_t l, const float* a, int64_t T, float* y) {
+    rmsnorm(a, L(l, wname::kFfnNorm).buf.as<float>(), T, c.n_embd, c.n_embd, (float)c.rms_eps, y);
+  }
+  void dense_mlp(int64_t l, const float* y, int64_t T, float* m) {
+    const int64_t F = c.n_ff;
+    auto g = fbuf(T * F), u = fbuf(T * F);
+    linear(L(l, wname::kFfnGate), y, T, g.as<float>());
+    linear(L(l, wname::kFfnUp), y, T, u.as<float>());
+    silu_gate(g.as<float>(), u.as<float>(), T * F, g.as<float>());
+    linear(L(l, wname::kFfnDown), g.as<float>(), T, m);
+  }
+  void router_logits(int64_t l, const float* y, int64_t T, float* logits) { linear(L(l, wname::kGateInp), y, T, logits); }
+  // The router's selection on the host, in fp32, from the logits [T, n_expert]: ids ascending, their
+  // weights, the selection gap, and the gating probabilities (for the weights of forced ids).
+  struct Route {
+    std::vector<int32_t> ids;
+    std::vector<float> wts, probs;
+    std::vector<double> gap;
+  };
+  Route route(int64_t l, const std::vector<float>& lg, int64_t T) const;
+  // The routed weights of r.ids (ascending): gating probabilities at the ids, normalized, scaled.
+  void route_weights(Route& r, int64_t T) const;
+  // Each used expert once over its tokens -> eo [T, k, E] in slot order (unweighted).
+  void experts(int64_t l, const float* y, int64_t T, const std::vector<int32_t>& ids, float* eo);
+  void shared_expert(int64_t l, const float* y, int64_t T, float* sh) {
+    const int64_t Fs = L(l, wname::kGateShexp).ne1;
+    auto g = fbuf(T * Fs), u = fbuf(T * Fs);
+    linear(L(l, wname::kGateShexp), y, T, g.as<float>());
+    linear(L(l, wname::kUpShexp), y, T, u.as<float>());
+    silu_gate(g.as<float>(), u.as<float>(), T * Fs, g.as<float>());
+    linear(L(l, wname::kDownShexp), g.as<float>(), T, sh);
+  }
+  // out [T, E] = sum_j wts[t, j] eo[t, j] (+ sh when not null).
+  void combine(const float* eo, const std::vector<float>& wts, const float* sh, int64_t T, float* out) {
+    auto d_w = to_device(wts);
+    weighted_combine(eo, d_w.as<float>(), T, c.n_expert_used, c.n_embd, sh, out);
+  }
+
+  // Op replay (Pipeline::replay_op): one op of layer l on host inputs, with the ops above.
+  std::map<std::string, OpTensor> replay(int l, const std::string& op, const std::map<std::string, OpTensor>& in, int64_t pos0);
 };
 
-void Pipeline::Impl::record_topk_extras(int64_t l, const float* d_scores, int64_t T, int64_t Lkv, int64_t K) {
-  const bool want_tie = wants(l, op::kIndexerTopkTie), want_gap = wants(l, op::kIndexerTopkGap);
-  if (!want_tie && !want_gap) return;
-  std::vector<float> s(T * Lkv);
-  copy_to_host(s.data(), d_scores, s.size() * 4);
-  std::vector<int32_t> tie(T, 0);
-  std::vector<double> gap(T, std::numeric_limits<double>::quiet_NaN());
+void Pipeline::Impl::topk_extras(const std::vector<float>& s, int64_t T, int64_t Lkv, int64_t K, std::vector<int32_t>& tie,
+                                 std::vector<double>& gap) {
+  tie.assign(T, 0);
+  gap.assign(T, std::numeric_limits<double>::quiet_NaN());
   for (int64_t t = 0; t < T; ++t) {
     std::vector<float> v;
     for (int64_t i = 0; i < Lkv; ++i)
@@ -208,6 +321,16 @@ void Pipeline::Impl::record_topk_extras(int64_t l, const float* d_scores, int64_
     gap[t] = (double)kth - (double)next;
     tie[t] = kth == next;
   }
+}
+
+void Pipeline::Impl::record_topk_extras(int64_t l, const float* d_scores, int64_t T, int64_t Lkv, int64_t K) {
+  const bool want_tie = wants(l, op::kIndexerTopkTie), want_gap = wants(l, op::kIndexerTopkGap);
+  if (!want_tie && !want_gap) return;
+  std::vector<float> s(T * Lkv);
+  copy_to_host(s.data(), d_scores, s.size() * 4);
+  std::vector<int32_t> tie;
+  std::vector<double> gap;
+  topk_extras(s, T, Lkv, K, tie, gap);
   if (want_tie) tr->record_i32((int)l, op::kIndexerTopkTie, tie.data(), {T});
   if (want_gap) tr->record((int)l, op::kIndexerTopkGap, gap.data(), {T});
 }
@@ -215,23 +338,21 @@ void Pipeline::Impl::record_topk_extras(int64_t l, const float* d_scores, int64_
 void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos, std::vector<DeviceBuffer>& topk_by_layer) {
   const int64_t E = c.n_embd, H = c.n_head, dn = c.qk_nope(), R = c.qk_rope(), dq = c.qk_head(), dl = c.kv_lora_rank;
   const int64_t dlat = dl + R, Lkv = n_past + T;
-  const double theta = c.rope_freq_base;
   rec(l, op::kInputHidden, h, {T, E});
 
   auto x = fbuf(T * E);
-  rmsnorm(h, L(l, wname::kAttnNorm).buf.as<float>(), T, E, E, (float)c.rms_eps, x.as<float>());
+  attn_norm(l, h, T, x.as<float>());
   done(l, op::kAttnNormOut, x.as<float>(), {T, E});
   auto qa = fbuf(T * c.q_lora_rank);
-  linear(L(l, wname::kQA), x.as<float>(), T, qa.as<float>());
-  if (l == 1 && active_fault() == Fault::InjectOverflow) scale_inplace(qa.as<float>(), 1, INFINITY);
+  q_a(l, x.as<float>(), T, qa.as<float>());
   done(l, op::kQA, qa.as<float>(), {T, c.q_lora_rank});
   auto cq = fbuf(T * c.q_lora_rank);
-  rmsnorm(qa.as<float>(), L(l, wname::kQANorm).buf.as<float>(), T, c.q_lora_rank, c.q_lora_rank, (float)c.rms_eps, cq.as<float>());
+  q_a_norm(l, qa.as<float>(), T, cq.as<float>());
   done(l, op::kQANorm, cq.as<float>(), {T, c.q_lora_rank});
   auto qb = fbuf(T * H * dq);
-  linear(L(l, wname::kQB), cq.as<float>(), T, qb.as<float>());
+  q_b(l, cq.as<float>(), T, qb.as<float>());
   done(l, op::kQB, qb.as<float>(), {T, H, dq});
-  rope(qb.as<float>(), T, H, dq, dn, R, d_pos, theta, false);
+  q_rope(qb.as<float>(), T, d_pos);
   if (wants(l, op::kQPeRope)) {
     auto tmp = fbuf(T * H * R);
     copy2d(tmp.get(), R * 4, qb.as<float>() + dn, dq * 4, R * 4, T * H);
@@ -240,12 +361,10 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
 
   // Latent: [RMSNorm(kv_a[:dl]) | RoPE(kv_a[dl:])] -> the fp16 cache rows n_past..n_past+T-1.
   auto kva = fbuf(T * dlat);
-  linear(L(l, wname::kKvA), x.as<float>(), T, kva.as<float>());
+  kv_a(l, x.as<float>(), T, kva.as<float>());
   done(l, op::kKvA, kva.as<float>(), {T, dlat});
   auto lat = fbuf(T * dlat);
-  rmsnorm(kva.as<float>(), L(l, wname::kKvANorm).buf.as<float>(), T, dl, dlat, (float)c.rms_eps, lat.as<float>());
-  copy2d(lat.as<float>() + dl, dlat * 4, kva.as<float>() + dl, dlat * 4, R * 4, T);
-  rope(lat.as<float>(), T, 1, dlat, dl, R, d_pos, theta, false);
+  latent_rows(l, kva.as<float>(), T, d_pos, lat.as<float>());
   if (wants(l, op::kKvLatent)) {
     auto tmp = fbuf(T * dl);
     copy2d(tmp.get(), dl * 4, lat.get(), dlat * 4, dl * 4, T);
@@ -261,9 +380,7 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
 
   // Absorbed query [W_UK^T q_nope | q_pe], per head.
   auto qabs = fbuf(T * H * dlat);
-  const DevTensor& kb = L(l, wname::kKB);
-  gemv_per_head(kb.type, kb.buf.get(), dl, dn, H, qb.as<float>(), dq, qabs.as<float>(), dlat, T * H);
-  copy2d(qabs.as<float>() + dl, dlat * 4, qb.as<float>() + dn, dq * 4, R * 4, T * H);
+  absorb(l, qb.as<float>(), T, qabs.as<float>());
   done(l, op::kQAbsorbed, qabs.as<float>(), {T, H, dlat});
   DeviceBuffer qabs_h((size_t)T * H * dlat * 2);
   to_half(qabs.as<float>(), T * H * dlat, qabs_h.as<uint16_t>());
@@ -273,24 +390,18 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
   const bool full = l < (int64_t)c.indexer_full.size() ? (bool)c.indexer_full[l] : true;
   if (full) {
     const int64_t Hi = c.indexer_n_head, Di = c.indexer_head_size;
-    const bool neox = c.indexer_neox();
     auto qi = fbuf(T * Hi * Di);
-    linear(L(l, wname::kIdxQB), cq.as<float>(), T, qi.as<float>(), -1, true);
-    rope(qi.as<float>(), T, Hi, Di, 0, R, d_pos, theta, neox);
+    indexer_q(l, cq.as<float>(), T, d_pos, qi.as<float>());
     done(l, op::kIndexerQ, qi.as<float>(), {T, Hi, Di});
-    auto kraw = fbuf(T * Di), ki = fbuf(T * Di);
-    linear(L(l, wname::kIdxK), x.as<float>(), T, kraw.as<float>(), -1, true);
-    layernorm(kraw.as<float>(), L(l, wname::kIdxKNorm).buf.as<float>(), L(l, wname::kIdxKNormB).buf.as<float>(), T, Di, 1e-6f,
-              ki.as<float>());
-    rope(ki.as<float>(), T, 1, Di, 0, R, d_pos, theta, neox);
+    auto ki = fbuf(T * Di);
+    indexer_k(l, x.as<float>(), T, d_pos, ki.as<float>());
     done(l, op::kIndexerK, ki.as<float>(), {T, Di});
     copy2d(ikeys[l].as<float>() + n_past * Di, Di * 4, ki.get(), Di * 4, Di * 4, T);
     auto wts = fbuf(T * Hi);
-    linear(L(l, wname::kIdxProj), x.as<float>(), T, wts.as<float>(), -1, true);
+    indexer_weights(l, x.as<float>(), T, wts.as<float>());
     done(l, op::kIndexerWeights, wts.as<float>(), {T, Hi});
-    scale_inplace(wts.as<float>(), T * Hi, (float)(1.0 / std::sqrt((double)Hi * (double)Di)));
     auto scores = fbuf(T * Lkv);
-    indexer_scores_f32(qi.as<float>(), ikeys[l].as<float>(), wts.as<float>(), d_pos, T, Hi, Di, Lkv, scores.as<float>());
+    indexer_score_rows(qi.as<float>(), ikeys[l].as<float>(), wts.as<float>(), d_pos, T, Lkv, scores.as<float>());
     rec(l, op::kIndexerScores, scores.as<float>(), {T, Lkv});
     topk_by_layer[l] = DeviceBuffer((size_t)T * K * 4);
     topk_rows(scores.as<float>(), T, Lkv, K, topk_by_layer[l].as<int32_t>());
@@ -316,73 +427,42 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
 
   // Sparse MLA over the latent cache, then W_UV and the output projection.
   auto att = fbuf(T * H * dl);
-  SparseMlaArgs a;
-  a.q = qabs_h.as<uint16_t>();
-  a.cache = latent[l].as<uint16_t>();
-  a.L = Lkv;
-  a.idx = topk_by_layer[src].as<int32_t>();
-  a.q_pos = d_pos;
-  a.T = T, a.H = H, a.d_qk = dlat, a.d_v = dl, a.top_k = K;
-  a.scale = (float)attn_scale;
-  a.out = att.as<float>();
-  sparse_mla(a);
+  attend(qabs_h.as<uint16_t>(), latent[l].as<uint16_t>(), Lkv, topk_by_layer[src].as<int32_t>(), d_pos, T, att.as<float>());
   done(l, op::kAttnLatentOut, att.as<float>(), {T, H, dl});
   const int64_t V = c.v_head();
   auto vout = fbuf(T * H * V);
-  const DevTensor& vb = L(l, wname::kVB);
-  apply_wuv(vb.type, vb.buf.get(), V, dl, att.as<float>(), T, H, vout.as<float>());
+  v_up(l, att.as<float>(), T, vout.as<float>());
   done(l, op::kAttnVOut, vout.as<float>(), {T, H, V});
   auto ao = fbuf(T * E);
-  linear(L(l, wname::kAttnOut), vout.as<float>(), T, ao.as<float>());
+  o_proj(l, vout.as<float>(), T, ao.as<float>());
   done(l, op::kAttnOut, ao.as<float>(), {T, E});
   add_inplace(h, ao.as<float>(), T * E);
 
   // FFN.
   auto y = fbuf(T * E);
-  rmsnorm(h, L(l, wname::kFfnNorm).buf.as<float>(), T, E, E, (float)c.rms_eps, y.as<float>());
+  ffn_norm(l, h, T, y.as<float>());
   done(l, op::kFfnNormOut, y.as<float>(), {T, E});
   auto m = fbuf(T * E);
-  if (!c.is_moe_layer(l)) {
-    const int64_t F = c.n_ff;
-    auto g = fbuf(T * F), u = fbuf(T * F);
-    linear(L(l, wname::kFfnGate), y.as<float>(), T, g.as<float>());
-    linear(L(l, wname::kFfnUp), y.as<float>(), T, u.as<float>());
-    silu_gate(g.as<float>(), u.as<float>(), T * F, g.as<float>());
-    linear(L(l, wname::kFfnDown), g.as<float>(), T, m.as<float>());
-  } else {
+  if (!c.is_moe_layer(l))
+    dense_mlp(l, y.as<float>(), T, m.as<float>());
+  else
     moe(l, y.as<float>(), T, m.as<float>());
-  }
   done(l, op::kMlpOut, m.as<float>(), {T, E});
   add_inplace(h, m.as<float>(), T * E);
   done(l, op::kOutputHidden, h, {T, E});
 }
 
-// Router in fp32 (GPU logits, host selection), tokens grouped per expert, expert GEMMs, weighted combine.
-void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out) {
-  const int64_t E = c.n_embd, nE = c.n_expert, k = c.n_expert_used, F = c.n_ff_exp;
-  auto logits = fbuf(T * nE);
-  linear(L(l, wname::kGateInp), y, T, logits.as<float>());
-  done(l, op::kRouterLogits, logits.as<float>(), {T, nE});
-  std::vector<float> lg(T * nE);
-  copy_to_host(lg.data(), logits.get(), lg.size() * 4);
+Pipeline::Impl::Route Pipeline::Impl::route(int64_t l, const std::vector<float>& lg, int64_t T) const {
+  const int64_t nE = c.n_expert, k = c.n_expert_used;
   const std::vector<float>& bias = L(l, wname::kExpProbsB).host_f32;
-  std::vector<int32_t> ids(T * k);
-  std::vector<float> wts(T * k);
-  std::vector<double> gap(T, std::numeric_limits<double>::infinity());
-  std::vector<float> probs(T * nE);
-  // The routed weights of one token's ids (ascending): gating probabilities at the ids, normalized, scaled.
-  auto weights_of = [&](int64_t t) {
-    float sum = 0;
-    for (int64_t j = 0; j < k; ++j) sum += probs[t * nE + ids[t * k + j]];
-    for (int64_t j = 0; j < k; ++j) {
-      float wv = probs[t * nE + ids[t * k + j]];
-      if (c.expert_weights_norm) wv = wv / (sum + 1e-20f);
-      wts[t * k + j] = wv * (float)c.expert_weights_scale;
-    }
-  };
+  Route r;
+  r.ids.assign(T * k, 0);
+  r.wts.assign(T * k, 0.f);
+  r.gap.assign(T, std::numeric_limits<double>::infinity());
+  r.probs.assign(T * nE, 0.f);
   for (int64_t t = 0; t < T; ++t) {
     std::vector<float> choice(nE);
-    float* prob = &probs[t * nE];
+    float* prob = &r.probs[t * nE];
     const float* z = &lg[t * nE];
     if (c.gating == GatingFunc::Softmax) {
       const float mx = *std::max_element(z, z + nE);
@@ -412,30 +492,31 @@ void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out) {
     std::vector<int32_t> order(nE);
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return choice[a] > choice[b]; });
-    if (nE > k) gap[t] = (double)choice[order[k - 1]] - (double)choice[order[k]];
+    if (nE > k) r.gap[t] = (double)choice[order[k - 1]] - (double)choice[order[k]];
     std::vector<int32_t> sel(order.begin(), order.begin() + k);
     std::sort(sel.begin(), sel.end());
-    for (int64_t j = 0; j < k; ++j) ids[t * k + j] = sel[j];
-    weights_of(t);
+    for (int64_t j = 0; j < k; ++j) r.ids[t * k + j] = sel[j];
   }
-  if (wants(l, op::kRouterIds)) tr->record_i32((int)l, op::kRouterIds, ids.data(), {T, k});  // ours, also when forced
-  // Forced expert ids replace ours, with their own weights (the gap recorded below stays ours).
-  if (const int32_t* fe = forced ? forced->experts_of((int)l, T, k) : nullptr) {
-    for (int64_t i = 0; i < T * k; ++i) {
-      if (fe[i] < 0 || fe[i] >= nE)
-        throw InputError("forced router_ids of layer " + std::to_string(l) + ": " + std::to_string(fe[i]) + " is not an expert id");
-      ids[i] = fe[i];
-    }
-    for (int64_t t = 0; t < T; ++t) weights_of(t);
-  }
-  if (wants(l, op::kRouterWeights)) {
-    auto d = to_double(wts);
-    tr->record((int)l, op::kRouterWeights, d.data(), {T, k});
-  }
-  if (wants(l, op::kRouterTopkGap)) tr->record((int)l, op::kRouterTopkGap, gap.data(), {T});
+  route_weights(r, T);
+  return r;
+}
 
+void Pipeline::Impl::route_weights(Route& r, int64_t T) const {
+  const int64_t nE = c.n_expert, k = c.n_expert_used;
+  for (int64_t t = 0; t < T; ++t) {
+    float sum = 0;
+    for (int64_t j = 0; j < k; ++j) sum += r.probs[t * nE + r.ids[t * k + j]];
+    for (int64_t j = 0; j < k; ++j) {
+      float wv = r.probs[t * nE + r.ids[t * k + j]];
+      if (c.expert_weights_norm) wv = wv / (sum + 1e-20f);
+      r.wts[t * k + j] = wv * (float)c.expert_weights_scale;
+    }
+  }
+}
+
+void Pipeline::Impl::experts(int64_t l, const float* y, int64_t T, const std::vector<int32_t>& ids, float* eo) {
+  const int64_t E = c.n_embd, nE = c.n_expert, k = c.n_expert_used, F = c.n_ff_exp;
   // Group the (token, slot) pairs by expert and run each expert once over its tokens.
-  auto eo = fbuf(T * k * E);
   std::vector<std::vector<int32_t>> tok(nE), slot(nE);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t j = 0; j < k; ++j) {
@@ -457,22 +538,45 @@ void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out) {
     linear(uw, xe.as<float>(), n, ue.as<float>(), e);
     silu_gate(ge.as<float>(), ue.as<float>(), n * F, ge.as<float>());
     linear(dw, ge.as<float>(), n, de.as<float>(), e);
-    scatter_rows(de.as<float>(), E, d_slot.as<int32_t>(), n, E, eo.as<float>(), E);
+    scatter_rows(de.as<float>(), E, d_slot.as<int32_t>(), n, E, eo, E);
   }
+}
+
+// Router in fp32 (GPU logits, host selection), tokens grouped per expert, expert GEMMs, weighted combine.
+void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out) {
+  const int64_t E = c.n_embd, nE = c.n_expert, k = c.n_expert_used;
+  auto logits = fbuf(T * nE);
+  router_logits(l, y, T, logits.as<float>());
+  done(l, op::kRouterLogits, logits.as<float>(), {T, nE});
+  std::vector<float> lg(T * nE);
+  copy_to_host(lg.data(), logits.get(), lg.size() * 4);
+  Route r = route(l, lg, T);
+  if (wants(l, op::kRouterIds)) tr->record_i32((int)l, op::kRouterIds, r.ids.data(), {T, k});  // ours, also when forced
+  // Forced expert ids replace ours, with their own weights (the gap recorded below stays ours).
+  if (const int32_t* fe = forced ? forced->experts_of((int)l, T, k) : nullptr) {
+    for (int64_t i = 0; i < T * k; ++i) {
+      if (fe[i] < 0 || fe[i] >= nE)
+        throw InputError("forced router_ids of layer " + std::to_string(l) + ": " + std::to_string(fe[i]) + " is not an expert id");
+      r.ids[i] = fe[i];
+    }
+    route_weights(r, T);
+  }
+  if (wants(l, op::kRouterWeights)) {
+    auto d = to_double(r.wts);
+    tr->record((int)l, op::kRouterWeights, d.data(), {T, k});
+  }
+  if (wants(l, op::kRouterTopkGap)) tr->record((int)l, op::kRouterTopkGap, r.gap.data(), {T});
+
+  auto eo = fbuf(T * k * E);
+  experts(l, y, T, r.ids, eo.as<float>());
   done(l, op::kExpertOut, eo.as<float>(), {T, k, E});
   DeviceBuffer sh;
   if (c.n_expert_shared > 0) {
-    const int64_t Fs = L(l, wname::kGateShexp).ne1;
-    auto g = fbuf(T * Fs), u = fbuf(T * Fs);
     sh = fbuf(T * E);
-    linear(L(l, wname::kGateShexp), y, T, g.as<float>());
-    linear(L(l, wname::kUpShexp), y, T, u.as<float>());
-    silu_gate(g.as<float>(), u.as<float>(), T * Fs, g.as<float>());
-    linear(L(l, wname::kDownShexp), g.as<float>(), T, sh.as<float>());
+    shared_expert(l, y, T, sh.as<float>());
     done(l, op::kSharedExpertOut, sh.as<float>(), {T, E});
   }
-  auto d_w = to_device(wts);
-  weighted_combine(eo.as<float>(), d_w.as<float>(), T, k, E, sh.get() ? sh.as<float>() : nullptr, out);
+  combine(eo.as<float>(), r.wts, sh.get() ? sh.as<float>() : nullptr, T, out);
 }
 
 Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt) : impl_(std::make_unique<Impl>(f, c, opt)) {
@@ -593,7 +697,268 @@ std::vector<int32_t> Pipeline::generate(std::span<const int32_t> prompt, int64_t
 
 std::map<std::string, OpTensor> Pipeline::replay_op(int layer, const std::string& op, const std::map<std::string, OpTensor>& in,
                                                    int64_t pos0) {
-  throw InputError("not supported: CUDA op replay of " + op + " is not implemented yet");
+  return impl_->replay(layer, op, in, pos0);
+}
+
+// Op replay: the op's inputs (exact, from a fixture) go to the device as fp32 (the latent cache and the
+// absorbed query as fp16, as the pipeline stores them), then the very member function the forward pass
+// runs for that op; nothing is recorded and nothing is checked for overflow, so that a fault's inf shows
+// in the answer as the first failing op.
+std::map<std::string, OpTensor> Pipeline::Impl::replay(int l, const std::string& op, const std::map<std::string, OpTensor>& in,
+                                                       int64_t pos0) {
+  const int64_t E = c.n_embd, H = c.n_head, dn = c.qk_nope(), R = c.qk_rope(), dq = c.qk_head(), dl = c.kv_lora_rank;
+  const int64_t dlat = dl + R, Q = c.q_lora_rank, Hi = c.indexer_n_head, Di = c.indexer_head_size, K = c.indexer_top_k;
+  const int64_t V = c.v_head(), U = c.n_expert_used, X = c.n_expert;
+  if (l < 0 || l >= c.n_layer_run()) throw InputError("op replay: layer " + std::to_string(l) + " is outside the model");
+  if (pos0 < 0 || pos0 > INT32_MAX) throw InputError("op replay: pos0 " + std::to_string(pos0) + " is out of range");
+  tr = nullptr;
+  forced = nullptr;
+  // An input [rows, width values] (width 0: any), checked.
+  auto input = [&](const char* name, int64_t width) -> const OpTensor& {
+    auto it = in.find(name);
+    if (it == in.end()) throw InputError("op replay of " + op + ": input " + name + " is missing");
+    const OpTensor& t = it->second;
+    int64_t w = 1;
+    for (size_t i = 1; i < t.shape.size(); ++i) w *= t.shape[i];
+    if (t.shape.empty() || (width > 0 && w != width) || (int64_t)t.v.size() != t.shape[0] * w)
+      throw InputError("op replay of " + op + ": input " + name + " does not have " + std::to_string(width) + " values per row");
+    return t;
+  };
+  auto rows = [&](const char* name) { return input(name, 0).shape[0]; };
+  auto up = [&](const char* name, int64_t width) {
+    const OpTensor& t = input(name, width);
+    return to_device(std::vector<float>(t.v.begin(), t.v.end()));
+  };
+  auto up_i32 = [&](const char* name, int64_t width, int32_t lo, int64_t hi) {
+    const OpTensor& t = input(name, width);
+    std::vector<int32_t> v(t.v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (t.v[i] < lo || t.v[i] > (double)hi)
+        throw InputError("op replay of " + op + ": " + name + " entry " + std::to_string((long long)t.v[i]) + " is outside [" +
+                         std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      v[i] = (int32_t)t.v[i];
+    }
+    return v;
+  };
+  auto same_rows = [&](const char* a, const char* b) {
+    if (rows(a) != rows(b)) throw InputError("op replay of " + op + ": " + a + " and " + b + " rows differ");
+  };
+  auto down = [&](const void* d, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (auto s : shape) n *= s;
+    std::vector<float> h(n);
+    if (n) copy_to_host(h.data(), d, n * 4);
+    return OpTensor{std::move(shape), to_double(h)};
+  };
+  auto positions = [&](int64_t T) {
+    std::vector<int32_t> p(T);
+    for (int64_t t = 0; t < T; ++t) p[t] = (int32_t)(pos0 + t);
+    return to_device(p);
+  };
+  std::map<std::string, OpTensor> out;
+
+  if (op == op::kAttnNormOut) {
+    auto h = up(op::kInputHidden, E);
+    const int64_t T = rows(op::kInputHidden);
+    auto x = fbuf(T * E);
+    attn_norm(l, h.as<float>(), T, x.as<float>());
+    out[op] = down(x.get(), {T, E});
+  } else if (op == op::kQA) {
+    auto x = up(op::kAttnNormOut, E);
+    const int64_t T = rows(op::kAttnNormOut);
+    auto qa = fbuf(T * Q);
+    q_a(l, x.as<float>(), T, qa.as<float>());
+    out[op] = down(qa.get(), {T, Q});
+  } else if (op == op::kQANorm) {
+    auto qa = up(op::kQA, Q);
+    const int64_t T = rows(op::kQA);
+    auto cq = fbuf(T * Q);
+    q_a_norm(l, qa.as<float>(), T, cq.as<float>());
+    out[op] = down(cq.get(), {T, Q});
+  } else if (op == op::kQB) {
+    auto cq = up(op::kQANorm, Q);
+    const int64_t T = rows(op::kQANorm);
+    auto qb = fbuf(T * H * dq);
+    q_b(l, cq.as<float>(), T, qb.as<float>());
+    out[op] = down(qb.get(), {T, H, dq});
+  } else if (op == op::kQPeRope) {
+    auto qb = up(op::kQB, H * dq);
+    const int64_t T = rows(op::kQB);
+    auto d_pos = positions(T);
+    q_rope(qb.as<float>(), T, d_pos.as<int32_t>());
+    auto qpe = fbuf(T * H * R);
+    copy2d(qpe.get(), R * 4, qb.as<float>() + dn, dq * 4, R * 4, T * H);
+    out[op] = down(qpe.get(), {T, H, R});
+  } else if (op == op::kKvA) {
+    auto x = up(op::kAttnNormOut, E);
+    const int64_t T = rows(op::kAttnNormOut);
+    auto kva = fbuf(T * dlat);
+    kv_a(l, x.as<float>(), T, kva.as<float>());
+    out[op] = down(kva.get(), {T, dlat});
+  } else if (op == op::kKvLatent || op == op::kKPeRope) {
+    auto kva = up(op::kKvA, dlat);
+    const int64_t T = rows(op::kKvA);
+    auto d_pos = positions(T);
+    auto lat = fbuf(T * dlat);
+    latent_rows(l, kva.as<float>(), T, d_pos.as<int32_t>(), lat.as<float>());
+    const bool latent_part = op == op::kKvLatent;
+    const int64_t w = latent_part ? dl : R;
+    auto part = fbuf(T * w);
+    copy2d(part.get(), w * 4, lat.as<float>() + (latent_part ? 0 : dl), dlat * 4, w * 4, T);
+    out[op] = down(part.get(), {T, w});
+  } else if (op == op::kQAbsorbed) {
+    // q_b with its rope values replaced by the given q_pe_rope: what absorb() reads in a forward pass.
+    auto qb = up(op::kQB, H * dq);
+    auto qpe = up(op::kQPeRope, H * R);
+    same_rows(op::kQB, op::kQPeRope);
+    const int64_t T = rows(op::kQB);
+    copy2d(qb.as<float>() + dn, dq * 4, qpe.get(), R * 4, R * 4, T * H);
+    auto qabs = fbuf(T * H * dlat);
+    absorb(l, qb.as<float>(), T, qabs.as<float>());
+    out[op] = down(qabs.get(), {T, H, dlat});
+  } else if (op == op::kIndexerQ) {
+    auto cq = up(op::kQANorm, Q);
+    const int64_t T = rows(op::kQANorm);
+    auto d_pos = positions(T);
+    auto qi = fbuf(T * Hi * Di);
+    indexer_q(l, cq.as<float>(), T, d_pos.as<int32_t>(), qi.as<float>());
+    out[op] = down(qi.get(), {T, Hi, Di});
+  } else if (op == op::kIndexerK) {
+    // The T new keys at positions pos0.. after the S - T earlier rows of the key cache given.
+    auto x = up(op::kAttnNormOut, E);
+    auto keys = up(op::kIndexerK, Di);
+    const int64_t T = rows(op::kAttnNormOut), S = rows(op::kIndexerK);
+    if (S != pos0 + T)
+      throw InputError("op replay of indexer_k: the cache given holds " + std::to_string(S) + " rows, not pos0 + T = " +
+                       std::to_string(pos0 + T));
+    auto d_pos = positions(T);
+    indexer_k(l, x.as<float>(), T, d_pos.as<int32_t>(), keys.as<float>() + pos0 * Di);
+    out[op] = down(keys.get(), {S, Di});
+  } else if (op == op::kIndexerWeights) {
+    auto x = up(op::kAttnNormOut, E);
+    const int64_t T = rows(op::kAttnNormOut);
+    auto wts = fbuf(T * Hi);
+    indexer_weights(l, x.as<float>(), T, wts.as<float>());
+    out[op] = down(wts.get(), {T, Hi});
+  } else if (op == op::kIndexerScores) {
+    auto qi = up(op::kIndexerQ, Hi * Di);
+    auto keys = up(op::kIndexerK, Di);
+    auto wts = up(op::kIndexerWeights, Hi);
+    same_rows(op::kIndexerQ, op::kIndexerWeights);
+    const int64_t T = rows(op::kIndexerQ), S = rows(op::kIndexerK);
+    auto d_pos = positions(T);
+    auto scores = fbuf(T * S);
+    indexer_score_rows(qi.as<float>(), keys.as<float>(), wts.as<float>(), d_pos.as<int32_t>(), T, S, scores.as<float>());
+    out[op] = down(scores.get(), {T, S});
+  } else if (op == op::kIndexerTopk) {
+    const OpTensor& st = input(op::kIndexerScores, 0);
+    const int64_t T = st.shape[0], S = st.shape.size() == 2 ? st.shape[1] : 0;
+    std::vector<float> s(st.v.begin(), st.v.end());
+    auto d_s = to_device(s);
+    DeviceBuffer top((size_t)std::max<int64_t>(T * K, 1) * 4);
+    topk_rows(d_s.as<float>(), T, S, K, top.as<int32_t>());
+    std::vector<int32_t> idx(T * K), tie;
+    std::vector<double> gap;
+    if (T * K > 0) copy_to_host(idx.data(), top.get(), idx.size() * 4);
+    topk_extras(s, T, S, K, tie, gap);
+    out[op::kIndexerTopk] = OpTensor{{T, K}, std::vector<double>(idx.begin(), idx.end())};
+    out[op::kIndexerTopkTie] = OpTensor{{T}, std::vector<double>(tie.begin(), tie.end())};
+    out[op::kIndexerTopkGap] = OpTensor{{T}, gap};
+  } else if (op == op::kAttnLatentOut) {
+    // fp16 query and cache rows, as the forward pass stores them.
+    auto qabs = up(op::kQAbsorbed, H * dlat);
+    auto cache = up(op::kLatentCache, dlat);
+    const int64_t T = rows(op::kQAbsorbed), S = rows(op::kLatentCache);
+    same_rows(op::kQAbsorbed, op::kIndexerTopk);
+    auto idx = to_device(up_i32(op::kIndexerTopk, K, -1, S - 1));
+    DeviceBuffer qabs_h((size_t)std::max<int64_t>(T * H * dlat, 1) * 2), cache_h((size_t)std::max<int64_t>(S * dlat, 1) * 2);
+    to_half(qabs.as<float>(), T * H * dlat, qabs_h.as<uint16_t>());
+    to_half(cache.as<float>(), S * dlat, cache_h.as<uint16_t>());
+    auto d_pos = positions(T);
+    auto att = fbuf(T * H * dl);
+    attend(qabs_h.as<uint16_t>(), cache_h.as<uint16_t>(), S, idx.as<int32_t>(), d_pos.as<int32_t>(), T, att.as<float>());
+    out[op] = down(att.get(), {T, H, dl});
+  } else if (op == op::kAttnVOut) {
+    auto att = up(op::kAttnLatentOut, H * dl);
+    const int64_t T = rows(op::kAttnLatentOut);
+    auto vout = fbuf(T * H * V);
+    v_up(l, att.as<float>(), T, vout.as<float>());
+    out[op] = down(vout.get(), {T, H, V});
+  } else if (op == op::kAttnOut) {
+    auto vout = up(op::kAttnVOut, H * V);
+    const int64_t T = rows(op::kAttnVOut);
+    auto ao = fbuf(T * E);
+    o_proj(l, vout.as<float>(), T, ao.as<float>());
+    out[op] = down(ao.get(), {T, E});
+  } else if (op == op::kFfnNormOut) {
+    auto h = up(op::kInputHidden, E);
+    auto ao = up(op::kAttnOut, E);
+    same_rows(op::kInputHidden, op::kAttnOut);
+    const int64_t T = rows(op::kInputHidden);
+    add_inplace(h.as<float>(), ao.as<float>(), T * E);
+    auto y = fbuf(T * E);
+    ffn_norm(l, h.as<float>(), T, y.as<float>());
+    out[op] = down(y.get(), {T, E});
+  } else if (op == op::kRouterLogits) {
+    auto y = up(op::kFfnNormOut, E);
+    const int64_t T = rows(op::kFfnNormOut);
+    auto lg = fbuf(T * X);
+    router_logits(l, y.as<float>(), T, lg.as<float>());
+    out[op] = down(lg.get(), {T, X});
+  } else if (op == op::kRouterIds) {
+    const OpTensor& t = input(op::kRouterLogits, X);
+    const int64_t T = t.shape[0];
+    Route r = route(l, std::vector<float>(t.v.begin(), t.v.end()), T);
+    out[op::kRouterIds] = OpTensor{{T, U}, std::vector<double>(r.ids.begin(), r.ids.end())};
+    out[op::kRouterWeights] = OpTensor{{T, U}, to_double(r.wts)};
+    out[op::kRouterTopkGap] = OpTensor{{T}, r.gap};
+  } else if (op == op::kExpertOut) {
+    auto y = up(op::kFfnNormOut, E);
+    same_rows(op::kFfnNormOut, op::kRouterIds);
+    const int64_t T = rows(op::kFfnNormOut);
+    const std::vector<int32_t> ids = up_i32(op::kRouterIds, U, 0, X - 1);
+    auto eo = fbuf(T * U * E);
+    experts(l, y.as<float>(), T, ids, eo.as<float>());
+    out[op] = down(eo.get(), {T, U, E});
+  } else if (op == op::kSharedExpertOut) {
+    auto y = up(op::kFfnNormOut, E);
+    const int64_t T = rows(op::kFfnNormOut);
+    auto sh = fbuf(T * E);
+    shared_expert(l, y.as<float>(), T, sh.as<float>());
+    out[op] = down(sh.get(), {T, E});
+  } else if (op == op::kMlpOut && !c.is_moe_layer(l)) {
+    auto y = up(op::kFfnNormOut, E);
+    const int64_t T = rows(op::kFfnNormOut);
+    auto m = fbuf(T * E);
+    dense_mlp(l, y.as<float>(), T, m.as<float>());
+    out[op] = down(m.get(), {T, E});
+  } else if (op == op::kMlpOut) {
+    auto eo = up(op::kExpertOut, U * E);
+    const OpTensor& w = input(op::kRouterWeights, U);
+    same_rows(op::kExpertOut, op::kRouterWeights);
+    const int64_t T = rows(op::kExpertOut);
+    DeviceBuffer sh;
+    if (c.n_expert_shared > 0) {
+      sh = up(op::kSharedExpertOut, E);
+      same_rows(op::kExpertOut, op::kSharedExpertOut);
+    }
+    auto m = fbuf(T * E);
+    combine(eo.as<float>(), std::vector<float>(w.v.begin(), w.v.end()), sh.get() ? sh.as<float>() : nullptr, T, m.as<float>());
+    out[op] = down(m.get(), {T, E});
+  } else if (op == op::kOutputHidden) {
+    auto h = up(op::kInputHidden, E);
+    auto ao = up(op::kAttnOut, E);
+    auto m = up(op::kMlpOut, E);
+    same_rows(op::kInputHidden, op::kAttnOut);
+    same_rows(op::kInputHidden, op::kMlpOut);
+    const int64_t T = rows(op::kInputHidden);
+    add_inplace(h.as<float>(), ao.as<float>(), T * E);
+    add_inplace(h.as<float>(), m.as<float>(), T * E);
+    out[op] = down(h.get(), {T, E});
+  } else {
+    throw InputError("op replay: unknown op '" + op + "'");
+  }
+  return out;
 }
 
 }  // namespace mlaconf::cuda
