@@ -35,7 +35,7 @@ row() {  # subject fault expected-first-op ("" = pass)
   if [ $a -eq 0 ]; then
     "$M" compare "$T/$s.h5" "$out" --json "$out.json" >"$out.compare.txt" 2>&1
     c=$?
-    first="$(grep -o '"first_failure": {[^}]*"op": "[a-z_]*"' "$out.json" | sed 's/.*"op": "//; s/"$//')"
+    first="$(python3 -c 'import json,sys; f=json.load(open(sys.argv[1]))["first_failure"]; print(f["op"] if f else "")' "$out.json")"
   else
     c=-; first="-"
   fi

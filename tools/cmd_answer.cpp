@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/gguf.h"
+#include "core/json.h"
 #include "core/model_config.h"
 #include "core/weight_layout.h"
 #include "fixtures/digest.h"
@@ -25,6 +26,7 @@
 #include "tools/backend/backend.h"
 #include "tools/backend/op_table.h"
 #include "tools/command.h"
+#include "tools/validate.h"
 
 namespace mlaconf::cli {
 namespace {
@@ -49,11 +51,7 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-std::string json_list(const std::vector<std::string>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", \"" : "\"") + fx::json_escape(v[i]) + "\"";
-  return s + "]";
-}
+std::string json_list(const std::vector<std::string>& v) { return json_text(Json(v), -1); }
 
 std::string layer_path(int l, const std::string& name) { return "layers/" + std::to_string(l) + "/" + name; }
 
@@ -123,9 +121,15 @@ CaseAnswer answer_case(const fx::FixtureFile& E, const std::string& ec, be::Back
 }
 
 void run_answer(const AnswerArgs& a, const std::string& command_line) {
-  if (a.out == a.expected) throw InputError("--out must not be the expected fixture (" + a.expected + " is an input)");
-  fx::FixtureFile E(a.expected);
+  // Before any work: the files (the answer is none of the inputs) and the fault's name.
+  require_regular_file(a.expected, "EXPECTED");
+  require_regular_file(a.model, "--model");
+  if (!a.fault.empty()) require_fault_name(a.fault);
   GgufFile f = GgufFile::open(a.model);
+  std::vector<std::string> inputs = {a.expected};
+  for (const GgufShard& sh : f.shards()) inputs.push_back(sh.path);
+  require_output_path(a.out, "--out", inputs);
+  fx::FixtureFile E(a.expected);
   ModelConfig c = ModelConfig::from_gguf(f);
   c.validate(a.model);
   // The fixture must be of this model: a replay on other weights answers nothing.
@@ -235,13 +239,7 @@ CommandRegistration reg(45, [](CLI::App& root) {
     if (!a->filter.empty()) cl << " --filter '" << a->filter << "'";
     if (!a->fault.empty()) cl << " --fault " << a->fault;
     cl << " --out " << a->out;
-    try {
-      run_answer(*a, cl.str());
-    } catch (const be::NotSupported& e) {
-      std::fprintf(stderr, "mlaconf answer: not supported: %s\n", e.what());
-      set_exit_code(kExitNotSupported);
-      return;
-    }
+    run_answer(*a, cl.str());  // NotSupported: main() prints it and exits 3
     set_exit_code(kExitOk);
   });
 });

@@ -10,6 +10,7 @@
 #include <iterator>
 #include <string>
 
+#include "core/json.h"
 #include "suites/common/case_registry.h"
 #include "suites/generation/gen_util.h"
 
@@ -90,9 +91,8 @@ void cuda_answer(const Subject& s, const std::string& fault, const std::string& 
   const int crc = run_process({MLACONF_CLI, "compare", s.fixture, out, "--json", out + ".json"}, &o, &err);
   EXPECT_EQ(crc, want_first.empty() ? 0 : 1) << o << err;
   std::ifstream in(out + ".json");
-  const std::string j((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string ff = json_object(j, "first_failure");
-  const std::string got = ff == "null" ? "" : json_string(ff, "op").value_or("?");
+  const Json j = json_parse(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), out + ".json");
+  const std::string got = j.at("first_failure").is_null() ? "" : j.at("first_failure").at("op").get<std::string>();
   EXPECT_EQ(got, want_first) << o;
 }
 
