@@ -713,6 +713,10 @@ std::map<std::string, OpTensor> Pipeline::Impl::replay(int l, const std::string&
   if (pos0 < 0 || pos0 > INT32_MAX) throw InputError("op replay: pos0 " + std::to_string(pos0) + " is out of range");
   tr = nullptr;
   forced = nullptr;
+  // The layer's stage (layer split): its weights, and the dequant buffer linear() picks, live on its device.
+  DeviceScope keep(current_device());
+  cur = layer_stage[(size_t)l];
+  set_device(stage_dev[(size_t)cur]);
   // An input [rows, width values] (width 0: any), checked.
   auto input = [&](const char* name, int64_t width) -> const OpTensor& {
     auto it = in.find(name);
