@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a CUDA machine, every GPU-side check of op-level replay in one command:
 #   answer --backend cuda then compare, on the committed fixture (tiny, synth --seed 1), on a model with
-#   exact top-k ties (1 indexer head) and on a deepseek32 stress model (6 heads, 2 indexer heads, top-k 32,
+#   exact top-k ties (1 indexer head) and on a glm-dsa stress model (6 heads, 2 indexer heads, top-k 32,
 #   group-limited routing); then each fault of optimized/faults.h, which must fail and be named as the
 #   first failing op by the op it breaks. Prints one table row per run and, for the clean runs, the worst
 #   NMSE / max_rel per op (the measured error of a correct CUDA backend, for docs/TOLERANCES.md).
@@ -22,7 +22,7 @@ mkdir -p "$T"
 cp fixtures/data/tiny-seed1.h5 "$T/tiny.h5"
 "$M" synth --seed 5 --indexer-heads 1 --top-k 32 --n-head 6 --layers 2 --dense-lead 1 -o "$T/ties.gguf" >/dev/null || exit 2
 "$M" capture --quiet --model "$T/ties.gguf" --layers all --random-tokens 120 --seed 3 --decode-steps 1 --precision f64 --out "$T/ties.h5" || exit 2
-"$M" synth --seed 7 --arch deepseek32 --n-head 6 --indexer-heads 2 --top-k 32 --experts 16 --experts-used 4 --expert-groups 4 \
+"$M" synth --seed 7 --n-head 6 --indexer-heads 2 --top-k 32 --experts 16 --experts-used 4 --expert-groups 4 \
   --groups-used 2 --layers 3 --dense-lead 1 -o "$T/stress.gguf" >/dev/null || exit 2
 "$M" capture --quiet --model "$T/stress.gguf" --layers all --random-tokens 90 --seed 3 --decode-steps 2 --precision f64 --out "$T/stress.h5" || exit 2
 

@@ -50,6 +50,9 @@ struct Pipeline::Impl {
   std::vector<DeviceBuffer> deq_scratch;  // per stage (the prefill dequantization buffer)
   Trace* tr = nullptr;
   const ForcedDecisions* forced = nullptr;  // this pass's forced decisions (may be null)
+  std::map<int64_t, std::vector<int32_t>> own_topk;  // this pass's own top-k per full layer (host; traced passes)
+  std::map<int64_t, std::vector<int32_t>> own_tie;   // its tie flags and gaps (when the trace wants them)
+  std::map<int64_t, std::vector<double>> own_gap;
 
   Impl(const GgufFile& file, const ModelConfig& cfg, PipelineOptions o) : f(file), c(cfg), opt(o) {}
 
@@ -325,7 +328,7 @@ void Pipeline::Impl::topk_extras(const std::vector<float>& s, int64_t T, int64_t
 
 void Pipeline::Impl::record_topk_extras(int64_t l, const float* d_scores, int64_t T, int64_t Lkv, int64_t K) {
   const bool want_tie = wants(l, op::kIndexerTopkTie), want_gap = wants(l, op::kIndexerTopkGap);
-  if (!want_tie && !want_gap) return;
+  if (!tr) return;  // kept for the layers that share this selection even when this layer records neither
   std::vector<float> s(T * Lkv);
   copy_to_host(s.data(), d_scores, s.size() * 4);
   std::vector<int32_t> tie;
@@ -333,6 +336,8 @@ void Pipeline::Impl::record_topk_extras(int64_t l, const float* d_scores, int64_
   topk_extras(s, T, Lkv, K, tie, gap);
   if (want_tie) tr->record_i32((int)l, op::kIndexerTopkTie, tie.data(), {T});
   if (want_gap) tr->record((int)l, op::kIndexerTopkGap, gap.data(), {T});
+  own_tie[l] = std::move(tie);  // for the layers that share this selection
+  own_gap[l] = std::move(gap);
 }
 
 void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos, std::vector<DeviceBuffer>& topk_by_layer) {
@@ -405,10 +410,11 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
     rec(l, op::kIndexerScores, scores.as<float>(), {T, Lkv});
     topk_by_layer[l] = DeviceBuffer((size_t)T * K * 4);
     topk_rows(scores.as<float>(), T, Lkv, K, topk_by_layer[l].as<int32_t>());
-    if (wants(l, op::kIndexerTopk)) {
-      std::vector<int32_t> top(T * K);
+    if (tr) {  // our own selection, kept for the layers that share it (recorded under their names too)
+      std::vector<int32_t>& top = own_topk[l];
+      top.resize(T * K);
       copy_to_host(top.data(), topk_by_layer[l].get(), top.size() * 4);
-      tr->record_i32((int)l, op::kIndexerTopk, top.data(), {T, K});
+      if (wants(l, op::kIndexerTopk)) tr->record_i32((int)l, op::kIndexerTopk, top.data(), {T, K});
     }
     record_topk_extras(l, scores.as<float>(), T, Lkv, K);
     // Forced selections replace ours for attention (ours were recorded above).
@@ -424,6 +430,13 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
   if (src < 0 || src >= l + 1 || !topk_by_layer[src].get())
     throw InputError(f.path() + ": layer " + std::to_string(l) + " shares the indexer of layer " + std::to_string(src) +
                      ", which did not run");
+  // A layer that shares its source's selection records it under its own name, as the reference does.
+  if (!full && wants(l, op::kIndexerTopk) && own_topk.count(src))
+    tr->record_i32((int)l, op::kIndexerTopk, own_topk[src].data(), {T, K});
+  if (!full && wants(l, op::kIndexerTopkTie) && own_tie.count(src))
+    tr->record_i32((int)l, op::kIndexerTopkTie, own_tie[src].data(), {T});
+  if (!full && wants(l, op::kIndexerTopkGap) && own_gap.count(src))
+    tr->record((int)l, op::kIndexerTopkGap, own_gap[src].data(), {T});
 
   // Sparse MLA over the latent cache, then W_UV and the output projection.
   auto att = fbuf(T * H * dl);
@@ -638,6 +651,9 @@ std::vector<float> Pipeline::forward(std::span<const int32_t> ids, Trace* trace,
                      std::to_string(m.ctx) + "-row caches (PipelineOptions::max_ctx)");
   m.tr = trace;
   m.forced = forced;
+  m.own_topk.clear();
+  m.own_tie.clear();
+  m.own_gap.clear();
   DeviceScope keep(current_device());  // the pass switches devices per stage; the caller's comes back
   const int n_stages = (int)m.stage_dev.size();
   std::vector<int32_t> pos(T);

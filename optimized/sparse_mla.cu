@@ -549,10 +549,10 @@ void launch_mma(const SparseMlaArgs& a, bool dense, int64_t entries) {
   }
   constexpr size_t smem = mma_smem_bytes<HG>();
   static_assert(smem <= 99 * 1024, "sparse MLA tile must fit sm_120's 99 KB");
-  static bool attr_set = false;  // one attribute call per process and instantiation
-  if (!attr_set) {
+  static bool attr_set[64] = {};  // one attribute call per device and instantiation (the attribute is per device)
+  if (!attr_set[current_device() & 63]) {
     MLACONF_CUDA_CHECK(cudaFuncSetAttribute(sparse_mla_mma<HG>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    attr_set = true;
+    attr_set[current_device() & 63] = true;
   }
   const dim3 grid((unsigned)n_splits, (unsigned)head_blocks, (unsigned)a.T);
   sparse_mla_mma<HG><<<grid, HG * 128, smem>>>(p);

@@ -393,11 +393,11 @@ Mat<S> Model<S>::forward_layers(const Mat<S>& hidden, int64_t pos0, int64_t l_be
       sel[l] = *sel[src];
       used_sel[l] = *used_sel[src];
     }
+    // A layer that shares its source's selection records it with its tie flags and gaps, so that a judge
+    // reading this layer alone knows its near-ties.
     rec_i32(trace, l, op::kIndexerTopk, sel[l]->idx);
-    if (src == l) {
-      rec_vec_i32(trace, l, op::kIndexerTopkTie, sel[l]->tie);
-      rec_vec(trace, l, op::kIndexerTopkGap, sel[l]->gap);
-    }
+    rec_vec_i32(trace, l, op::kIndexerTopkTie, sel[l]->tie);
+    rec_vec(trace, l, op::kIndexerTopkGap, sel[l]->gap);
     const TopK used = opt_.dense_attention ? dense_selection(T, pos0) : *used_sel[l];
     Mat<S> ov = mla_attend<S>(L, q, lc.latent.view(), used, opt_.mla_form);  // [T, H*v]
     Mat<S> attn = linear<S>(ov, W.mat(blk(l, wname::kAttnOut)));            // [T, E]
