@@ -66,6 +66,8 @@ __host__ __device__ __forceinline__ float ld_f16(const uint8_t* p) { return half
 
 // Per-slot scratch device memory, grown on demand and reused (kernels run in order on one stream).
 void* scratch(int slot, size_t bytes);
+// Multiprocessors of the current device (read once: every device of a split is the same model).
+int device_sm_count();
 
 inline unsigned ceil_div(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 

@@ -143,15 +143,6 @@ __global__ void __launch_bounds__(kQ4Threads) gemv_q4k_kernel(const uint8_t* __r
   }
 }
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, sms = 0;
-    MLACONF_CUDA_CHECK(cudaGetDevice(&dev));
-    MLACONF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return sms;
-  }();
-  return n;
-}
 
 // True when the Q4_K kernel ran (16-byte aligned weights and x, x rows a multiple of 4 floats).
 bool gemv_q4k(const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_ids, int64_t mat_stride, const float* d_x,
@@ -161,7 +152,7 @@ bool gemv_q4k(const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_i
       (reinterpret_cast<uintptr_t>(d_x) % 16) || x_stride % 4 || batch > 65535)
     return false;
   // The most rows per CTA (x pre-pass amortised) that still gives every SM two CTAs.
-  const int64_t want = 2 * (int64_t)sm_count();
+  const int64_t want = 2 * (int64_t)device_sm_count();
   const uint8_t* w = static_cast<const uint8_t*>(d_w);
   if (ceil_div(n_rows, 32) * batch >= want) {
     gemv_q4k_kernel<32><<<dim3(ceil_div(n_rows, 32), (unsigned)batch), kQ4Threads>>>(w, n_rows, (int)nb, d_ids, mat_stride, d_x, x_stride, d_y, y_stride);

@@ -138,4 +138,14 @@ uint16_t float_to_half_bits(float f) {
 }
 float half_bits_to_float_host(uint16_t h) { return half_bits_to_float(h); }
 
+int device_sm_count() {
+  static const int n = [] {
+    int dev = 0, sms = 0;
+    MLACONF_CUDA_CHECK(cudaGetDevice(&dev));
+    MLACONF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
+  }();
+  return n;
+}
+
 }  // namespace mlaconf::cuda

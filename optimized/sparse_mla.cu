@@ -482,15 +482,6 @@ __global__ void __launch_bounds__(128) sparse_mla_mma_merge(const float* __restr
   *reinterpret_cast<float4*>(out + ((int64_t)t * H + h) * kMmaDv + c) = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
 }
 
-int device_sm_count() {
-  static const int n = [] {
-    int dev = 0, sms = 0;
-    MLACONF_CUDA_CHECK(cudaGetDevice(&dev));
-    MLACONF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return sms;
-  }();
-  return n;
-}
 
 // Zeroed ticket counters, grown on demand (each launch leaves them zero again); one set per device
 // (the layer split runs stages on several devices).

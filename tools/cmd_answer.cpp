@@ -36,20 +36,6 @@ struct AnswerArgs {
   bool quiet = false;
 };
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (char ch : s) {
-    if (ch == ',' || ch == ' ') {
-      if (!cur.empty()) out.push_back(cur);
-      cur.clear();
-    } else {
-      cur += ch;
-    }
-  }
-  if (!cur.empty()) out.push_back(cur);
-  return out;
-}
 
 std::string json_list(const std::vector<std::string>& v) { return json_text(Json(v), -1); }
 

@@ -28,20 +28,6 @@ struct CaptureArgs {
   bool quiet = false, progress = false, no_op_level = false;
 };
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (char ch : s) {
-    if (ch == ',' || ch == ' ' || ch == '\n' || ch == '\t') {
-      if (!cur.empty()) out.push_back(cur);
-      cur.clear();
-    } else {
-      cur += ch;
-    }
-  }
-  if (!cur.empty()) out.push_back(cur);
-  return out;
-}
 
 long long parse_int(const std::string& s, const char* what) {
   try {

@@ -94,4 +94,19 @@ void require_fault_name(const std::string& name) {
   throw InputError("--fault: unknown fault '" + name + "' (known: none, " + list + ")");
 }
 
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char ch : s) {
+    if (ch == ',' || ch == ' ' || ch == '\n' || ch == '\t') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
 }  // namespace mlaconf::cli

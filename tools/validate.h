@@ -30,4 +30,7 @@ uint64_t free_bytes_for(const std::string& path);
 // typo is exit 2 on every machine ("" and "none" mean no fault).
 void require_fault_name(const std::string& name);
 
+// A list option's items: split at commas and blanks, empty items dropped ("0, 3,40" -> 0 3 40).
+std::vector<std::string> split_list(const std::string& s);
+
 }  // namespace mlaconf::cli
