@@ -30,6 +30,14 @@ def blocks(readme, name):
     return out
 
 
+def symlink_once(target, link):
+    """Creates link -> target unless it exists; recipes of parallel ctest runs share WORKDIR and may race."""
+    try:
+        os.symlink(target, link)
+    except FileExistsError:
+        pass
+
+
 def main():
     readme, name, workdir, bindir = sys.argv[1:5]
     recipe = blocks(readme, name)
@@ -41,13 +49,11 @@ def main():
             return 77
     os.makedirs(workdir, exist_ok=True)
     link = os.path.join(workdir, "python")
-    if not os.path.exists(link):
-        os.symlink(os.path.join(os.path.dirname(os.path.abspath(readme)), "python"), link)
+    symlink_once(os.path.join(os.path.dirname(os.path.abspath(readme)), "python"), link)
     # `python3` in a recipe is the interpreter running this (the one with numpy and h5py).
     shim = os.path.join(workdir, ".bin")
     os.makedirs(shim, exist_ok=True)
-    if not os.path.exists(os.path.join(shim, "python3")):
-        os.symlink(sys.executable, os.path.join(shim, "python3"))
+    symlink_once(sys.executable, os.path.join(shim, "python3"))
     env = dict(os.environ, PATH=bindir + os.pathsep + shim + os.pathsep + os.environ.get("PATH", ""),
                PYTHONPATH=os.path.abspath(link) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for lang, code in recipe:
