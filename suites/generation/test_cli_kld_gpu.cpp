@@ -19,11 +19,14 @@ namespace {
 
 const std::string kCorpus = std::string(MLACONF_SOURCE_DIR) + "/data/corpus/plain-prose.txt";
 
-// PROVISIONAL, NOT MEASURED: no GPU was available when this was written. The integrator sets it to about
-// 10x the Mean KLD that bench/gpu_kld_check.sh measures for the clean CUDA run on the H200 (and writes
-// the measurement here and in docs/KLD.md). Until then it is a guess from f16 storage (logit errors of
-// ~1e-3 give KLDs of ~1e-6) with room for a few decision flips at near-ties.
-constexpr double kCudaMeanKldBound = 1e-4;  // nats, PROVISIONAL
+// Measured on the H200 (2026-12-01, bench/gpu_kld_check.sh, docs/KLD.md): the clean CUDA run's Mean KLD
+// is 0.00206 ± 0.0004 nats over all 3072 positions and 0.00236 beyond top_k; it sits in the upper tail
+// (the Median is 2.2e-7, the 75th percentile 8e-6), most likely decision flips at near-ties. The bound is about 10x
+// the measured mean. The dense-attention fault measured 0.726 / 0.830 (36x / 41x the bound).
+constexpr double kCudaMeanKldBound = 0.02;  // nats
+// The typical position, free of flips: measured Median 2.2e-7 (all) / 3.8e-7 (beyond top_k); the fault's
+// Median is 0.75 / 0.81.
+constexpr double kCudaMedianKldBound = 4e-6;  // nats
 // The fault must be at least this many times the bound (issue 14: separated by at least 10x).
 constexpr double kFaultSeparation = 10.0;
 
@@ -46,6 +49,7 @@ Result cuda_kld(const std::string& fault) {
 }
 
 double mean_kld(const Json& j, const char* part) { return j.at(part).at("kld").at("mean").get<double>(); }
+double median_kld(const Json& j, const char* part) { return j.at(part).at("kld").at("median").get<double>(); }
 
 void print(const char* what, const Json& j) {
   for (const char* part : {"all", "beyond_topk"}) {
@@ -71,8 +75,10 @@ void cuda_within_bound() {
   ASSERT_EQ(r.rc, 0) << r.err;
   print("cuda", r.j);
   EXPECT_EQ(r.j.at("all").at("nonfinite_test_rows"), 0);
-  EXPECT_LE(mean_kld(r.j, "all"), kCudaMeanKldBound) << "(bound PROVISIONAL: see kCudaMeanKldBound)";
-  EXPECT_LE(mean_kld(r.j, "beyond_topk"), kCudaMeanKldBound) << "(bound PROVISIONAL: see kCudaMeanKldBound)";
+  for (const char* part : {"all", "beyond_topk"}) {
+    EXPECT_LE(mean_kld(r.j, part), kCudaMeanKldBound) << part;
+    EXPECT_LE(median_kld(r.j, part), kCudaMedianKldBound) << part;
+  }
 }
 
 void dense_attention_far_outside() {
@@ -81,8 +87,10 @@ void dense_attention_far_outside() {
   if (r.rc == 3) GTEST_SKIP() << r.err;
   ASSERT_EQ(r.rc, 0) << r.err;
   print("cuda dense-attention", r.j);
-  EXPECT_GE(mean_kld(r.j, "all"), kFaultSeparation * kCudaMeanKldBound);
-  EXPECT_GE(mean_kld(r.j, "beyond_topk"), kFaultSeparation * kCudaMeanKldBound);
+  for (const char* part : {"all", "beyond_topk"}) {
+    EXPECT_GE(mean_kld(r.j, part), kFaultSeparation * kCudaMeanKldBound) << part;
+    EXPECT_GE(median_kld(r.j, part), kFaultSeparation * kCudaMedianKldBound) << part;
+  }
 }
 
 const bool registered = [] {
