@@ -8,7 +8,7 @@
 namespace mlaconf {
 
 // In the order of optimized/faults.h's Fault enum (after None).
-inline constexpr std::array<std::string_view, 5> kFaultNames = {"dense-attention", "topk-upper-tie", "no-lse-merge",
-                                                                "inject-overflow", "split-no-handoff"};
+inline constexpr std::array<std::string_view, 6> kFaultNames = {"dense-attention", "topk-upper-tie", "no-lse-merge",
+                                                                "inject-overflow", "split-no-handoff", "gemv-drop-tail"};
 
 }  // namespace mlaconf

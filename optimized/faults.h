@@ -16,6 +16,8 @@ enum class Fault {
   InjectOverflow,   // "inject-overflow": the pipeline writes +inf into layer 1's q_a output
   SplitNoHandoff,   // "split-no-handoff": a layer split's next stage starts without the hidden state
                     // (its fresh, poisoned buffer: NaN), as if the copy between devices were lost
+  GemvDropTail,     // "gemv-drop-tail": the GEMV grid covers n_rows rounded down to a multiple of 8, so the
+                    // last n_rows % 8 rows are never written (every GEMV: single, experts, per head, W_UV)
 };
 
 // Names, for the CLI and the report: "dense-attention" ("dense attention in place of sparse"), ...

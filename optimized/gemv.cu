@@ -10,6 +10,7 @@
 #include "optimized/api.h"
 #include "optimized/common.cuh"
 #include "optimized/dequant_elem.cuh"
+#include "optimized/faults.h"
 #include "optimized/iq_grids.cuh"
 
 namespace mlaconf::cuda {
@@ -182,6 +183,9 @@ void gemv_impl(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const
   if (n_rows <= 0 || ncols <= 0 || batch <= 0) throw InputError("cuda::gemv: empty shape");
   const auto& tr = traits(t);
   const int64_t rb = row_bytes(t, ncols);  // throws InputError when ncols is not a block multiple
+  // The negative control "gemv-drop-tail": a grid sized by n_rows / 8 instead of ceil(n_rows / 8).
+  if (active_fault() == Fault::GemvDropTail) n_rows -= n_rows % 8;
+  if (n_rows == 0) return;
   // Q4_K: the vectorised kernel (a per-head batch, b % w_count with w_count < batch, stays generic).
   if (t == GgmlType::Q4_K && (d_ids || w_count == batch) &&
       gemv_q4k(d_w, n_rows, ncols, d_ids, w_stride, d_x, x_stride, d_y, y_stride, batch))
