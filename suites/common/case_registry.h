@@ -11,6 +11,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace mlaconf::test {
@@ -33,5 +34,24 @@ inline void register_case(const char* suite, const std::string& name, std::funct
   testing::RegisterTest(suite, name.c_str(), nullptr, nullptr, file, line,
                         [body = std::move(body)]() -> testing::Test* { return new CaseTest(body); });
 }
+
+// A canonical name built from the case's parameters, in the order given: CaseName("gemv").p("type", "Q4_K")
+// .p("rows", 1001).str() == "gemv(type=Q4_K,rows=1001)". Numbers print as std::to_string does (integers).
+class CaseName {
+ public:
+  explicit CaseName(std::string op) : op_(std::move(op)) {}
+  template <class V>
+  CaseName& p(const char* key, const V& value) {
+    params_ += (params_.empty() ? "" : ",") + std::string(key) + "=";
+    if constexpr (std::is_arithmetic_v<V>) params_ += std::to_string(value);
+    else params_ += std::string(value);
+    return *this;
+  }
+  std::string str() const { return op_ + "(" + params_ + ")"; }
+  operator std::string() const { return str(); }
+
+ private:
+  std::string op_, params_;
+};
 
 }  // namespace mlaconf::test
