@@ -2,6 +2,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -10,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "fixtures/compare.h"
 #include "suites/common/case_registry.h"
+#include "suites/quant/random_blocks.h"
 #include "core/ggml_types.h"
 #include "optimized/api.h"
 
@@ -26,23 +29,24 @@ namespace mlaconf::gputest {
 // Case registration: suites/common/case_registry.h.
 using ::mlaconf::test::register_case;
 
-// Normalised mean squared error sum (a-b)^2 / sum b^2 (b = reference), and cosine similarity.
+// NMSE sum (a-b)^2 / sum b^2 and cosine (b = reference) by the fixtures judge's metrics; a non-finite
+// mismatch makes the NMSE infinite and the cosine 0 (the model cases' bounds then fail).
+inline fx::DatasetResult metrics(const std::vector<float>& a, const std::vector<double>& b) {
+  fx::Array e, x;
+  e.dtype = x.dtype = fx::Dtype::F64;
+  e.shape = x.shape = {(int64_t)b.size()};
+  e.v = b;
+  x.v.assign(a.begin(), a.begin() + std::min(a.size(), b.size()));
+  x.v.resize(b.size(), NAN);  // a shorter actual: its missing values count as mismatches
+  return fx::tensor_metrics(e, x);
+}
 inline double nmse(const std::vector<float>& a, const std::vector<double>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return den > 0 ? num / den : (num > 0 ? INFINITY : 0.0);
+  const fx::DatasetResult m = metrics(a, b);
+  return m.nonfinite_mismatch ? INFINITY : m.nmse;
 }
 inline double cosine(const std::vector<float>& a, const std::vector<double>& b) {
-  double ab = 0, aa = 0, bb = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    ab += a[i] * b[i];
-    aa += (double)a[i] * a[i];
-    bb += b[i] * b[i];
-  }
-  return (aa > 0 && bb > 0) ? ab / std::sqrt(aa * bb) : (aa == bb ? 1.0 : 0.0);
+  const fx::DatasetResult m = metrics(a, b);
+  return m.nonfinite_mismatch ? 0.0 : m.cosine;
 }
 inline bool all_finite(const std::vector<float>& a) {
   for (float v : a)
@@ -61,7 +65,18 @@ inline void random_half(std::mt19937_64& rng, size_t n, float amp, std::vector<u
   }
 }
 
-// n_blocks random ggml blocks of type t (finite, realistic scales; test_dequant.cpp).
-std::vector<uint8_t> random_blocks(GgmlType t, int64_t n_blocks, uint64_t seed);
+// Random ggml blocks: suites/quant's generator (finite, sane scales).
+using ::mlaconf::test::random_blocks;
+
+// Weights for the GEMV/GEMM cases: random blocks whose float types (F32, BF16) keep |w| < 2, so that a
+// dot product of thousands of them stays far from fp32 overflow (the generator spans every exponent).
+inline std::vector<uint8_t> random_weights(GgmlType t, int64_t n_values, uint32_t seed) {
+  std::vector<uint8_t> b = random_blocks(t, n_values / traits(t).block_size, seed);
+  if (t == GgmlType::F32)
+    for (size_t i = 3; i < b.size(); i += 4) b[i] &= 0xBF;  // exponent < 128
+  if (t == GgmlType::BF16)
+    for (size_t i = 1; i < b.size(); i += 2) b[i] &= 0xBF;
+  return b;
+}
 
 }  // namespace mlaconf::gputest

@@ -1,156 +1,68 @@
-// suites/gpu: dequantization. The CUDA formulas against the reference dequantizer (or, for a type it
-// does not cover yet, gguf-py's numpy dequantizer), bit for bit; the fp16 output against the fp16
-// rounding of the fp32 values.
+// suites/gpu: dequantization. The CUDA formulas (their host twin, on the CPU everywhere) and the kernels
+// against the reference dequantizer, bit for bit; the fp16 output against the fp16 rounding of the
+// reference's values. Blocks come from suites/quant's generator (random bytes, sane f16 scales).
+//
+// The kernel runs one thread per value in CTAs of 256 threads, grid-stride beyond 65535 x 8 CTAs:
+// off-alignment cases take value counts just below and above multiples of 256 (block counts of 32-value
+// types around multiples of 8, 1-value types around 256) and one count past the grid's stride.
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <memory>
-#include <optional>
 
 #include "core/error.h"
 #include "core/ggml_types.h"
 #include "optimized/api.h"
-#include "suites/gpu/gpu_test_util.h"
-#ifdef MLACONF_HAVE_REF_DEQUANT
 #include "reference/dequant/dequant.h"
-#endif
+#include "suites/gpu/gpu_test_util.h"
+#include "suites/gpu/host_ref.h"
+#include "suites/gpu/op_check.h"
 
 namespace mlaconf::gputest {
-
-// Byte offsets of the f16 scale fields per block (patched to sane values so no block is inf/NaN).
-static std::vector<int> f16_fields(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
-    case GgmlType::Q2_K: return {80, 82};
-    case GgmlType::Q3_K: return {108};
-    case GgmlType::Q6_K: return {208};
-    case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: case GgmlType::IQ4_NL: case GgmlType::IQ4_XS:
-    case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S: case GgmlType::IQ3_XXS: case GgmlType::IQ3_S:
-    case GgmlType::IQ1_S: return {0};
-    default: return {};
-  }
-}
-
-// n_blocks random blocks of type t (never all zeros), with finite, realistic scales.
-std::vector<uint8_t> random_blocks(GgmlType t, int64_t n_blocks, uint64_t seed) {
-  const int64_t kBlocks = n_blocks;
-  const auto& tr = traits(t);
-  std::mt19937_64 rng(seed);
-  std::vector<uint8_t> b(kBlocks * tr.type_size);
-  for (auto& x : b) x = (uint8_t)rng();
-  std::uniform_real_distribution<float> mag(1.0f / 256, 2.0f);
-  for (int64_t k = 0; k < kBlocks; ++k) {
-    uint8_t* blk = b.data() + k * tr.type_size;
-    for (int off : f16_fields(t)) {
-      float v = mag(rng) * ((rng() & 1) ? -1.f : 1.f);
-      uint16_t h = cuda::float_to_half_bits(v);
-      blk[off] = h & 255;
-      blk[off + 1] = h >> 8;
-    }
-    if (t == GgmlType::IQ1_M) {  // the f16 scale lives in the top nibble of the four u16 scale words
-      uint16_t h = cuda::float_to_half_bits(mag(rng));
-      for (int w = 0; w < 4; ++w) blk[48 + 2 * w + 1] = (blk[48 + 2 * w + 1] & 0x0f) | (((h >> (4 * w)) & 15) << 4);
-    }
-    if (t == GgmlType::MXFP4) blk[0] = (uint8_t)(110 + rng() % 30);
-    if (t == GgmlType::F32) {  // finite floats, plus a few specials in the first values
-      float v = mag(rng) * ((rng() & 1) ? -1.f : 1.f);
-      std::memcpy(blk, &v, 4);
-    }
-  }
-  if (t == GgmlType::F32) {
-    const float specials[] = {INFINITY, -INFINITY, 1e-40f, -0.0f};
-    std::memcpy(b.data(), specials, sizeof specials);
-  }
-  return b;
-}
-
 namespace {
+
+using test::CaseName;
 constexpr int64_t kBlocks = 512;
 
-// The independent dequantization: the reference's, else gguf-py's. nullopt (with why) if neither runs.
-std::optional<std::vector<float>> independent(GgmlType t, const std::vector<uint8_t>& blocks, std::string* who) {
-  const int64_t n = kBlocks * traits(t).block_size;
-  std::vector<float> out(n);
-#ifdef MLACONF_HAVE_REF_DEQUANT
-  try {
-    ref::dequantize(t, blocks.data(), out.data(), n);
-    *who = "reference";
-    return out;
-  } catch (const InputError&) {
-    // the reference does not cover this type (yet): fall through to gguf-py
-  }
-#endif
-  const std::string dir = testing::TempDir();
-  const std::string in = dir + "/mlaconf_gpu_deq_" + type_name(t) + ".bin", outp = in + ".f32";
-  { std::ofstream(in, std::ios::binary).write((const char*)blocks.data(), blocks.size()); }
-  const char* env_dir = std::getenv("MLACONF_GPU_SUITE_DIR");  // where the suite's sources are elsewhere (device copies)
-  const std::string suite_dir = env_dir ? env_dir : MLACONF_GPU_SUITE_DIR;
-  const std::string cmd = "python3 " + suite_dir + "/gguf_dequant.py " + type_name(t) + " " + in +
-                          " " + outp + " 2>/dev/null";
-  if (std::system(cmd.c_str()) != 0) {
-    *who = "neither the reference nor gguf-py (python3 -m pip install gguf) can dequantize " + std::string(type_name(t));
-    return std::nullopt;
-  }
-  std::ifstream f(outp, std::ios::binary);
-  f.read((char*)out.data(), n * 4);
-  if (f.gcount() != n * 4) {
-    *who = "gguf-py returned a short output";
-    return std::nullopt;
-  }
-  *who = "gguf-py";
-  return out;
-}
-
-size_t first_bit_mismatch(const std::vector<float>& a, const std::vector<float>& b) {
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], 4) != 0) return i;
-  return SIZE_MAX;
-}
+std::vector<int32_t> as_i32(const std::vector<uint16_t>& v) { return std::vector<int32_t>(v.begin(), v.end()); }
 
 void formula_case(GgmlType t) {
-  auto blocks = random_blocks(t, kBlocks, 1000 + (int)t);
   const int64_t n = kBlocks * traits(t).block_size;
+  const auto blocks = random_blocks(t, kBlocks, 1000 + (uint32_t)t);
   std::vector<float> mine(n);
   cuda::dequantize_host(t, blocks.data(), n, mine.data());
-  std::string who;
-  auto want = independent(t, blocks, &who);
-  if (!want) GTEST_SKIP() << "not supported: " << who;
-  size_t bad = first_bit_mismatch(mine, *want);
-  EXPECT_EQ(bad, SIZE_MAX) << "vs " << who << ": value " << bad << " is " << mine[bad] << ", want " << (*want)[bad];
+  const std::vector<float> want = ref_dequant(t, blocks, n);
+  OpCheck chk;
+  chk.input("blocks", [&] { return u8_array({kBlocks, (int64_t)traits(t).type_size}, blocks); });
+  chk.bits("y", {n}, want, mine);
   size_t nonzero = 0;
   for (float v : mine) nonzero += v != 0;
   EXPECT_GT(nonzero, (size_t)n / 2) << "test data must not be (mostly) zeros";
+  expect_pass(chk);
 }
 
-void gpu_case(GgmlType t, bool f16) {
+// n_blocks random blocks through dequantize_f32 or dequantize_f16.
+void gpu_case(GgmlType t, int64_t n_blocks, bool f16) {
   MLACONF_REQUIRE_CUDA();
-  auto blocks = random_blocks(t, kBlocks, 1000 + (int)t);
-  const int64_t n = kBlocks * traits(t).block_size;
-  std::vector<float> host(n);
-  cuda::dequantize_host(t, blocks.data(), n, host.data());
-  std::string who = "the host formulas";
-  if (auto ind = independent(t, blocks, &who)) host = *ind;  // judge by the independent one where it runs
+  const int64_t n = n_blocks * traits(t).block_size;
+  const auto blocks = random_blocks(t, n_blocks, 1000 + (uint32_t)t + (uint32_t)n_blocks);
+  const std::vector<float> want = ref_dequant(t, blocks, n);
   auto d_src = cuda::to_device(blocks);
+  OpCheck chk;
+  chk.input("blocks", [&] { return u8_array({n_blocks, (int64_t)traits(t).type_size}, blocks); });
   if (!f16) {
     cuda::DeviceBuffer d_out(n * 4);
     cuda::dequantize_f32(t, d_src.get(), n, d_out.as<float>());
     cuda::synchronize();
-    auto got = cuda::to_host<float>(d_out, n);
-    size_t bad = first_bit_mismatch(got, host);
-    EXPECT_EQ(bad, SIZE_MAX) << "vs " << who << ": value " << bad << " is " << got[bad] << ", want " << host[bad];
+    chk.bits("y_f32", {n}, want, cuda::to_host<float>(d_out, n));
   } else {
     cuda::DeviceBuffer d_out(n * 2);
     cuda::dequantize_f16(t, d_src.get(), n, d_out.as<uint16_t>());
     cuda::synchronize();
-    auto got = cuda::to_host<uint16_t>(d_out, n);
-    int64_t bad = -1;
-    for (int64_t i = 0; i < n && bad < 0; ++i)
-      if (got[i] != cuda::float_to_half_bits(host[i])) bad = i;
-    EXPECT_EQ(bad, -1) << "fp16 value " << bad << " is not the fp16 rounding of " << host[bad];
+    std::vector<uint16_t> want16(n);
+    for (int64_t i = 0; i < n; ++i) want16[i] = cuda::float_to_half_bits(want[i]);
+    chk.exact("y_f16_bits", {n}, as_i32(want16), as_i32(cuda::to_host<uint16_t>(d_out, n)));
   }
+  expect_pass(chk);
 }
 
 // Negative control: one flipped byte in the blocks the GPU reads must be caught by the comparison.
@@ -159,14 +71,16 @@ void negative_control_case() {
   const GgmlType t = GgmlType::Q4_K;
   auto blocks = random_blocks(t, kBlocks, 7);
   const int64_t n = kBlocks * 256;
-  std::vector<float> want(n);
-  cuda::dequantize_host(t, blocks.data(), n, want.data());
+  const std::vector<float> want = ref_dequant(t, blocks, n);
   blocks[144 * 3 + 20] ^= 0x10;  // a quant nibble of block 3
   auto d_src = cuda::to_device(blocks);
   cuda::DeviceBuffer d_out(n * 4);
   cuda::dequantize_f32(t, d_src.get(), n, d_out.as<float>());
   cuda::synchronize();
-  EXPECT_NE(first_bit_mismatch(cuda::to_host<float>(d_out, n), want), SIZE_MAX) << "the check must catch a corrupted block";
+  OpCheck chk(testing::TempDir() + "/mlaconf_repro_dequant");
+  chk.bits("y_f32", {n}, want, cuda::to_host<float>(d_out, n));
+  std::printf("%s", chk.summary().c_str());
+  EXPECT_FALSE(chk.pass()) << "the check must catch a corrupted block";
 }
 
 void bad_input_case() {
@@ -177,12 +91,30 @@ void bad_input_case() {
 }
 
 const bool registered = [] {
+  const auto name = [](const char* op, GgmlType t, int64_t blocks, const char* out) {
+    CaseName n(op);
+    n.p("type", type_name(t)).p("blocks", blocks);
+    if (out) n.p("out", out);
+    return n.str();
+  };
   for (GgmlType t : weight_types()) {
-    const std::string tn = type_name(t);
-    register_case("dequant_formula", "dequant_formula(type=" + tn + ",blocks=512)", [t] { formula_case(t); });
-    register_case("dequant_gpu", "dequant_gpu(type=" + tn + ",blocks=512,out=f32)", [t] { gpu_case(t, false); });
-    register_case("dequant_gpu", "dequant_gpu(type=" + tn + ",blocks=512,out=f16)", [t] { gpu_case(t, true); });
+    register_case("dequant_formula", name("dequant_formula", t, kBlocks, nullptr), [t] { formula_case(t); });
+    register_case("dequant_gpu", name("dequant_gpu", t, kBlocks, "f32"), [t] { gpu_case(t, kBlocks, false); });
+    register_case("dequant_gpu", name("dequant_gpu", t, kBlocks, "f16"), [t] { gpu_case(t, kBlocks, true); });
   }
+  // Off alignment: value counts around multiples of the 256-thread CTA, per block size.
+  for (int64_t nb : {1, 7, 9, 15, 17, 509})
+    for (GgmlType t : {GgmlType::Q8_0, GgmlType::IQ4_NL, GgmlType::Q4_K, GgmlType::IQ2_XXS}) {
+      if (traits(t).block_size == 256 && nb > 17) continue;
+      register_case("dequant_gpu", name("dequant_gpu", t, nb, "f32"), [t, nb] { gpu_case(t, nb, false); });
+      register_case("dequant_gpu", name("dequant_gpu", t, nb, "f16"), [t, nb] { gpu_case(t, nb, true); });
+    }
+  for (int64_t n : {1, 255, 257, 4099})
+    for (GgmlType t : {GgmlType::F16, GgmlType::BF16, GgmlType::F32})
+      register_case("dequant_gpu", name("dequant_gpu", t, n, "f32"), [t, n] { gpu_case(t, n, false); });
+  // Past the grid's stride (65535 x 8 CTAs of 256 threads): the grid-stride loop's second pass.
+  const int64_t past_grid = 65535LL * 8 * 256 / 32 + 3;
+  register_case("dequant_gpu", name("dequant_gpu", GgmlType::Q8_0, past_grid, "f32"), [past_grid] { gpu_case(GgmlType::Q8_0, past_grid, false); });
   register_case("dequant_gpu", "dequant_negative_control(type=Q4_K,corrupt=1byte)", negative_control_case);
   register_case("dequant_formula", "dequant_bad_input(n=100,types=Q4_K|Q8_K|TQ1_0)", bad_input_case);
   return true;

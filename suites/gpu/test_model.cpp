@@ -66,6 +66,19 @@ std::vector<int32_t> prompt_ids(int64_t T, int64_t vocab) {
   return ids;
 }
 
+// The tiny model, its config and T prompt ids.
+struct Tiny {
+  GgufFile f;
+  ModelConfig c;
+  std::vector<int32_t> ids;
+};
+Tiny open_tiny(int64_t T) {
+  GgufFile f = GgufFile::open(tiny_model_path());
+  ModelConfig c = ModelConfig::from_gguf(f);
+  std::vector<int32_t> ids = prompt_ids(T, c.n_vocab);
+  return Tiny{std::move(f), std::move(c), std::move(ids)};
+}
+
 #define MLACONF_REQUIRE_TINY_MODEL()                                                                \
   MLACONF_REQUIRE_CUDA();                                                                           \
   if (!std::filesystem::exists(tiny_model_path())) GTEST_SKIP() << "skipped: " << tiny_model_path() << " is absent"
@@ -85,9 +98,7 @@ double cos_d(const std::vector<double>& a, const std::vector<double>& b) {
 // tolerance; the indexer's Jaccard is judged on non-tie rows whose keys were all clean.
 void layers_case(int64_t T) {
   MLACONF_REQUIRE_TINY_MODEL();
-  auto f = GgufFile::open(tiny_model_path());
-  auto c = ModelConfig::from_gguf(f);
-  auto ids = prompt_ids(T, c.n_vocab);
+  auto [f, c, ids] = open_tiny(T);
   MemTrace rt, gt;
   ref::Model<double> rm(f, c);
   rm.forward(ids, &rt);
@@ -176,9 +187,7 @@ void layers_case(int64_t T) {
 // at a near-tie (reported), else it is a failure.
 void greedy_case(int64_t T, int64_t n_new) {
   MLACONF_REQUIRE_TINY_MODEL();
-  auto f = GgufFile::open(tiny_model_path());
-  auto c = ModelConfig::from_gguf(f);
-  auto ids = prompt_ids(T, c.n_vocab);
+  auto [f, c, ids] = open_tiny(T);
   ref::Model<double> rm(f, c);
   std::vector<be::DecisionTrace> dec(n_new);
   std::vector<int32_t> rtok;
@@ -228,9 +237,7 @@ void greedy_case(int64_t T, int64_t n_new) {
 // logits check; on a context shorter than top_k it passes.
 void dense_case(int64_t T, bool expect_fail) {
   MLACONF_REQUIRE_TINY_MODEL();
-  auto f = GgufFile::open(tiny_model_path());
-  auto c = ModelConfig::from_gguf(f);
-  auto ids = prompt_ids(T, c.n_vocab);
+  auto [f, c, ids] = open_tiny(T);
   ref::Model<double> rm(f, c);
   auto r = rm.forward(ids);
   std::vector<double> rv(r.data(), r.data() + r.size());
@@ -275,9 +282,7 @@ void decode_case() {
 // same tokens (self-consistency, a decode-path bug shows here) and against the reference's decode step.
 void long_decode_case(int64_t pre) {
   MLACONF_REQUIRE_TINY_MODEL();
-  auto f = GgufFile::open(tiny_model_path());
-  auto c = ModelConfig::from_gguf(f);
-  auto ids = prompt_ids(pre + 1, c.n_vocab);
+  auto [f, c, ids] = open_tiny(pre + 1);
   const int64_t V = c.n_vocab;
   cuda::Pipeline p(f, c);
   auto full = p.forward(ids);  // prefill of pre+1 tokens
