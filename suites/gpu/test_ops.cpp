@@ -111,8 +111,7 @@ std::string ids_text(const std::vector<int32_t>& ids) {
 }
 
 // Per-head W_UV: out[t,h] = W_h latent[t,h] for a Q4_K attn_v_b {d_v, v, H}: ref::apply_v_up per token.
-void wuv_case(int64_t T, int64_t H, int64_t dv, int64_t v) {
-  MLACONF_REQUIRE_CUDA();
+OpCheck wuv_check(int64_t T, int64_t H, int64_t dv, int64_t v, const std::string& dir = "") {
   const GgmlType t = GgmlType::Q4_K;
   const auto blocks = random_weights(t, H * v * dv, 77);
   const std::vector<float> W = ref_dequant(t, blocks, H * v * dv);
@@ -129,10 +128,16 @@ void wuv_case(int64_t T, int64_t H, int64_t dv, int64_t v) {
   cuda::DeviceBuffer d_o(T * H * v * 4);
   cuda::apply_wuv(t, d_w.get(), v, dv, d_l.as<float>(), T, H, d_o.as<float>());
   cuda::synchronize();
-  OpCheck chk;
-  chk.input("w_blocks", [&] { return u8_array({H, v, (int64_t)blocks.size() / (H * v)}, blocks); });
-  chk.input("latent", [&] { return f32_array({T, H, dv}, lat); });
+  OpCheck chk(dir);
+  chk.input("w_blocks", [blocks, H, v] { return u8_array({H, v, (int64_t)blocks.size() / (H * v)}, blocks); });
+  chk.input("latent", [lat, T, H, dv] { return f32_array({T, H, dv}, lat); });
   chk.tensor("out", "f32", {T, H, v}, want, as_f64(cuda::to_host<float>(d_o, T * H * v)));
+  return chk;
+}
+
+void wuv_case(int64_t T, int64_t H, int64_t dv, int64_t v) {
+  MLACONF_REQUIRE_CUDA();
+  OpCheck chk = wuv_check(T, H, dv, v);
   expect_pass(chk);
 }
 
@@ -235,22 +240,25 @@ void silu_case(int64_t n) {
   expect_pass(chk);
 }
 
-// Negative control of the fault "gemv-drop-tail" (the GEMV grid drops the last n_rows % 8 rows): caught
-// by two independent kernel cases, a single GEMV (generic kernel, Q8_0) and a grouped expert GEMV (Q4_K
-// kernel), both with n_rows % 8 != 0; with n_rows % 8 == 0 the fault changes nothing and the case passes.
-// The failing checks write their reproducers (into a temporary folder: an expected failure).
-void drop_tail_control_case() {
+// Negative control of the fault "gemv-drop-tail" (the GEMV grid drops the last n_rows % 8 rows), one
+// case per kernel path, each with n_rows % 8 != 0: a single GEMV (generic kernel, Q8_0, 1001 rows), a
+// grouped expert GEMV (Q4_K kernel, 77 rows per expert) and the per-head W_UV (batched generic kernel,
+// 129 rows per head); each must fail, and the same op with n_rows % 8 == 0 must pass (the fault drops
+// nothing there). The failing check writes its reproducer (into a temporary folder: an expected failure).
+void drop_tail_control_case(const std::string& op) {
   MLACONF_REQUIRE_CUDA();
   const std::string dir = testing::TempDir() + "/mlaconf_repro_drop_tail";
   cuda::ScopedFault f(cuda::Fault::GemvDropTail);
-  OpCheck single = gemv_check(GgmlType::Q8_0, 1001, 768, 0, false, dir);
-  EXPECT_FALSE(single.pass()) << "gemv with rows % 8 = 1 must fail under gemv-drop-tail:\n" << single.summary();
-  OpCheck grouped = gemv_experts_check(GgmlType::Q4_K, 4, {2, 1}, 77, 768, false, dir);
-  EXPECT_FALSE(grouped.pass()) << "gemv_experts with rows % 8 = 5 must fail under gemv-drop-tail:\n" << grouped.summary();
-  OpCheck aligned = gemv_check(GgmlType::Q8_0, 1000, 768, 0, false, dir);
-  EXPECT_TRUE(aligned.pass()) << "rows % 8 = 0: the fault drops nothing:\n" << aligned.summary();
-  std::printf("%s%s", single.summary().c_str(), grouped.summary().c_str());
-  const std::string path = single.write_repro();
+  const auto run = [&](bool aligned) {
+    if (op == "gemv") return gemv_check(GgmlType::Q8_0, aligned ? 1000 : 1001, 768, 0, false, dir);
+    if (op == "gemv_experts") return gemv_experts_check(GgmlType::Q4_K, 4, {2, 1}, aligned ? 80 : 77, 768, false, dir);
+    return wuv_check(2, 7, 256, aligned ? 128 : 129, dir);
+  };
+  OpCheck off = run(false), on = run(true);
+  std::printf("%s%s", off.summary().c_str(), on.summary().c_str());
+  EXPECT_FALSE(off.pass()) << op << " with n_rows % 8 != 0 must fail under gemv-drop-tail";
+  EXPECT_TRUE(on.pass()) << op << " with n_rows % 8 == 0: the fault drops nothing";
+  const std::string path = off.write_repro();
   EXPECT_TRUE(std::filesystem::exists(path)) << path;
   std::printf("  reproducer of the caught fault: %s\n", path.c_str());
 }
@@ -301,7 +309,9 @@ const bool registered = [] {
                       Ex{GgmlType::Q8_0, 5, {4, 1, 1}, 9, 224, false}, Ex{GgmlType::IQ4_XS, 2, {1, 0}, 127, 768, true}})
     register_case("gemv", experts_name(e.t, e.pool, e.ids, e.rows, e.cols, e.shared),
                   [e] { gemv_experts_case(e.t, e.pool, e.ids, e.rows, e.cols, e.shared); });
-  register_case("gemv", "gemv_negative_control(fault=gemv_drop_tail,cases=gemv_rows1001|gemv_experts_rows77)", drop_tail_control_case);
+  for (const char* op : {"gemv", "gemv_experts", "apply_wuv"})
+    register_case("gemv", CaseName("gemv_negative_control").p("fault", "gemv_drop_tail").p("op", op).str(),
+                  [op = std::string(op)] { drop_tail_control_case(op); });
 
   for (auto [T, H, dv, v] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 5, 512, 256}, {2, 7, 256, 129}, {1, 17, 512, 9}})
     register_case("gemv", CaseName("apply_wuv").p("type", "Q4_K").p("t", T).p("h", H).p("dv", dv).p("v", v).str(),
