@@ -134,11 +134,11 @@ void indexer_f32_case(int64_t T, int64_t Hi, int64_t Di, int64_t L) {
 
 // Keys over 2^31 elements (L x 128 f16, filled on the device): scores read past the 2^31-element mark
 // with 64-bit offsets. Two queries at the last positions; the scores of 4096 keys (the last ones, those
-// around the mark, a random spread) are judged against the reference on those keys, and query 0's top-k
-// (multi-CTA path) exactly against the reference rule on its own scores.
+// around the mark, a random spread) are judged against the reference on those keys. (The top-k of such a
+// row is not judged here: its 16.8M scores stay far below 2^31, and the host sort alone takes seconds.)
 void huge_keys_case() {
   MLACONF_REQUIRE_CUDA();
-  const int64_t T = 2, Hi = 32, Di = 128, k = 2048, L = ((int64_t)1 << 31) / Di + 50'000;
+  const int64_t T = 2, Hi = 32, Di = 128, L = ((int64_t)1 << 31) / Di + 50'000;
   ASSERT_GT(L * Di, (int64_t)1 << 31);
   cuda::DeviceBuffer d_k((size_t)(L * Di) * 2);
   const uint64_t seed = 17;
@@ -152,9 +152,8 @@ void huge_keys_case() {
   for (auto& v : w) v = (float)(u(rng) / std::sqrt((double)(Hi * Di)));
   const std::vector<int32_t> pos = {(int32_t)(L - 1), (int32_t)(L - 2)};
   auto d_q = cuda::to_device(qb), d_w = cuda::to_device(w), d_pos = cuda::to_device(pos);
-  cuda::DeviceBuffer d_s((size_t)(T * L) * 4), d_top(T * k * 4);
+  cuda::DeviceBuffer d_s((size_t)(T * L) * 4);
   cuda::indexer_scores(d_q.as<uint16_t>(), d_k.as<uint16_t>(), d_w.as<float>(), d_pos.as<int32_t>(), T, Hi, Di, L, d_s.as<float>());
-  cuda::topk_rows(d_s.as<float>(), T, L, k, d_top.as<int32_t>());
   cuda::synchronize();
   // The judged keys (all <= L - 2, so causal for both queries).
   const int64_t first_high = ((int64_t)1 << 31) / Di;  // the first key at or past element 2^31
@@ -172,9 +171,6 @@ void huge_keys_case() {
                                                mat_of(w, 1, Hi, t * Hi) * std::sqrt((double)(Hi * Di)), Hi, (int64_t)keys.size());
     for (size_t j = 0; j < keys.size(); ++j) want.push_back(s(0, j)), got.push_back(all[t * L + keys[j]]);
   }
-  const auto top = cuda::to_host<int32_t>(d_top, T * k);
-  ref::Mat<float> own0(1, L);
-  std::copy(all.begin(), all.begin() + L, own0.data());
   OpCheck chk;
   chk.input("q", [&] { return f16_array({T, Hi, Di}, qb); });
   chk.input("w", [&] { return f32_array({T, Hi}, w); });
@@ -182,8 +178,6 @@ void huge_keys_case() {
   chk.input("judged_keys", [&] { return f64_array({(int64_t)keys.size()}, std::vector<double>(keys.begin(), keys.end())); });
   chk.input("key_pattern_seed", [&] { return i32_array({1}, {(int32_t)seed}); });
   chk.tensor("indexer_scores", "f32", {T, (int64_t)keys.size()}, want, as_f64(got));
-  chk.exact("topk_of_own_scores_query0", {1, k}, ids_of(ref::topk_lower_index<float>(own0, k).idx),
-            std::vector<int32_t>(top.begin(), top.begin() + k));
   expect_pass(chk);
 }
 
@@ -250,7 +244,7 @@ const bool registered = [] {
   for (auto [T, Hi, Di, L] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 32, 128, 5000}, {2, 7, 66, 63}, {3, 33, 130, 1009}})
     register_case("indexer", CaseName("indexer_scores").p("t", T).p("hi", Hi).p("di", Di).p("L", L).p("dtype", "f32").str(),
                   [T = T, Hi = Hi, Di = Di, L = L] { indexer_f32_case(T, Hi, Di, L); });
-  register_case("indexer", "indexer_topk(t=2,hi=32,di=128,topk=2048,L=16827216,keys=gt2^31elems,dtype=f16)", huge_keys_case);
+  register_case("indexer", "indexer_scores(t=2,hi=32,di=128,L=16827216,keys=gt2^31elems,dtype=f16)", huge_keys_case);
   register_case("indexer", "topk_negative_control(fault=topk_upper_tie,L=4096,k=2048)", [] { topk_exact_case(4096, 2048, true); });
   return true;
 }();
