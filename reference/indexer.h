@@ -1,10 +1,14 @@
 // mlaconf reference: the DSA lightning indexer: scores, causal top-k, tie and gap diagnostics.
 //
 //   q_I = indexer.attn_q_b · cq                 [T, Hi, Di], RoPE on the FIRST rope values of each head
+//                                                                                  indexer_queries
 //   k_I = LayerNorm(indexer.attn_k · x)         [T, Di] (eps 1e-6, weight and bias), RoPE on the first rope values
-//   w   = indexer.proj · x                      [T, Hi]
+//                                                                                  indexer_keys
+//   w   = indexer.proj · x                      [T, Hi]                            linear (ops.h)
 //   score[s,t] = Σ_h w[s,h] · (Hi·Di)^-1/2 · ReLU(q_I[s,h] · k_I[t]),  t ≤ s (absolute positions)
+//                                                                                  indexer_scores
 // Each query keeps the min(top_k, s+1) highest scores; on equal scores the LOWER token index wins.
+//                                                                                  topk_lower_index
 #pragma once
 #include <cstdint>
 #include <vector>

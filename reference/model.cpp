@@ -1,6 +1,8 @@
-// mlaconf reference: the GLM-5 forward pass (see model.h). One function per step of a layer, in the
-// order of the paper: attention input norm, MLA projections, DSA indexer, sparse attention, output
-// projection, residual, FFN norm, dense MLP or MoE, residual.
+// mlaconf reference: the GLM-5 forward pass (see model.h), in the order of the paper: attention input
+// norm, MLA projections, DSA indexer, sparse attention, output projection, residual, FFN norm, dense MLP
+// or MoE, residual. The math is the op functions of reference/ (ops.h, mla.h, indexer.h, moe.h), the
+// same ones suites/reference/test_ops.cpp checks; this file only wires them together (weights, caches,
+// forced decisions) and records the trace between them.
 #include "reference/model.h"
 
 #include <cmath>

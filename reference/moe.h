@@ -1,12 +1,12 @@
 // mlaconf reference: the MoE router and the expert mixture.
 //
-//   logits = ffn_gate_inp · x                      [T, n_expert], in the model's precision
-//   s = sigmoid(logits)                            (softmax for gating func 1)
+//   logits = ffn_gate_inp · x                      [T, n_expert], in the model's precision   linear (ops.h)
+//   s = sigmoid(logits)                            (softmax for gating func 1)               moe_route:
 //   choice = s + exp_probs_b                       (selection only)
 //   group limit (n_group > 1): group score = sum of its top two choices; keep n_group_used groups
 //   ids = top-k(choice), lower index on ties; weights = s[ids] (no bias),
-//   / (Σ + 1e-20) when expert_weights_norm, then × expert_weights_scale
-//   y = Σ_j weights_j · E_ids_j(x) + shared(x)                                moe_ffn
+//   / (Σ + 1e-20) when expert_weights_norm, then × expert_weights_scale          (route_weights)
+//   y = Σ_j weights_j · E_ids_j(x) + shared(x)     E = SwiGLU (swiglu_mlp)          moe_ffn
 #pragma once
 #include <cstdint>
 #include <functional>
