@@ -23,6 +23,20 @@ std::vector<int32_t> valid_indices(const int32_t* idx, int64_t n_idx, int64_t L)
   return v;
 }
 
+// One token's query as the rows functions take it: q_nope [H, nope], q_pe [H, rope] -> [1, H*(nope+rope)],
+// per head [q_nope | q_pe].
+template <class S>
+Mat<S> one_row_query(const Mat<S>& q_nope, const Mat<S>& q_pe) {
+  const int64_t H = q_nope.rows(), dn = q_nope.cols(), R = q_pe.cols();
+  if (q_pe.rows() != H) throw std::invalid_argument("MLA: q_nope and q_pe head counts differ");
+  Mat<S> q(1, H * (dn + R));
+  for (int64_t h = 0; h < H; ++h) {
+    q.row(0).segment(h * (dn + R), dn) = q_nope.row(h);
+    q.row(0).segment(h * (dn + R) + dn, R) = q_pe.row(h);
+  }
+  return q;
+}
+
 // Row-wise softmax of scores [H, K] in place.
 template <class S>
 void softmax_rows(Mat<S>& s) {
@@ -141,14 +155,9 @@ Mat<S> sparse_mla_naive_rows(const Mat<S>& q, const CRef<S>& cache, const MatI& 
 template <class S>
 Mat<S> absorb_query(const Mat<S>& q_nope, const Mat<S>& q_pe, const std::vector<Mat<S>>& kb) {
   // [H, nope], [H, rope] -> [H, kv_lora + rope]
-  const int64_t H = q_nope.rows(), dn = q_nope.cols(), R = q_pe.cols();
-  if (static_cast<int64_t>(kb.size()) != H || q_pe.rows() != H) throw std::invalid_argument("absorb_query: head count mismatch");
-  Mat<S> q(1, H * (dn + R));  // one row, per head [q_nope | q_pe]
-  for (int64_t h = 0; h < H; ++h) {
-    q.row(0).segment(h * (dn + R), dn) = q_nope.row(h);
-    q.row(0).segment(h * (dn + R) + dn, R) = q_pe.row(h);
-  }
-  Mat<S> qabs = absorb_query_rows<S>(q, kb, dn);
+  const int64_t H = q_nope.rows();
+  if (static_cast<int64_t>(kb.size()) != H) throw std::invalid_argument("absorb_query: head count mismatch");
+  Mat<S> qabs = absorb_query_rows<S>(one_row_query<S>(q_nope, q_pe), kb, q_nope.cols());
   return Eigen::Map<const Mat<S>>(qabs.data(), H, qabs.cols() / H);
 }
 
@@ -174,8 +183,7 @@ template <class S>
 Mat<S> sparse_mla_naive(const Mat<S>& q_nope, const Mat<S>& q_pe, const CRef<S>& cache, const int32_t* idx,
                         int64_t n_idx, const std::vector<Mat<S>>& kb, const std::vector<Mat<S>>& vb, double scale) {
   // The selected rows only (k and v expanded for those, not for the whole cache), then the rows form.
-  const int64_t H = q_nope.rows(), dn = q_nope.cols(), R = q_pe.cols();
-  if (q_pe.rows() != H) throw std::invalid_argument("sparse_mla_naive: q_nope and q_pe head counts differ");
+  const int64_t H = q_nope.rows();
   const std::vector<int32_t> sel = valid_indices(idx, n_idx, cache.rows());
   const int64_t K = static_cast<int64_t>(sel.size());
   Mat<S> G(K, cache.cols());  // gathered cache rows [K, kv_lora + rope]
@@ -184,12 +192,7 @@ Mat<S> sparse_mla_naive(const Mat<S>& q_nope, const Mat<S>& q_pe, const CRef<S>&
     G.row(j) = cache.row(sel[j]);
     local(0, j) = static_cast<int32_t>(j);
   }
-  Mat<S> q(1, H * (dn + R));
-  for (int64_t h = 0; h < H; ++h) {
-    q.row(0).segment(h * (dn + R), dn) = q_nope.row(h);
-    q.row(0).segment(h * (dn + R) + dn, R) = q_pe.row(h);
-  }
-  Mat<S> o = sparse_mla_naive_rows<S>(q, G, local, kb, vb, scale);  // [1, H*v]
+  Mat<S> o = sparse_mla_naive_rows<S>(one_row_query<S>(q_nope, q_pe), G, local, kb, vb, scale);  // [1, H*v]
   return Eigen::Map<const Mat<S>>(o.data(), H, o.cols() / H);
 }
 
