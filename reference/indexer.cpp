@@ -10,6 +10,25 @@
 namespace mlaconf::ref {
 
 template <class S>
+Mat<S> indexer_queries(const Mat<S>& cq, const Mat<S>& w_q_b, int64_t n_head, const int64_t* pos,
+                       const Eigen::VectorXd& inv_freq, RopeStyle style) {
+  // cq [T, q_lora] -> [T, Hi*Di], per head [rope | nope]
+  if (n_head < 1 || w_q_b.rows() % n_head != 0) throw std::invalid_argument("indexer_queries: rows of attn_q_b are not heads x Di");
+  Mat<S> q = linear<S>(cq, w_q_b);
+  rope_heads_inplace<S>(q, n_head, w_q_b.rows() / n_head, 0, pos, inv_freq, style);
+  return q;
+}
+
+template <class S>
+Mat<S> indexer_keys(const Mat<S>& x, const Mat<S>& w_k, const Vec<S>& norm_w, const Vec<S>& norm_b, const int64_t* pos,
+                    const Eigen::VectorXd& inv_freq, RopeStyle style) {
+  // x [T, E] -> [T, Di]
+  Mat<S> k = layernorm<S>(linear<S>(x, w_k), norm_w, norm_b, 1e-6);
+  rope_inplace<S>(k, 0, pos, inv_freq, style);
+  return k;
+}
+
+template <class S>
 Mat<S> indexer_scores(const Mat<S>& q, const Eigen::Ref<const Mat<S>>& k, const Mat<S>& w, int64_t n_head, int64_t pos0) {
   // q [T, Hi*Di], k [L, Di], w [T, Hi] -> [T, L]
   const int64_t T = q.rows(), L = k.rows(), Di = k.cols();
@@ -72,6 +91,14 @@ template Mat<float> indexer_scores<float>(const Mat<float>&, const Eigen::Ref<co
                                           int64_t, int64_t);
 template Mat<double> indexer_scores<double>(const Mat<double>&, const Eigen::Ref<const Mat<double>>&,
                                             const Mat<double>&, int64_t, int64_t);
+template Mat<float> indexer_queries<float>(const Mat<float>&, const Mat<float>&, int64_t, const int64_t*,
+                                           const Eigen::VectorXd&, RopeStyle);
+template Mat<double> indexer_queries<double>(const Mat<double>&, const Mat<double>&, int64_t, const int64_t*,
+                                             const Eigen::VectorXd&, RopeStyle);
+template Mat<float> indexer_keys<float>(const Mat<float>&, const Mat<float>&, const Vec<float>&, const Vec<float>&,
+                                        const int64_t*, const Eigen::VectorXd&, RopeStyle);
+template Mat<double> indexer_keys<double>(const Mat<double>&, const Mat<double>&, const Vec<double>&, const Vec<double>&,
+                                          const int64_t*, const Eigen::VectorXd&, RopeStyle);
 template TopK topk_lower_index<float>(const Mat<float>&, int64_t);
 template TopK topk_lower_index<double>(const Mat<double>&, int64_t);
 

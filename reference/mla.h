@@ -45,6 +45,51 @@ Mat<S> sparse_mla_naive(const Mat<S>& q_nope, const Mat<S>& q_pe, const CRef<S>&
 template <class S>
 Mat<S> apply_v_up(const Mat<S>& o_lat, const std::vector<Mat<S>>& vb);
 
+// ---- The same steps over T query rows: what Model runs, one call per step of a layer -------------------
+// Rows are tokens; a row holds its H heads one after the other ([T, H*d] = [T, H, d] row-major). The
+// single-token functions above are these with T = 1 (sparse_mla_naive gathers its selected rows first).
+// Each step in DeepSeek's inference/model.py terms (MLA.forward):
+//   kv_a            = wkv_a(x)                                             linear()
+//   latent          = [kv_norm(kv) | rotary(k_pe)]                         mla_latent
+//   q               = wq_b(q_norm(wq_a(x))), rotary on q_pe                linear(), rope_heads_inplace()
+//   absorbed:  q_abs = [einsum("shd,hdc->shc", q_nope, wkv_b[:, :nope]) | q_pe]    absorb_query_rows
+//              o_lat = softmax(scale q_abs · cache^T over the selection) cache[:, :kv_lora]
+//                                                                          sparse_mla_absorbed_rows
+//              o     = einsum("shc,hdc->shd", o_lat, wkv_b[:, -v:])         apply_v_up_rows
+//   naive:     k_nope, v = wkv_b(latent) of every cached token; softmax(scale (q_nope·k_nope + q_pe·k_pe)) v
+//                                                                          sparse_mla_naive_rows
+
+// latent = [RMSNorm(kv_a[:, :kv_lora]) | RoPE(kv_a[:, kv_lora:])] (interleaved), the row a token adds to
+// the latent cache. kv_a [T, kv_lora + rope], kv_norm [kv_lora] (kv_lora = its size), pos [T] absolute
+// positions, inv_freq [rope/2] -> [T, kv_lora + rope].
+template <class S>
+Mat<S> mla_latent(const Mat<S>& kv_a, const Vec<S>& kv_norm, double eps, const int64_t* pos,
+                  const Eigen::VectorXd& inv_freq);
+
+// The absorbed queries of T tokens: q [T, H*(nope+rope)] (per head [q_nope | q_pe], q_pe roped),
+// kb: H x [kv_lora, nope] -> [T, H*(kv_lora+rope)], per head [kb[h] q_nope | q_pe].
+template <class S>
+Mat<S> absorb_query_rows(const Mat<S>& q, const std::vector<Mat<S>>& kb, int64_t nope);
+
+// sparse_mla_absorbed of each of T query rows over one cache: q_abs [T, H*D] (D = cache width),
+// idx [T, n_idx] (row s = query s's selection, -1 = none), d_v = kv_lora -> o_lat [T, H*d_v].
+template <class S>
+Mat<S> sparse_mla_absorbed_rows(const Mat<S>& q_abs, const CRef<S>& cache, const MatI& idx, int64_t d_v,
+                                double scale);
+
+// o[s,h] = vb[h] o_lat[s,h]: o_lat [T, H*kv_lora], vb: H x [v, kv_lora] -> [T, H*v].
+template <class S>
+Mat<S> apply_v_up_rows(const Mat<S>& o_lat, const std::vector<Mat<S>>& vb);
+
+// Naive sparse MLA of T query rows (as Hugging Face runs it): k_nope[h] = cache[:, :kv_lora] kb[h] and
+// v[h] = cache[:, :kv_lora] vb[h]^T expanded for EVERY cached row once, then each query attends to its
+// selection. q [T, H*(nope+rope)] (q_pe roped), cache [L, kv_lora + rope], idx [T, n_idx] (-1 = none,
+// each index < L), kb: H x [kv_lora, nope], vb: H x [v, kv_lora] -> [T, H*v]. A row with no valid
+// index gives zeros.
+template <class S>
+Mat<S> sparse_mla_naive_rows(const Mat<S>& q, const CRef<S>& cache, const MatI& idx, const std::vector<Mat<S>>& kb,
+                             const std::vector<Mat<S>>& vb, double scale);
+
 // A growable [rows, cols] cache (latent rows or indexer keys) with amortized appends.
 template <class S>
 class RowCache {

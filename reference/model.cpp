@@ -1,6 +1,8 @@
-// mlaconf reference: the GLM-5 forward pass (see model.h). One function per step of a layer, in the
-// order of the paper: attention input norm, MLA projections, DSA indexer, sparse attention, output
-// projection, residual, FFN norm, dense MLP or MoE, residual.
+// mlaconf reference: the GLM-5 forward pass (see model.h), in the order of the paper: attention input
+// norm, MLA projections, DSA indexer, sparse attention, output projection, residual, FFN norm, dense MLP
+// or MoE, residual. The math is the op functions of reference/ (ops.h, mla.h, indexer.h, moe.h), the
+// same ones suites/reference/test_ops.cpp checks; this file only wires them together (weights, caches,
+// forced decisions) and records the trace between them.
 #include "reference/model.h"
 
 #include <cmath>
@@ -190,7 +192,7 @@ Mat<S> mla_project(LayerCtx<S>& L, const Mat<S>& x, const Mat<S>& cq, RowCache<S
   const int64_t T = x.rows(), H = c.n_head, dn = c.qk_nope(), R = c.qk_rope(), dq = c.qk_head(), dl = c.kv_lora_rank;
   Mat<S> q = linear<S>(cq, L.W.mat(blk(L.l, wname::kQB)));  // [T, H*dq], per head [nope | rope]
   rec<S>(L.tr, L.l, op::kQB, q, {T, H, dq});
-  for (int64_t h = 0; h < H; ++h) rope_inplace<S>(q, h * dq + dn, L.pos.data(), L.inv_freq, RopeStyle::Interleaved);
+  rope_heads_inplace<S>(q, H, dq, dn, L.pos.data(), L.inv_freq, RopeStyle::Interleaved);
   if (L.tr && L.tr->wants(static_cast<int>(L.l), op::kQPeRope)) {
     Mat<S> qpe(T, H * R);
     for (int64_t h = 0; h < H; ++h) qpe.middleCols(h * R, R) = q.middleCols(h * dq + dn, R);
@@ -198,10 +200,7 @@ Mat<S> mla_project(LayerCtx<S>& L, const Mat<S>& x, const Mat<S>& cq, RowCache<S
   }
   Mat<S> kva = linear<S>(x, L.W.mat(blk(L.l, wname::kKvA)));  // [T, kv_lora + rope] = [latent | k_pe]
   rec<S>(L.tr, L.l, op::kKvA, kva, {T, dl + R});
-  Mat<S> lat(T, dl + R);
-  lat.leftCols(dl) = rmsnorm<S>(kva.leftCols(dl), L.W.vec(blk(L.l, wname::kKvANorm)), c.rms_eps);
-  lat.rightCols(R) = kva.rightCols(R);
-  rope_inplace<S>(lat, dl, L.pos.data(), L.inv_freq, RopeStyle::Interleaved);
+  Mat<S> lat = mla_latent<S>(kva, L.W.vec(blk(L.l, wname::kKvANorm)), c.rms_eps, L.pos.data(), L.inv_freq);
   rec<S>(L.tr, L.l, op::kKvLatent, Mat<S>(lat.leftCols(dl)), {T, dl});
   rec<S>(L.tr, L.l, op::kKPeRope, Mat<S>(lat.rightCols(R)), {T, R});
   rec<S>(L.tr, L.l, op::kLatentCache, lat, {T, dl + R});
@@ -213,23 +212,19 @@ Mat<S> mla_project(LayerCtx<S>& L, const Mat<S>& x, const Mat<S>& cq, RowCache<S
 template <class S>
 TopK indexer_select(LayerCtx<S>& L, const Mat<S>& x, const Mat<S>& cq, RowCache<S>& keys) {
   const ModelConfig& c = L.c;
-  const int64_t T = x.rows(), Hi = c.indexer_n_head, Di = c.indexer_head_size, R = c.qk_rope();
+  const int64_t T = x.rows(), Hi = c.indexer_n_head, Di = c.indexer_head_size;
   const RopeStyle style = c.indexer_neox() ? RopeStyle::NeoX : RopeStyle::Interleaved;
-  Mat<S> qi = linear<S>(cq, L.W.mat(blk(L.l, wname::kIdxQB)));  // [T, Hi*Di], per head [rope | nope]
-  for (int64_t h = 0; h < Hi; ++h) rope_inplace<S>(qi, h * Di, L.pos.data(), L.inv_freq, style);
+  Mat<S> qi = indexer_queries<S>(cq, L.W.mat(blk(L.l, wname::kIdxQB)), Hi, L.pos.data(), L.inv_freq, style);
   rec<S>(L.tr, L.l, op::kIndexerQ, qi, {T, Hi, Di});
-  Mat<S> ki = layernorm<S>(linear<S>(x, L.W.mat(blk(L.l, wname::kIdxK))), L.W.vec(blk(L.l, wname::kIdxKNorm)),
-                           L.W.vec(blk(L.l, wname::kIdxKNormB)), 1e-6);  // [T, Di]
-  rope_inplace<S>(ki, 0, L.pos.data(), L.inv_freq, style);
-  (void)R;
+  Mat<S> ki = indexer_keys<S>(x, L.W.mat(blk(L.l, wname::kIdxK)), L.W.vec(blk(L.l, wname::kIdxKNorm)),
+                              L.W.vec(blk(L.l, wname::kIdxKNormB)), L.pos.data(), L.inv_freq, style);  // [T, Di]
   rec<S>(L.tr, L.l, op::kIndexerK, ki, {T, Di});
   Mat<S> wts = linear<S>(x, L.W.mat(blk(L.l, wname::kIdxProj)));  // [T, Hi]
   rec<S>(L.tr, L.l, op::kIndexerWeights, wts, {T, Hi});
   keys.append(ki);
   Mat<S> scores = indexer_scores<S>(qi, keys.view(), wts, Hi, L.pos0);  // [T, pos0+T]
   rec<S>(L.tr, L.l, op::kIndexerScores, scores, {T, scores.cols()});
-  TopK sel = topk_lower_index<S>(scores, c.indexer_top_k);
-  return sel;
+  return topk_lower_index<S>(scores, c.indexer_top_k);
 }
 
 // Sparse MLA of T queries over the latent cache, rows limited to each query's selection.
@@ -237,65 +232,26 @@ TopK indexer_select(LayerCtx<S>& L, const Mat<S>& x, const Mat<S>& cq, RowCache<
 template <class S>
 Mat<S> mla_attend(LayerCtx<S>& L, const Mat<S>& q, const CRef<S>& cache, const TopK& sel, MlaForm form) {
   const ModelConfig& c = L.c;
-  const int64_t T = q.rows(), H = c.n_head, dn = c.qk_nope(), R = c.qk_rope(), dq = c.qk_head();
-  const int64_t dl = c.kv_lora_rank, dv = c.v_head();
+  const int64_t T = q.rows(), H = c.n_head, R = c.qk_rope(), dl = c.kv_lora_rank, dv = c.v_head();
   const auto& kb = L.W.per_head(blk(L.l, wname::kKB));  // H x [kv_lora, nope] (= W_UK^T)
   const auto& vb = L.W.per_head(blk(L.l, wname::kVB));  // H x [v, kv_lora]    (= W_UV)
   if (static_cast<int64_t>(kb.size()) != H || static_cast<int64_t>(vb.size()) != H)
     throw InputError(L.W.file().path() + ": attn_k_b / attn_v_b head count differs from the config");
-  Mat<S> out(T, H * dv);
+  Mat<S> out;
   if (form == MlaForm::Absorbed) {
-    // q_abs[s,h] = [kb[h] q_nope[s,h] | q_pe[s,h]]  [T, H, kv_lora + rope], batched per head.
-    Mat<S> qabs(T, H * (dl + R));
-    for (int64_t h = 0; h < H; ++h) {
-      qabs.middleCols(h * (dl + R), dl) = q.middleCols(h * dq, dn) * kb[h].transpose();
-      qabs.middleCols(h * (dl + R) + dl, R) = q.middleCols(h * dq + dn, R);
-    }
+    Mat<S> qabs = absorb_query_rows<S>(q, kb, c.qk_nope());  // [T, H, kv_lora + rope]
     rec<S>(L.tr, L.l, op::kQAbsorbed, qabs, {T, H, dl + R});
-    Mat<S> olat(T, H * dl);  // [T, H, kv_lora]
-    for (int64_t s = 0; s < T; ++s) {
-      Mat<S> qs = Eigen::Map<const Mat<S>>(qabs.row(s).data(), H, dl + R);
-      Mat<S> o = sparse_mla_absorbed<S>(qs, cache, sel.idx.row(s).data(), sel.idx.cols(), dl, L.scale);
-      olat.row(s) = Eigen::Map<const Vec<S>>(o.data(), H * dl).transpose();
-    }
+    Mat<S> olat = sparse_mla_absorbed_rows<S>(qabs, cache, sel.idx, dl, L.scale);  // [T, H, kv_lora]
     rec<S>(L.tr, L.l, op::kAttnLatentOut, olat, {T, H, dl});
-    for (int64_t h = 0; h < H; ++h) out.middleCols(h * dv, dv) = olat.middleCols(h * dl, dl) * vb[h].transpose();
+    out = apply_v_up_rows<S>(olat, vb);
   } else {
-    // Naive: expand k_nope and v for every cached token (as HF does), then attend per query.
-    const int64_t Lc = cache.rows();
-    std::vector<Mat<S>> kn(H), vv(H);
-    for (int64_t h = 0; h < H; ++h) {
-      kn[h] = cache.leftCols(dl) * kb[h];               // [L, nope]
-      vv[h] = cache.leftCols(dl) * vb[h].transpose();   // [L, v]
-    }
-    for (int64_t s = 0; s < T; ++s) {
-      std::vector<int32_t> ids;
-      for (Eigen::Index j = 0; j < sel.idx.cols(); ++j)
-        if (sel.idx(s, j) >= 0) ids.push_back(sel.idx(s, j));
-      for (int64_t h = 0; h < H; ++h) {
-        if (ids.empty()) {
-          out.row(s).segment(h * dv, dv).setZero();
-          continue;
-        }
-        Vec<S> sc(static_cast<Eigen::Index>(ids.size()));
-        for (size_t j = 0; j < ids.size(); ++j) {
-          if (ids[j] >= Lc) throw std::out_of_range("naive MLA: index beyond the cache");
-          sc[j] = (kn[h].row(ids[j]).dot(q.row(s).segment(h * dq, dn)) +
-                   cache.row(ids[j]).tail(R).dot(q.row(s).segment(h * dq + dn, R))) *
-                  static_cast<S>(L.scale);
-        }
-        Vec<S> p = softmax<S>(sc);
-        Vec<S> o = Vec<S>::Zero(dv);
-        for (size_t j = 0; j < ids.size(); ++j) o += p[j] * vv[h].row(ids[j]).transpose();
-        out.row(s).segment(h * dv, dv) = o.transpose();
-      }
-    }
+    out = sparse_mla_naive_rows<S>(q, cache, sel.idx, kb, vb, L.scale);
   }
   rec<S>(L.tr, L.l, op::kAttnVOut, out, {T, H, dv});
   return out;
 }
 
-// The routed experts and the shared expert of a MoE layer. y [T, E] -> [T, E].
+// The router, the routed experts and the shared expert of a MoE layer. y [T, E] -> [T, E].
 template <class S>
 Mat<S> moe_forward(LayerCtx<S>& L, const Mat<S>& y) {
   const ModelConfig& c = L.c;
@@ -313,33 +269,20 @@ Mat<S> moe_forward(LayerCtx<S>& L, const Mat<S>& y) {
     r.weights = route_weights<S>(logits, r.ids, rp);  // the weights that are used: those of the forced ids
   }
   rec<S>(L.tr, L.l, op::kRouterWeights, r.weights, {T, K});
-  const bool want_expert_out = L.tr && L.tr->wants(static_cast<int>(L.l), op::kExpertOut);
-  Mat<S> expert_out;
-  if (want_expert_out) expert_out = Mat<S>::Zero(T, K * E);
-  Mat<S> out = Mat<S>::Zero(T, E);
-  // Each used expert once: gather its tokens, run it, scatter back weighted.
-  for (int64_t e = 0; e < c.n_expert; ++e) {
-    std::vector<std::pair<int64_t, int64_t>> rows;  // (token, slot)
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t j = 0; j < K; ++j)
-        if (r.ids(t, j) == e) rows.emplace_back(t, j);
-    if (rows.empty()) continue;
+  const ExpertSource<S> expert = [&](int64_t e) {
     const ExpertWeights<S>& ew = L.W.expert(L.l, e);
-    Mat<S> xe(static_cast<Eigen::Index>(rows.size()), E);
-    for (size_t i = 0; i < rows.size(); ++i) xe.row(i) = y.row(rows[i].first);
-    Mat<S> ye = swiglu_mlp<S>(xe, ew.gate, ew.up, ew.down);  // [n, E]
-    for (size_t i = 0; i < rows.size(); ++i) {
-      out.row(rows[i].first) += r.weights(rows[i].first, rows[i].second) * ye.row(i);
-      if (want_expert_out) expert_out.row(rows[i].first).segment(rows[i].second * E, E) = ye.row(i);
-    }
-  }
+    return ExpertRef<S>{ew.gate, ew.up, ew.down};
+  };
+  std::optional<ExpertRef<S>> shared;
+  if (c.n_expert_shared > 0)
+    shared.emplace(ExpertRef<S>{L.W.mat(blk(L.l, wname::kGateShexp)), L.W.mat(blk(L.l, wname::kUpShexp)),
+                                L.W.mat(blk(L.l, wname::kDownShexp))});
+  const bool want_expert_out = L.tr && L.tr->wants(static_cast<int>(L.l), op::kExpertOut);
+  Mat<S> expert_out, shared_out;
+  Mat<S> out = moe_ffn<S>(y, r.ids, r.weights, expert, shared ? &*shared : nullptr,
+                          want_expert_out ? &expert_out : nullptr, &shared_out);
   if (want_expert_out) rec<S>(L.tr, L.l, op::kExpertOut, expert_out, {T, K, E});
-  if (c.n_expert_shared > 0) {
-    Mat<S> sh = swiglu_mlp<S>(y, L.W.mat(blk(L.l, wname::kGateShexp)), L.W.mat(blk(L.l, wname::kUpShexp)),
-                              L.W.mat(blk(L.l, wname::kDownShexp)));
-    rec<S>(L.tr, L.l, op::kSharedExpertOut, sh, {T, E});
-    out += sh;
-  }
+  if (shared) rec<S>(L.tr, L.l, op::kSharedExpertOut, shared_out, {T, E});
   return out;
 }
 

@@ -108,9 +108,48 @@ Route<S> moe_route(const Mat<S>& logits, const Vec<S>& bias, const RouterParams&
   return r;
 }
 
+template <class S>
+Mat<S> moe_ffn(const Mat<S>& x, const MatI& ids, const Mat<S>& weights, const ExpertSource<S>& expert,
+               const ExpertRef<S>* shared, Mat<S>* expert_out, Mat<S>* shared_out) {
+  // x [T, E], ids / weights [T, K] -> [T, E]
+  const int64_t T = x.rows(), E = x.cols(), K = ids.cols();
+  if (ids.rows() != T || weights.rows() != T || weights.cols() != K)
+    throw std::invalid_argument("moe_ffn: ids, weights and x rows / slots differ");
+  std::vector<int32_t> used(ids.data(), ids.data() + ids.size());  // the experts that run, ascending
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+  if (!used.empty() && used.front() < 0) throw std::invalid_argument("moe_ffn: negative expert id");
+  if (expert_out) *expert_out = Mat<S>::Zero(T, K * E);
+  Mat<S> out = Mat<S>::Zero(T, E);
+  for (int32_t e : used) {
+    std::vector<std::pair<int64_t, int64_t>> rows;  // (token, slot) routed to e
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < K; ++j)
+        if (ids(t, j) == e) rows.emplace_back(t, j);
+    const ExpertRef<S> ew = expert(e);
+    Mat<S> xe(static_cast<Eigen::Index>(rows.size()), E);  // gathered rows [n, E]
+    for (size_t i = 0; i < rows.size(); ++i) xe.row(i) = x.row(rows[i].first);
+    Mat<S> ye = swiglu_mlp<S>(xe, ew.gate, ew.up, ew.down);  // [n, E]
+    for (size_t i = 0; i < rows.size(); ++i) {
+      out.row(rows[i].first) += weights(rows[i].first, rows[i].second) * ye.row(i);
+      if (expert_out) expert_out->row(rows[i].first).segment(rows[i].second * E, E) = ye.row(i);
+    }
+  }
+  if (shared) {
+    Mat<S> sh = swiglu_mlp<S>(x, shared->gate, shared->up, shared->down);  // [T, E]
+    out += sh;
+    if (shared_out) *shared_out = std::move(sh);
+  }
+  return out;
+}
+
 template Mat<float> route_weights<float>(const Mat<float>&, const MatI&, const RouterParams&);
 template Mat<double> route_weights<double>(const Mat<double>&, const MatI&, const RouterParams&);
 template Route<float> moe_route<float>(const Mat<float>&, const Vec<float>&, const RouterParams&);
+template Mat<float> moe_ffn<float>(const Mat<float>&, const MatI&, const Mat<float>&, const ExpertSource<float>&,
+                                   const ExpertRef<float>*, Mat<float>*, Mat<float>*);
+template Mat<double> moe_ffn<double>(const Mat<double>&, const MatI&, const Mat<double>&, const ExpertSource<double>&,
+                                     const ExpertRef<double>*, Mat<double>*, Mat<double>*);
 template Route<double> moe_route<double>(const Mat<double>&, const Vec<double>&, const RouterParams&);
 
 }  // namespace mlaconf::ref

@@ -1,14 +1,15 @@
 // mlaconf reference: the MoE router and the expert mixture.
 //
-//   logits = ffn_gate_inp · x                      [T, n_expert], in the model's precision
-//   s = sigmoid(logits)                            (softmax for gating func 1)
+//   logits = ffn_gate_inp · x                      [T, n_expert], in the model's precision   linear (ops.h)
+//   s = sigmoid(logits)                            (softmax for gating func 1)               moe_route:
 //   choice = s + exp_probs_b                       (selection only)
 //   group limit (n_group > 1): group score = sum of its top two choices; keep n_group_used groups
 //   ids = top-k(choice), lower index on ties; weights = s[ids] (no bias),
-//   / (Σ + 1e-20) when expert_weights_norm, then × expert_weights_scale
-//   y = Σ_j weights_j · E_ids_j(x) + shared(x)
+//   / (Σ + 1e-20) when expert_weights_norm, then × expert_weights_scale          (route_weights)
+//   y = Σ_j weights_j · E_ids_j(x) + shared(x)     E = SwiGLU (swiglu_mlp)          moe_ffn
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/model_config.h"
@@ -43,5 +44,28 @@ Route<S> moe_route(const Mat<S>& logits, const Vec<S>& bias, const RouterParams&
 // moe_route uses it for its own ids; a pass with forced decisions uses it for the forced ones.
 template <class S>
 Mat<S> route_weights(const Mat<S>& logits, const MatI& ids, const RouterParams& p);
+
+// One SwiGLU expert's weights, by reference (routed or shared): gate, up [F, E], down [E, F].
+template <class S>
+struct ExpertRef {
+  const Mat<S>& gate;
+  const Mat<S>& up;
+  const Mat<S>& down;
+};
+// Routed expert e's weights. moe_ffn asks for each expert it runs exactly once, in ascending id order,
+// and is done with one expert's weights before it asks for the next (a bounded cache may drop them then).
+template <class S>
+using ExpertSource = std::function<ExpertRef<S>(int64_t e)>;
+
+// The MoE FFN of T tokens (DeepSeek's MoE.forward):
+//   y[t] = Σ_j weights[t,j] · E_{ids[t,j]}(x[t])  (+ shared(x[t]) when `shared` is given)
+// Each used expert runs once, on all the rows routed to it (gathered, SwiGLU, scattered back); the
+// weighted outputs are summed per token in ascending expert id (= slot order for a route's ascending
+// ids), the shared expert's output added last. x [T, E], ids [T, K] (any order, any id ≥ 0), weights
+// [T, K] -> [T, E]. Optional outputs: expert_out [T, K*E] (slot j of token t = E_{ids[t,j]}(x[t]),
+// unweighted), shared_out [T, E].
+template <class S>
+Mat<S> moe_ffn(const Mat<S>& x, const MatI& ids, const Mat<S>& weights, const ExpertSource<S>& expert,
+               const ExpertRef<S>* shared, Mat<S>* expert_out = nullptr, Mat<S>* shared_out = nullptr);
 
 }  // namespace mlaconf::ref

@@ -80,6 +80,15 @@ void rope_inplace(Mat<S>& x, int64_t col0, const int64_t* pos, const Eigen::Vect
 }
 
 template <class S>
+void rope_heads_inplace(Mat<S>& x, int64_t n_head, int64_t head_dim, int64_t col0, const int64_t* pos,
+                        const Eigen::VectorXd& inv_freq, RopeStyle style) {
+  // x [n, n_head*head_dim]
+  if (x.cols() != n_head * head_dim || col0 < 0 || col0 + 2 * inv_freq.size() > head_dim)
+    throw std::invalid_argument("rope_heads_inplace: heads and slice do not fit the row");
+  for (int64_t h = 0; h < n_head; ++h) rope_inplace<S>(x, h * head_dim + col0, pos, inv_freq, style);
+}
+
+template <class S>
 Mat<S> silu_gate(const Mat<S>& gate, const Mat<S>& up) {
   // silu(g) = g / (1 + exp(-g))
   return (gate.array() / (S(1) + (-gate.array()).exp()) * up.array()).matrix();
@@ -120,6 +129,8 @@ Mat<S> sigmoid(const Mat<S>& x) {
   template Mat<S> rmsnorm<S>(const Mat<S>&, const Vec<S>&, double);                                \
   template Mat<S> layernorm<S>(const Mat<S>&, const Vec<S>&, const Vec<S>&, double);               \
   template void rope_inplace<S>(Mat<S>&, int64_t, const int64_t*, const Eigen::VectorXd&, RopeStyle); \
+  template void rope_heads_inplace<S>(Mat<S>&, int64_t, int64_t, int64_t, const int64_t*, const Eigen::VectorXd&, \
+                                      RopeStyle);                                                       \
   template Mat<S> silu_gate<S>(const Mat<S>&, const Mat<S>&);                                      \
   template Mat<S> linear<S>(const Mat<S>&, const Mat<S>&);                                         \
   template Mat<S> swiglu_mlp<S>(const Mat<S>&, const Mat<S>&, const Mat<S>&, const Mat<S>&);       \

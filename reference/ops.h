@@ -48,6 +48,13 @@ Eigen::VectorXd rope_inv_freq(const RopeParams& p);
 template <class S>
 void rope_inplace(Mat<S>& x, int64_t col0, const int64_t* pos, const Eigen::VectorXd& inv_freq, RopeStyle style);
 
+// rope_inplace on each of n_head heads of width head_dim: x [n, n_head*head_dim], head h's values
+// [h*head_dim + col0, h*head_dim + col0 + 2*inv_freq.size()) of row r at position pos[r]. MLA queries rotate
+// their q_pe (col0 = nope), the indexer's queries their first values (col0 = 0).
+template <class S>
+void rope_heads_inplace(Mat<S>& x, int64_t n_head, int64_t head_dim, int64_t col0, const int64_t* pos,
+                        const Eigen::VectorXd& inv_freq, RopeStyle style);
+
 // silu(gate) ⊙ up, elementwise.  [T, F] each -> [T, F].
 template <class S>
 Mat<S> silu_gate(const Mat<S>& gate, const Mat<S>& up);
