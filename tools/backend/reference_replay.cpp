@@ -1,9 +1,12 @@
 // mlaconf tools/backend: op replay on the Eigen reference (see reference_replay.h).
 //
-// Each op is the very computation of reference/model.cpp's forward pass (same functions, same eps, same
-// RoPE style and frequencies, same absorbed form, same expert order and accumulation), run on the exact
-// inputs a fixture holds, converted to the backend's scalar S. Only the inputs differ from a forward pass:
-// they are the expected file's, so nothing compounds from one op to the next.
+// Each op calls the reference/ function that reference/model.cpp's forward pass runs for that step
+// (ops.h, mla.h, indexer.h, moe.h: same eps, RoPE style and frequencies, absorbed form, expert order),
+// on the exact inputs a fixture holds, converted to the backend's scalar S. This file reads and checks
+// the inputs and cuts the outputs into the fixture's datasets; the only sums it does itself are the
+// residual adds and mlp_out's mix of the given expert outputs, which no reference function takes apart.
+// Only the inputs differ from a forward pass: they are the expected file's, so nothing compounds from
+// one op to the next.
 #include "tools/backend/reference_replay.h"
 
 #include <cmath>
@@ -138,39 +141,32 @@ Tensors ReferenceReplay<S>::Impl::run(int l, const std::string& op, const Tensor
     Mat<S> q = M(op::kQB, H * dq);
     const int64_t T = q.rows();
     const auto pos = positions(pos0, T);
-    for (int64_t h = 0; h < H; ++h) ref::rope_inplace<S>(q, h * dq + dn, pos.data(), inv_freq, ref::RopeStyle::Interleaved);
+    ref::rope_heads_inplace<S>(q, H, dq, dn, pos.data(), inv_freq, ref::RopeStyle::Interleaved);
     Mat<S> qpe(T, H * R);
     for (int64_t h = 0; h < H; ++h) qpe.middleCols(h * R, R) = q.middleCols(h * dq + dn, R);
     out[op] = host(qpe, {T, H, R});
   } else if (op == op::kKvA) {
     Mat<S> x = M(op::kAttnNormOut, E);
     out[op] = host(ref::linear<S>(x, W.mat(blk(l, wname::kKvA))), {x.rows(), dl + R});
-  } else if (op == op::kKvLatent) {
-    Mat<S> kva = M(op::kKvA, dl + R);
-    out[op] = host(ref::rmsnorm<S>(kva.leftCols(dl), W.vec(blk(l, wname::kKvANorm)), c.rms_eps), {kva.rows(), dl});
-  } else if (op == op::kKPeRope) {
+  } else if (op == op::kKvLatent || op == op::kKPeRope) {
+    // Both halves of the latent cache row [RMSNorm(c) | RoPE(k_pe)]; each op answers its own.
     Mat<S> kva = M(op::kKvA, dl + R);
     const auto pos = positions(pos0, kva.rows());
-    ref::rope_inplace<S>(kva, dl, pos.data(), inv_freq, ref::RopeStyle::Interleaved);
-    out[op] = host(Mat<S>(kva.rightCols(R)), {kva.rows(), R});
+    Mat<S> lat = ref::mla_latent<S>(kva, W.vec(blk(l, wname::kKvANorm)), c.rms_eps, pos.data(), inv_freq);
+    if (op == op::kKvLatent) out[op] = host(Mat<S>(lat.leftCols(dl)), {kva.rows(), dl});
+    else out[op] = host(Mat<S>(lat.rightCols(R)), {kva.rows(), R});
   } else if (op == op::kQAbsorbed) {
-    // q_abs[s,h] = [kb[h] q_nope[s,h] | q_pe[s,h]], batched per head as mla_attend does.
+    // The roped query the model absorbs: q_b with each head's rope values taken from the given q_pe_rope.
     Mat<S> q = M(op::kQB, H * dq), qpe = M(op::kQPeRope, H * R);
     if (qpe.rows() != q.rows()) throw InputError("op replay of q_absorbed: q_b and q_pe_rope rows differ");
     const auto& kb = W.per_head(blk(l, wname::kKB));
     if (static_cast<int64_t>(kb.size()) != H) throw InputError(f.path() + ": attn_k_b head count differs from the config");
-    const int64_t T = q.rows();
-    Mat<S> qabs(T, H * (dl + R));
-    for (int64_t h = 0; h < H; ++h) {
-      qabs.middleCols(h * (dl + R), dl) = q.middleCols(h * dq, dn) * kb[h].transpose();
-      qabs.middleCols(h * (dl + R) + dl, R) = qpe.middleCols(h * R, R);
-    }
-    out[op] = host(qabs, {T, H, dl + R});
+    for (int64_t h = 0; h < H; ++h) q.middleCols(h * dq + dn, R) = qpe.middleCols(h * R, R);
+    out[op] = host(ref::absorb_query_rows<S>(q, kb, dn), {q.rows(), H, dl + R});
   } else if (op == op::kIndexerQ) {
     Mat<S> cq = M(op::kQANorm, Q);
-    Mat<S> qi = ref::linear<S>(cq, W.mat(blk(l, wname::kIdxQB)));  // [T, Hi*Di], per head [rope | nope]
-    const auto pos = positions(pos0, qi.rows());
-    for (int64_t h = 0; h < Hi; ++h) ref::rope_inplace<S>(qi, h * Di, pos.data(), inv_freq, idx_style);
+    const auto pos = positions(pos0, cq.rows());
+    Mat<S> qi = ref::indexer_queries<S>(cq, W.mat(blk(l, wname::kIdxQB)), Hi, pos.data(), inv_freq, idx_style);
     out[op] = host(qi, {qi.rows(), Hi, Di});
   } else if (op == op::kIndexerK) {
     // The T new keys at positions pos0.. after the S - T earlier rows of the cache given.
@@ -179,11 +175,9 @@ Tensors ReferenceReplay<S>::Impl::run(int l, const std::string& op, const Tensor
     if (S_ != pos0 + T)
       throw InputError("op replay of indexer_k: the cache given holds " + std::to_string(S_) + " rows, not pos0 + T = " +
                        std::to_string(pos0 + T));
-    Mat<S> ki = ref::layernorm<S>(ref::linear<S>(x, W.mat(blk(l, wname::kIdxK))), W.vec(blk(l, wname::kIdxKNorm)),
-                                  W.vec(blk(l, wname::kIdxKNormB)), 1e-6);
     const auto pos = positions(pos0, T);
-    ref::rope_inplace<S>(ki, 0, pos.data(), inv_freq, idx_style);
-    keys.bottomRows(T) = ki;
+    keys.bottomRows(T) = ref::indexer_keys<S>(x, W.mat(blk(l, wname::kIdxK)), W.vec(blk(l, wname::kIdxKNorm)),
+                                              W.vec(blk(l, wname::kIdxKNormB)), pos.data(), inv_freq, idx_style);
     out[op] = host(keys, {S_, Di});
   } else if (op == op::kIndexerWeights) {
     Mat<S> x = M(op::kAttnNormOut, E);
@@ -210,20 +204,12 @@ Tensors ReferenceReplay<S>::Impl::run(int l, const std::string& op, const Tensor
       if (idx.data()[i] < -1 || idx.data()[i] >= cache.rows())
         throw InputError("op replay of attn_latent_out: indexer_topk entry " + std::to_string(idx.data()[i]) + " is outside the " +
                          std::to_string(cache.rows()) + "-row cache");
-    Mat<S> olat(T, H * dl);
-    for (int64_t s = 0; s < T; ++s) {
-      Mat<S> qs = Eigen::Map<const Mat<S>>(qabs.row(s).data(), H, dl + R);
-      Mat<S> o = ref::sparse_mla_absorbed<S>(qs, cache, idx.row(s).data(), idx.cols(), dl, scale);
-      olat.row(s) = Eigen::Map<const Vec<S>>(o.data(), H * dl).transpose();
-    }
-    out[op] = host(olat, {T, H, dl});
+    out[op] = host(ref::sparse_mla_absorbed_rows<S>(qabs, cache, idx, dl, scale), {T, H, dl});
   } else if (op == op::kAttnVOut) {
     Mat<S> olat = M(op::kAttnLatentOut, H * dl);
     const auto& vb = W.per_head(blk(l, wname::kVB));
     if (static_cast<int64_t>(vb.size()) != H) throw InputError(f.path() + ": attn_v_b head count differs from the config");
-    Mat<S> o(olat.rows(), H * dv);
-    for (int64_t h = 0; h < H; ++h) o.middleCols(h * dv, dv) = olat.middleCols(h * dl, dl) * vb[h].transpose();
-    out[op] = host(o, {olat.rows(), H, dv});
+    out[op] = host(ref::apply_v_up_rows<S>(olat, vb), {olat.rows(), H, dv});
   } else if (op == op::kAttnOut) {
     Mat<S> v = M(op::kAttnVOut, H * dv);
     out[op] = host(ref::linear<S>(v, W.mat(blk(l, wname::kAttnOut))), {v.rows(), E});
@@ -244,7 +230,8 @@ Tensors ReferenceReplay<S>::Impl::run(int l, const std::string& op, const Tensor
     out[op::kRouterWeights] = host(r.weights, {r.weights.rows(), U});
     out[op::kRouterTopkGap] = host_vec(r.gap);
   } else if (op == op::kExpertOut) {
-    // Each used expert once over its tokens (as moe_forward), written to its (token, slot).
+    // moe_ffn's expert_out (each used expert once over its tokens, written to its (token, slot)); its
+    // mixture is mlp_out's op, not this one's, so the weights it is given do not matter: zeros.
     Mat<S> y = M(op::kFfnNormOut, E);
     MatI ids = to_mati(input(in, op::kRouterIds, U, op));
     const int64_t T = y.rows();
@@ -252,19 +239,12 @@ Tensors ReferenceReplay<S>::Impl::run(int l, const std::string& op, const Tensor
     for (Eigen::Index i = 0; i < ids.size(); ++i)
       if (ids.data()[i] < 0 || ids.data()[i] >= X)
         throw InputError("op replay of expert_out: router_ids entry " + std::to_string(ids.data()[i]) + " is not an expert id");
-    Mat<S> eo = Mat<S>::Zero(T, U * E);
-    for (int64_t e = 0; e < X; ++e) {
-      std::vector<std::pair<int64_t, int64_t>> rows;  // (token, slot)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t j = 0; j < U; ++j)
-          if (ids(t, j) == e) rows.emplace_back(t, j);
-      if (rows.empty()) continue;
+    const ref::ExpertSource<S> expert = [&](int64_t e) {
       const ref::ExpertWeights<S>& ew = W.expert(l, e);
-      Mat<S> xe(static_cast<Eigen::Index>(rows.size()), E);
-      for (size_t i = 0; i < rows.size(); ++i) xe.row(i) = y.row(rows[i].first);
-      Mat<S> ye = ref::swiglu_mlp<S>(xe, ew.gate, ew.up, ew.down);
-      for (size_t i = 0; i < rows.size(); ++i) eo.row(rows[i].first).segment(rows[i].second * E, E) = ye.row(i);
-    }
+      return ref::ExpertRef<S>{ew.gate, ew.up, ew.down};
+    };
+    Mat<S> eo;
+    ref::moe_ffn<S>(y, ids, Mat<S>::Zero(T, U), expert, nullptr, &eo);
     out[op] = host(eo, {T, U, E});
   } else if (op == op::kSharedExpertOut) {
     Mat<S> y = M(op::kFfnNormOut, E);
