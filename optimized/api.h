@@ -195,6 +195,9 @@ struct SparseMlaArgs {
   float* out = nullptr;
   const int32_t* row_base = nullptr;
   int heads_per_cta = 0;
+  // Plan (heads per CTA, automatic split) as for a call of this many queries (0 = T): a batched decode
+  // passes 1, so that each query is computed exactly as when it runs alone, whatever the batch.
+  int64_t plan_queries = 0;
 };
 void sparse_mla(const SparseMlaArgs& a);
 // out_v [T, H, v] = per head W_UV[h] (v x d_v, type t, ggml blocks, head stride in bytes) times latent [T, H, d_v].
@@ -215,6 +218,17 @@ MLACONF_HD inline uint16_t pattern_half_bits(uint64_t seed, int64_t row, int64_t
 }
 // d_x [rows, cols] f16 = pattern_half_bits(seed, r, c).
 void fill_pattern_f16(uint16_t* d_x, int64_t rows, int64_t cols, uint64_t seed);
+
+// ---- the paged latent cache of batched decode (optimized/paged.cu) -----------------------------------
+// dst [rows of d halves] row rows[t] = fp16(src [T, d] row t) (round to nearest even, as to_half).
+void to_half_rows(const float* d_src, int64_t T, int64_t d, const int32_t* d_rows, uint16_t* d_dst);
+// In place, idx [T, K]: a position p >= 0 of row t's sequence becomes its absolute cache row
+// tab[row_tab[t] * max_pages + p / page_rows] * page_rows + p % page_rows; -1 (and a position past
+// the table, or an unmapped page -1) stays / becomes -1. The order of each list is kept.
+void paged_rows(int32_t* d_idx, int64_t T, int64_t K, const int32_t* d_row_tab, const int32_t* d_tab, int64_t max_pages,
+                int64_t page_rows);
+// d_x [rows, cols] f32 = the values of pattern_half_bits(seed, r, c) (benchmark contexts).
+void fill_pattern_f32(float* d_x, int64_t rows, int64_t cols, uint64_t seed);
 
 // ---- DSA lightning indexer (optimized/indexer.cu) ------------------------------------------------
 // scores [T, L] f32: sum_h w[t,h] * relu(q[t,h] . k[s]) for s <= q_pos[t], -inf above.

@@ -18,15 +18,16 @@ namespace {
 
 constexpr int kGemvThreads = 256;
 
-// grid (ceil(rows/8), batch). W_b = w + (b % w_count) * w_stride bytes.
+// grid (ceil(rows/8), batch), or (batch, ceil(rows/8)) when batch_major. W_b = w + (b % w_count) * w_stride bytes.
 __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(int type, const uint8_t* __restrict__ w, int64_t n_rows,
                                                             int64_t ncols, int64_t row_bytes, int bs, int ts,
                                                             int64_t w_count, int64_t w_stride, const int32_t* __restrict__ ids,
                                                             const float* __restrict__ x,
-                                                            int64_t x_stride, float* __restrict__ y, int64_t y_stride) {
+                                                            int64_t x_stride, float* __restrict__ y, int64_t y_stride,
+                                                            bool batch_major) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t row = (int64_t)blockIdx.x * (kGemvThreads / 32) + warp;
-  const int64_t b = blockIdx.y;
+  const int64_t row = (int64_t)(batch_major ? blockIdx.y : blockIdx.x) * (kGemvThreads / 32) + warp;
+  const int64_t b = batch_major ? blockIdx.x : blockIdx.y;
   if (row >= n_rows) return;
   const IqGrids g = device_grids();
   const uint8_t* wr = w + (ids ? (int64_t)ids[b] : b % w_count) * w_stride + row * row_bytes;
@@ -52,7 +53,9 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(int type, const uint
 // same 16 bytes of x (one broadcast) while each streams its own row's 144-byte block with nine 16-byte
 // loads. Each sub-block of 32 values contributes d*sc * sum(q x) - dmin*m * sum(x); the sums of x per
 // sub-block are computed once per CTA into shared memory. Nibbles become floats exactly by the
-// 2^23 trick (byte in the mantissa of 2^23, minus 2^23). Matrix b of the batch is ids[b] (or b).
+// 2^23 trick (byte in the mantissa of 2^23, minus 2^23). Matrix b of the batch is ids[b] (or b % w_count).
+// batch_major: grid (batch, row blocks), so that the CTAs of one row block over the whole batch run
+// together and its weights come from L2 after the first (batched decode); the arithmetic is the same.
 constexpr int kQ4Threads = 256;
 constexpr int kQ4MaxSub = 4096;  // sub-blocks of x in shared memory: ncols <= 131072
 
@@ -62,18 +65,18 @@ __device__ __forceinline__ float nib(uint32_t word, int byte) {
 
 template <int R>
 __global__ void __launch_bounds__(kQ4Threads) gemv_q4k_kernel(const uint8_t* __restrict__ w, int64_t n_rows, int nb,
-                                                              const int32_t* __restrict__ ids, int64_t mat_stride,
+                                                              const int32_t* __restrict__ ids, int64_t w_count, int64_t mat_stride,
                                                               const float* __restrict__ x, int64_t x_stride,
-                                                              float* __restrict__ y, int64_t y_stride) {
+                                                              float* __restrict__ y, int64_t y_stride, bool batch_major) {
   __shared__ float sumx[kQ4MaxSub];
   __shared__ float red[kQ4Threads];
   const int tid = threadIdx.x;
-  const int64_t b = blockIdx.y;
-  const int64_t mat = ids ? (int64_t)ids[b] : b;
+  const int64_t b = batch_major ? blockIdx.x : blockIdx.y;
+  const int64_t mat = ids ? (int64_t)ids[b] : b % w_count;
   const float* xb = x + b * x_stride;
   const int64_t row_bytes_ = (int64_t)nb * 144;
   const int r = tid % R;
-  const int64_t row = (int64_t)blockIdx.x * R + r;
+  const int64_t row = (int64_t)(batch_major ? blockIdx.y : blockIdx.x) * R + r;
   // Issue the first block's loads before the x pre-pass, so they are in flight during it.
   const uint4* wr = reinterpret_cast<const uint4*>(w + mat * mat_stride + min(row, n_rows - 1) * row_bytes_);
   int blk = tid / R;
@@ -146,21 +149,27 @@ __global__ void __launch_bounds__(kQ4Threads) gemv_q4k_kernel(const uint8_t* __r
 
 
 // True when the Q4_K kernel ran (16-byte aligned weights and x, x rows a multiple of 4 floats).
-bool gemv_q4k(const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_ids, int64_t mat_stride, const float* d_x,
-              int64_t x_stride, float* d_y, int64_t y_stride, int64_t batch) {
+bool gemv_q4k(const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_ids, int64_t w_count, int64_t mat_stride,
+              const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride, int64_t batch) {
   const int64_t nb = ncols / 256;
   if (nb * 8 > kQ4MaxSub || (reinterpret_cast<uintptr_t>(d_w) % 16) || mat_stride % 16 ||
       (reinterpret_cast<uintptr_t>(d_x) % 16) || x_stride % 4 || batch > 65535)
     return false;
-  // The most rows per CTA (x pre-pass amortised) that still gives every SM two CTAs.
+  // The most rows per CTA (x pre-pass amortised) that still gives every SM two CTAs, chosen from the
+  // matrix alone: R sets the order of each row's sums, so a row's result must not depend on the batch
+  // (batched decode gives each sequence the bits of decoding it alone).
   const int64_t want = 2 * (int64_t)device_sm_count();
   const uint8_t* w = static_cast<const uint8_t*>(d_w);
-  if (ceil_div(n_rows, 32) * batch >= want) {
-    gemv_q4k_kernel<32><<<dim3(ceil_div(n_rows, 32), (unsigned)batch), kQ4Threads>>>(w, n_rows, (int)nb, d_ids, mat_stride, d_x, x_stride, d_y, y_stride);
-  } else if (ceil_div(n_rows, 16) * batch >= want) {
-    gemv_q4k_kernel<16><<<dim3(ceil_div(n_rows, 16), (unsigned)batch), kQ4Threads>>>(w, n_rows, (int)nb, d_ids, mat_stride, d_x, x_stride, d_y, y_stride);
+  const int R = ceil_div(n_rows, 32) >= want ? 32 : ceil_div(n_rows, 16) >= want ? 16 : 8;
+  const unsigned blocks = ceil_div(n_rows, R);
+  const bool bm = blocks <= 65535;  // batch-major grid where the row blocks fit grid.y
+  const dim3 grid = bm ? dim3((unsigned)batch, blocks) : dim3(blocks, (unsigned)batch);
+  if (R == 32) {
+    gemv_q4k_kernel<32><<<grid, kQ4Threads>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride, d_y, y_stride, bm);
+  } else if (R == 16) {
+    gemv_q4k_kernel<16><<<grid, kQ4Threads>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride, d_y, y_stride, bm);
   } else {
-    gemv_q4k_kernel<8><<<dim3(ceil_div(n_rows, 8), (unsigned)batch), kQ4Threads>>>(w, n_rows, (int)nb, d_ids, mat_stride, d_x, x_stride, d_y, y_stride);
+    gemv_q4k_kernel<8><<<grid, kQ4Threads>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride, d_y, y_stride, bm);
   }
   MLACONF_CUDA_LAUNCH_CHECK("gemv_q4k_kernel");
   return true;
@@ -186,13 +195,15 @@ void gemv_impl(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const
   // The negative control "gemv-drop-tail": a grid sized by n_rows / 8 instead of ceil(n_rows / 8).
   if (active_fault() == Fault::GemvDropTail) n_rows -= n_rows % 8;
   if (n_rows == 0) return;
-  // Q4_K: the vectorised kernel (a per-head batch, b % w_count with w_count < batch, stays generic).
-  if (t == GgmlType::Q4_K && (d_ids || w_count == batch) &&
-      gemv_q4k(d_w, n_rows, ncols, d_ids, w_stride, d_x, x_stride, d_y, y_stride, batch))
+  // Q4_K: the vectorised kernel, for every batch shape (one kernel whatever the batch: batched decode
+  // needs each row's bits independent of it).
+  if (t == GgmlType::Q4_K && gemv_q4k(d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch))
     return;
-  dim3 grid(ceil_div(n_rows, kGemvThreads / 32), (unsigned)batch);
+  const unsigned blocks = ceil_div(n_rows, kGemvThreads / 32);
+  const bool bm = blocks <= 65535;  // batch-major grid (weights shared by the batch come from L2)
+  const dim3 grid = bm ? dim3((unsigned)batch, blocks) : dim3(blocks, (unsigned)batch);
   gemv_kernel<<<grid, kGemvThreads>>>((int)t, static_cast<const uint8_t*>(d_w), n_rows, ncols, rb, (int)tr.block_size,
-                                      (int)tr.type_size, w_count, w_stride, d_ids, d_x, x_stride, d_y, y_stride);
+                                      (int)tr.type_size, w_count, w_stride, d_ids, d_x, x_stride, d_y, y_stride, bm);
   MLACONF_CUDA_LAUNCH_CHECK("gemv_kernel");
 }
 

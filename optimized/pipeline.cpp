@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <utility>
 
 #include "core/error.h"
 #include "core/memory_plan.h"
@@ -54,6 +55,31 @@ struct Pipeline::Impl {
   std::map<int64_t, std::vector<int32_t>> own_tie;   // its tie flags and gaps (when the trace wants them)
   std::map<int64_t, std::vector<double>> own_gap;
 
+  // ---- Batched decode (PipelineOptions::max_seqs > 0). A sequence slot owns pages of the shared,
+  // paged latent cache `pool` (one per layer, the same page table for every layer) and its own region
+  // [ctx, Di] of the indexer keys `skeys`.
+  struct Seq {
+    bool open = false;
+    int64_t len = 0;
+    std::vector<int32_t> pages;  // page i holds positions i * page_rows .. (i + 1) * page_rows - 1
+  };
+  std::vector<Seq> seqs;
+  std::vector<int32_t> free_pages;  // a stack: the next page handed out is back()
+  int64_t page_rows = 0, max_pages = 0, pool_rows = 0;
+  std::vector<DeviceBuffer> pool;   // per layer [pool_rows, kv_lora+rope] f16, on the layer's device
+  std::vector<DeviceBuffer> skeys;  // per full layer [max_seqs, ctx, Di] f32
+  // The rows of a pass over sequences (null in forward()): what layer() needs to place them.
+  struct SeqRows {
+    std::vector<int> slot;       // per row: its sequence
+    std::vector<int32_t> pos;    // per row: its position in that sequence
+    std::vector<std::pair<int64_t, int64_t>> groups;  // [begin, end): rows of one sequence, consecutive positions
+    int64_t plan_queries = 0;    // sparse MLA's plan (1: each row as when it runs alone; 0: the pass's rows)
+    // Per stage, on its device: each row's latent cache row and key row, its group, the groups' page tables.
+    std::vector<DeviceBuffer> lat_rows, key_rows, row_tab, tab;
+  };
+  const SeqRows* sr = nullptr;
+  bool all_gemv = false;  // decode steps: every product by the fused GEMV, whatever the number of rows
+
   Impl(const GgufFile& file, const ModelConfig& cfg, PipelineOptions o) : f(file), c(cfg), opt(o) {}
 
   const DevTensor& W(const std::string& name) const {
@@ -69,7 +95,7 @@ struct Pipeline::Impl {
   void linear(const DevTensor& t, const float* x, int64_t T, float* y, int64_t expert = -1, bool fp32 = false) {
     if (T == 0) return;
     const uint8_t* base = t.buf.as<uint8_t>() + (expert >= 0 ? expert * t.ne1 * t.row_bytes : 0);
-    if (T <= opt.gemv_max_tokens || t.type == GgmlType::F32) {
+    if (T <= opt.gemv_max_tokens || all_gemv || t.type == GgmlType::F32) {
       gemv(t.type, base, t.ne1, t.ne0, x, y, T, 0, t.ne0, t.ne1);  // F32 weights (the router) stay in fp32
       return;
     }
@@ -191,6 +217,33 @@ struct Pipeline::Impl {
   void layer(int64_t l, float* h, int64_t T, const int32_t* d_pos, std::vector<DeviceBuffer>& topk_by_layer);
   void moe(int64_t l, const float* y, int64_t T, float* out);
   void record_topk_extras(int64_t l, const float* d_scores, int64_t T, int64_t Lkv, int64_t K);
+  void check_ids(std::span<const int32_t> ids) const;
+  std::vector<float> run_pass(std::span<const int32_t> ids, const std::vector<int32_t>& pos);
+
+  // ---- batched decode: slots, pages, and a pass over rows of sequences
+  void require_batched() const {
+    if (seqs.empty()) throw InputError("batched decode needs PipelineOptions::max_seqs > 0");
+  }
+  const Seq& open_seq(int s) const {
+    require_batched();
+    if (s < 0 || s >= (int)seqs.size() || !seqs[(size_t)s].open)
+      throw InputError("sequence " + std::to_string(s) + " is not open");
+    return seqs[(size_t)s];
+  }
+  Seq& open_seq(int s) { return const_cast<Seq&>(std::as_const(*this).open_seq(s)); }
+  // Gives sequence s the pages for positions up to `len` - 1 (InputError when the pool is exhausted).
+  void grow(Seq& q, int64_t len) {
+    while ((int64_t)q.pages.size() * page_rows < len) {
+      if (free_pages.empty())
+        throw InputError("the paged latent cache is full (" + std::to_string(pool_rows / page_rows) + " pages of " +
+                         std::to_string(page_rows) + " rows; PipelineOptions::pool_pages)");
+      q.pages.push_back(free_pages.back());
+      free_pages.pop_back();
+    }
+  }
+  int64_t cache_row(const Seq& q, int64_t p) const { return (int64_t)q.pages[(size_t)(p / page_rows)] * page_rows + p % page_rows; }
+  // Runs rows r (filled: slot, pos, groups, plan) over their sequences and advances them. all_gemv: decode.
+  std::vector<float> seq_pass(std::span<const int32_t> ids, SeqRows& r, bool gemv_only);
 
   // ---- The ops of one layer. Each is one piece of logic, used by layer() / moe() in a forward pass and by
   // replay() on a fixture's inputs: fp32 device buffers of T rows, d_pos [T] the rows' positions.
@@ -241,15 +294,35 @@ struct Pipeline::Impl {
   // scores [T, Lkv]; scales wts (the unscaled indexer_weights [T, Hi]) in place by (Hi Di)^-1/2 first.
   void indexer_score_rows(const float* qi, const float* keys, float* wts, const int32_t* d_pos, int64_t T, int64_t Lkv, float* scores) {
     const int64_t Hi = c.indexer_n_head, Di = c.indexer_head_size;
-    scale_inplace(wts, T * Hi, (float)(1.0 / std::sqrt((double)Hi * (double)Di)));
+    scale_indexer_weights(wts, T);
     indexer_scores_f32(qi, keys, wts, d_pos, T, Hi, Di, Lkv, scores);
+  }
+  void scale_indexer_weights(float* wts, int64_t T) {
+    const int64_t Hi = c.indexer_n_head, Di = c.indexer_head_size;
+    scale_inplace(wts, T * Hi, (float)(1.0 / std::sqrt((double)Hi * (double)Di)));
+  }
+  // The indexer of a pass over sequences: each group's rows score their own sequence's keys (exactly the
+  // call forward() makes for that sequence alone), top-k positions, then absolute rows of the pool.
+  void indexer_select_seq(int64_t l, const float* qi, float* wts, const int32_t* d_pos, int64_t T, int32_t* top) {
+    const int64_t Hi = c.indexer_n_head, Di = c.indexer_head_size, K = c.indexer_top_k;
+    scale_indexer_weights(wts, T);
+    int64_t cells = 0;
+    for (const auto& [b, e] : sr->groups) cells = std::max<int64_t>(cells, (e - b) * (sr->pos[(size_t)e - 1] + 1));
+    auto scores = fbuf(cells);
+    for (const auto& [b, e] : sr->groups) {
+      const int64_t Lg = sr->pos[(size_t)e - 1] + 1;  // the sequence's keys 0 .. its last row's position
+      const float* keys = skeys[l].as<float>() + (int64_t)sr->slot[(size_t)b] * ctx * Di;
+      indexer_scores_f32(qi + b * Hi * Di, keys, wts + b * Hi, d_pos + b, e - b, Hi, Di, Lg, scores.as<float>());
+      topk_rows(scores.as<float>(), e - b, Lg, K, top + b * K);
+    }
+    paged_rows(top, T, K, sr->row_tab[(size_t)cur].as<int32_t>(), sr->tab[(size_t)cur].as<int32_t>(), max_pages, page_rows);
   }
   // Per row of host scores [T, Lkv]: 1 when the k-th and (k+1)-th finite scores are equal, and their gap.
   static void topk_extras(const std::vector<float>& s, int64_t T, int64_t Lkv, int64_t K, std::vector<int32_t>& tie,
                           std::vector<double>& gap);
   // Sparse MLA of T fp16 absorbed queries over Lkv fp16 cache rows, limited to idx [T, top_k] -> att [T, H, kv_lora].
   void attend(const uint16_t* qabs_h, const uint16_t* cache_h, int64_t Lkv, const int32_t* idx, const int32_t* d_pos, int64_t T,
-              float* att) {
+              float* att, int64_t plan_queries = 0) {
     SparseMlaArgs a;
     a.q = qabs_h;
     a.cache = cache_h;
@@ -259,6 +332,7 @@ struct Pipeline::Impl {
     a.T = T, a.H = c.n_head, a.d_qk = c.latent_dim(), a.d_v = c.kv_lora_rank, a.top_k = c.indexer_top_k;
     a.scale = (float)attn_scale;
     a.out = att;
+    a.plan_queries = plan_queries;
     sparse_mla(a);
   }
   void v_up(int64_t l, const float* att, int64_t T, float* vout) {
@@ -381,7 +455,10 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
     rec(l, op::kKPeRope, tmp.as<float>(), {T, R});
   }
   done(l, op::kLatentCache, lat.as<float>(), {T, dlat});
-  to_half(lat.as<float>(), T * dlat, latent[l].as<uint16_t>() + n_past * dlat);
+  if (sr)  // a pass over sequences: each row to its page of the shared pool
+    to_half_rows(lat.as<float>(), T, dlat, sr->lat_rows[(size_t)cur].as<int32_t>(), pool[l].as<uint16_t>());
+  else
+    to_half(lat.as<float>(), T * dlat, latent[l].as<uint16_t>() + n_past * dlat);
 
   // Absorbed query [W_UK^T q_nope | q_pe], per head.
   auto qabs = fbuf(T * H * dlat);
@@ -401,29 +478,36 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
     auto ki = fbuf(T * Di);
     indexer_k(l, x.as<float>(), T, d_pos, ki.as<float>());
     done(l, op::kIndexerK, ki.as<float>(), {T, Di});
-    copy2d(ikeys[l].as<float>() + n_past * Di, Di * 4, ki.get(), Di * 4, Di * 4, T);
+    if (sr)  // each row's key to its sequence's region
+      scatter_rows(ki.as<float>(), Di, sr->key_rows[(size_t)cur].as<int32_t>(), T, Di, skeys[l].as<float>(), Di);
+    else
+      copy2d(ikeys[l].as<float>() + n_past * Di, Di * 4, ki.get(), Di * 4, Di * 4, T);
     auto wts = fbuf(T * Hi);
     indexer_weights(l, x.as<float>(), T, wts.as<float>());
     done(l, op::kIndexerWeights, wts.as<float>(), {T, Hi});
-    auto scores = fbuf(T * Lkv);
-    indexer_score_rows(qi.as<float>(), ikeys[l].as<float>(), wts.as<float>(), d_pos, T, Lkv, scores.as<float>());
-    rec(l, op::kIndexerScores, scores.as<float>(), {T, Lkv});
     topk_by_layer[l] = DeviceBuffer((size_t)T * K * 4);
-    topk_rows(scores.as<float>(), T, Lkv, K, topk_by_layer[l].as<int32_t>());
-    if (tr) {  // our own selection, kept for the layers that share it (recorded under their names too)
-      std::vector<int32_t>& top = own_topk[l];
-      top.resize(T * K);
-      copy_to_host(top.data(), topk_by_layer[l].get(), top.size() * 4);
-      if (wants(l, op::kIndexerTopk)) tr->record_i32((int)l, op::kIndexerTopk, top.data(), {T, K});
-    }
-    record_topk_extras(l, scores.as<float>(), T, Lkv, K);
-    // Forced selections replace ours for attention (ours were recorded above).
-    if (const int32_t* fk = forced ? forced->topk_of((int)l, T, K) : nullptr) {
-      for (int64_t i = 0; i < T * K; ++i)
-        if (fk[i] < -1 || fk[i] > n_past + i / K)
-          throw InputError("forced indexer_topk of layer " + std::to_string(l) + ", row " + std::to_string(i / K) + ": " +
-                           std::to_string(fk[i]) + " is not a causal key position");
-      topk_by_layer[l].upload(fk, (size_t)T * K * 4);
+    if (sr) {  // a pass over sequences (no trace, no forced decisions)
+      indexer_select_seq(l, qi.as<float>(), wts.as<float>(), d_pos, T, topk_by_layer[l].as<int32_t>());
+    } else {
+      auto scores = fbuf(T * Lkv);
+      indexer_score_rows(qi.as<float>(), ikeys[l].as<float>(), wts.as<float>(), d_pos, T, Lkv, scores.as<float>());
+      rec(l, op::kIndexerScores, scores.as<float>(), {T, Lkv});
+      topk_rows(scores.as<float>(), T, Lkv, K, topk_by_layer[l].as<int32_t>());
+      if (tr) {  // our own selection, kept for the layers that share it (recorded under their names too)
+        std::vector<int32_t>& top = own_topk[l];
+        top.resize(T * K);
+        copy_to_host(top.data(), topk_by_layer[l].get(), top.size() * 4);
+        if (wants(l, op::kIndexerTopk)) tr->record_i32((int)l, op::kIndexerTopk, top.data(), {T, K});
+      }
+      record_topk_extras(l, scores.as<float>(), T, Lkv, K);
+      // Forced selections replace ours for attention (ours were recorded above).
+      if (const int32_t* fk = forced ? forced->topk_of((int)l, T, K) : nullptr) {
+        for (int64_t i = 0; i < T * K; ++i)
+          if (fk[i] < -1 || fk[i] > n_past + i / K)
+            throw InputError("forced indexer_topk of layer " + std::to_string(l) + ", row " + std::to_string(i / K) + ": " +
+                             std::to_string(fk[i]) + " is not a causal key position");
+        topk_by_layer[l].upload(fk, (size_t)T * K * 4);
+      }
     }
   }
   const int64_t src = full ? l : c.indexer_source_layer(l);
@@ -440,7 +524,11 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
 
   // Sparse MLA over the latent cache, then W_UV and the output projection.
   auto att = fbuf(T * H * dl);
-  attend(qabs_h.as<uint16_t>(), latent[l].as<uint16_t>(), Lkv, topk_by_layer[src].as<int32_t>(), d_pos, T, att.as<float>());
+  if (sr)  // absolute rows of the shared pool
+    attend(qabs_h.as<uint16_t>(), pool[l].as<uint16_t>(), pool_rows, topk_by_layer[src].as<int32_t>(), d_pos, T, att.as<float>(),
+           sr->plan_queries);
+  else
+    attend(qabs_h.as<uint16_t>(), latent[l].as<uint16_t>(), Lkv, topk_by_layer[src].as<int32_t>(), d_pos, T, att.as<float>());
   done(l, op::kAttnLatentOut, att.as<float>(), {T, H, dl});
   const int64_t V = c.v_head();
   auto vout = fbuf(T * H * V);
@@ -609,6 +697,13 @@ Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt)
     else throw InputError("MLACONF_CUDA_PREFILL must be fp16, fp16x3 or fp32, not '" + v + "'");
   }
   if (const char* e = std::getenv("MLACONF_CUDA_GEMV_MAX_TOKENS")) m.opt.gemv_max_tokens = std::atoll(e);
+  if (const char* e = std::getenv("MLACONF_CUDA_BATCH_INVARIANT")) {
+    const std::string v = e;
+    if (v != "0" && v != "1") throw InputError("MLACONF_CUDA_BATCH_INVARIANT must be 0 or 1, not '" + v + "'");
+    m.opt.batch_invariant = v == "1";
+  }
+  if (opt.max_seqs < 0 || opt.max_seqs > 65535 || opt.page_rows < 1 || opt.pool_pages < 0)
+    throw InputError("PipelineOptions: max_seqs in [0, 65535], page_rows >= 1 and pool_pages >= 0");
   m.ctx = std::min<int64_t>(opt.max_ctx, c.n_ctx_train > 0 ? c.n_ctx_train : opt.max_ctx);
   m.attn_scale = 1.0 / std::sqrt((double)c.qk_head());
   DeviceScope keep(current_device());  // the constructor leaves the caller's device current
@@ -619,6 +714,23 @@ Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt)
     m.latent.emplace_back((size_t)m.ctx * c.latent_dim() * 2);
     const bool full = l < (int64_t)c.indexer_full.size() ? (bool)c.indexer_full[l] : true;
     m.ikeys.emplace_back(full ? (size_t)m.ctx * c.indexer_head_size * 4 : 0);
+  }
+  if (opt.max_seqs > 0) {  // batched decode: the shared paged pool and the slots' key regions
+    m.page_rows = opt.page_rows;
+    m.max_pages = (m.ctx + m.page_rows - 1) / m.page_rows;
+    const int64_t pages = opt.pool_pages > 0 ? opt.pool_pages : opt.max_seqs * m.max_pages;
+    m.pool_rows = pages * m.page_rows;
+    if (m.pool_rows > INT32_MAX || opt.max_seqs * m.ctx > INT32_MAX)
+      throw InputError("PipelineOptions: the paged cache (" + std::to_string(m.pool_rows) + " rows) and the key regions (" +
+                       std::to_string(opt.max_seqs * m.ctx) + " rows) must stay below 2^31 rows");
+    for (int64_t l = 0; l < c.n_layer_run(); ++l) {
+      DeviceScope on(m.stage_dev[(size_t)m.layer_stage[(size_t)l]]);
+      m.pool.emplace_back((size_t)m.pool_rows * c.latent_dim() * 2);
+      const bool full = l < (int64_t)c.indexer_full.size() ? (bool)c.indexer_full[l] : true;
+      m.skeys.emplace_back(full ? (size_t)opt.max_seqs * m.ctx * c.indexer_head_size * 4 : 0);
+    }
+    m.seqs.resize((size_t)opt.max_seqs);
+    for (int64_t p = pages - 1; p >= 0; --p) m.free_pages.push_back((int32_t)p);
   }
 }
 Pipeline::~Pipeline() = default;
@@ -641,23 +753,45 @@ void Pipeline::reset() { impl_->n_past = 0; }
 
 std::vector<float> Pipeline::forward(std::span<const int32_t> ids, Trace* trace, const ForcedDecisions* forced) {
   Impl& m = *impl_;
-  const ModelConfig& c = m.c;
-  const int64_t T = ids.size(), E = c.n_embd;
+  const int64_t T = ids.size();
   if (T == 0) return {};
-  for (int32_t id : ids)
-    if (id < 0 || id >= c.n_vocab) throw InputError("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(c.n_vocab));
+  m.check_ids(ids);
   if (m.n_past + T > m.ctx)
     throw InputError("context full: " + std::to_string(m.n_past) + " + " + std::to_string(T) + " tokens exceed the " +
                      std::to_string(m.ctx) + "-row caches (PipelineOptions::max_ctx)");
+  std::vector<int32_t> pos(T);
+  for (int64_t t = 0; t < T; ++t) pos[t] = (int32_t)(m.n_past + t);
   m.tr = trace;
   m.forced = forced;
+  std::vector<float> out;
+  try {
+    out = m.run_pass(ids, pos);
+  } catch (...) {
+    m.tr = nullptr;
+    m.forced = nullptr;
+    throw;
+  }
+  m.n_past += T;
+  m.tr = nullptr;
+  m.forced = nullptr;
+  return out;
+}
+
+void Pipeline::Impl::check_ids(std::span<const int32_t> ids) const {
+  for (int32_t id : ids)
+    if (id < 0 || id >= c.n_vocab) throw InputError("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(c.n_vocab));
+}
+
+// One pass of T rows at positions pos (forward(): n_past..; a pass over sequences: `sr` places them):
+// the embedding, every layer on its stage, the final norm and the head. Logits [T, vocab] on the host.
+std::vector<float> Pipeline::Impl::run_pass(std::span<const int32_t> ids, const std::vector<int32_t>& pos) {
+  Impl& m = *this;
+  const int64_t T = ids.size(), E = c.n_embd;
   m.own_topk.clear();
   m.own_tie.clear();
   m.own_gap.clear();
   DeviceScope keep(current_device());  // the pass switches devices per stage; the caller's comes back
   const int n_stages = (int)m.stage_dev.size();
-  std::vector<int32_t> pos(T);
-  for (int64_t t = 0; t < T; ++t) pos[t] = (int32_t)(m.n_past + t);
   std::vector<DeviceBuffer> d_pos;  // per stage
   for (int s = 0; s < n_stages; ++s) {
     DeviceScope on(m.stage_dev[(size_t)s]);
@@ -685,10 +819,138 @@ std::vector<float> Pipeline::forward(std::span<const int32_t> ids, Trace* trace,
   m.done(-1, op::kLogits, lg.as<float>(), {T, c.n_vocab});
   std::vector<float> out(T * c.n_vocab);
   copy_to_host(out.data(), lg.get(), out.size() * 4);
-  m.n_past += T;
-  m.tr = nullptr;
-  m.forced = nullptr;
   return out;
+}
+
+std::vector<float> Pipeline::Impl::seq_pass(std::span<const int32_t> ids, SeqRows& r, bool gemv_only) {
+  const int64_t T = ids.size();
+  check_ids(ids);
+  for (size_t t = 0; t < r.slot.size(); ++t) {
+    Seq& q = seqs[(size_t)r.slot[t]];
+    if (r.pos[t] >= ctx)
+      throw InputError("context full: sequence " + std::to_string(r.slot[t]) + " would reach " + std::to_string(r.pos[t] + 1) +
+                       " rows, beyond PipelineOptions::max_ctx " + std::to_string(ctx));
+    grow(q, r.pos[t] + 1);
+  }
+  // Host tables: each row's cache row and key row, its group; the groups' page tables (-1 padded).
+  std::vector<int32_t> lat(T), key(T), row_tab(T), tab(r.groups.size() * (size_t)max_pages, -1);
+  for (size_t g = 0; g < r.groups.size(); ++g) {
+    const Seq& q = seqs[(size_t)r.slot[(size_t)r.groups[g].first]];
+    std::copy(q.pages.begin(), q.pages.end(), tab.begin() + (int64_t)g * max_pages);
+    for (int64_t t = r.groups[g].first; t < r.groups[g].second; ++t) row_tab[(size_t)t] = (int32_t)g;
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    lat[(size_t)t] = (int32_t)cache_row(seqs[(size_t)r.slot[(size_t)t]], r.pos[(size_t)t]);
+    key[(size_t)t] = (int32_t)((int64_t)r.slot[(size_t)t] * ctx + r.pos[(size_t)t]);
+  }
+  for (int sdev : stage_dev) {
+    DeviceScope on(sdev);
+    r.lat_rows.push_back(to_device(lat));
+    r.key_rows.push_back(to_device(key));
+    r.row_tab.push_back(to_device(row_tab));
+    r.tab.push_back(to_device(tab));
+  }
+  tr = nullptr;
+  forced = nullptr;
+  sr = &r;
+  all_gemv = gemv_only;
+  std::vector<float> out;
+  try {
+    out = run_pass(ids, r.pos);
+  } catch (...) {
+    sr = nullptr;
+    all_gemv = false;
+    throw;
+  }
+  sr = nullptr;
+  all_gemv = false;
+  for (size_t t = 0; t < r.slot.size(); ++t) {
+    Seq& q = seqs[(size_t)r.slot[t]];
+    q.len = std::max<int64_t>(q.len, r.pos[t] + 1);
+  }
+  return out;
+}
+
+int Pipeline::open_sequence() {
+  Impl& m = *impl_;
+  m.require_batched();
+  for (size_t s = 0; s < m.seqs.size(); ++s)
+    if (!m.seqs[s].open) {
+      m.seqs[s] = Impl::Seq{};
+      m.seqs[s].open = true;
+      return (int)s;
+    }
+  throw InputError("all " + std::to_string(m.seqs.size()) + " sequence slots are open (PipelineOptions::max_seqs)");
+}
+
+void Pipeline::close_sequence(int seq) {
+  Impl& m = *impl_;
+  Impl::Seq& q = m.open_seq(seq);
+  for (auto it = q.pages.rbegin(); it != q.pages.rend(); ++it) m.free_pages.push_back(*it);
+  q = Impl::Seq{};
+}
+
+int64_t Pipeline::sequence_length(int seq) const { return impl_->open_seq(seq).len; }
+
+std::vector<float> Pipeline::prefill(int seq, std::span<const int32_t> ids) {
+  Impl& m = *impl_;
+  Impl::Seq& q = m.open_seq(seq);
+  const int64_t T = ids.size();
+  if (T == 0) return {};
+  Impl::SeqRows r;
+  for (int64_t t = 0; t < T; ++t) {
+    r.slot.push_back(seq);
+    r.pos.push_back((int32_t)std::min<int64_t>(q.len + t, INT32_MAX));
+  }
+  r.groups.emplace_back(0, T);
+  r.plan_queries = 0;  // as forward() plans these T rows
+  return m.seq_pass(ids, r, false);
+}
+
+std::vector<float> Pipeline::decode_step(std::span<const int> seqs, std::span<const int32_t> ids) {
+  Impl& m = *impl_;
+  m.require_batched();
+  const int64_t B = seqs.size();
+  if (B == 0 || (int64_t)ids.size() != B)
+    throw InputError("decode_step: " + std::to_string(B) + " sequences and " + std::to_string(ids.size()) + " tokens (need one each, at least one)");
+  if (B * m.c.n_head > 65535)
+    throw InputError("decode_step: " + std::to_string(B) + " sequences x " + std::to_string(m.c.n_head) +
+                     " heads exceed the 65535 per-head products of one pass");
+  std::vector<char> seen(m.seqs.size(), 0);
+  Impl::SeqRows r;
+  for (int64_t b = 0; b < B; ++b) {
+    const Impl::Seq& q = m.open_seq(seqs[(size_t)b]);
+    if (seen[(size_t)seqs[(size_t)b]]++) throw InputError("decode_step: sequence " + std::to_string(seqs[(size_t)b]) + " appears twice");
+    r.slot.push_back(seqs[(size_t)b]);
+    r.pos.push_back((int32_t)std::min<int64_t>(q.len, INT32_MAX));
+    r.groups.emplace_back(b, b + 1);
+  }
+  r.plan_queries = m.opt.batch_invariant ? 1 : 0;
+  return m.seq_pass(ids, r, true);
+}
+
+void Pipeline::append_synthetic_context(int seq, int64_t n, uint64_t seed) {
+  Impl& m = *impl_;
+  Impl::Seq& q = m.open_seq(seq);
+  if (n < 0 || q.len + n > m.ctx)
+    throw InputError("append_synthetic_context: " + std::to_string(q.len) + " + " + std::to_string(n) + " rows exceed max_ctx " +
+                     std::to_string(m.ctx));
+  m.grow(q, q.len + n);
+  const ModelConfig& c = m.c;
+  const int64_t dlat = c.latent_dim(), Di = c.indexer_head_size;
+  DeviceScope keep(current_device());
+  for (int64_t l = 0; l < c.n_layer_run(); ++l) {
+    set_device(m.stage_dev[(size_t)m.layer_stage[(size_t)l]]);
+    const uint64_t s = seed * 0x9E3779B97F4A7C15ull + (uint64_t)l;
+    for (int64_t p = q.len; p < q.len + n;) {  // run by run of one page
+      const int64_t run = std::min<int64_t>(q.len + n - p, m.page_rows - p % m.page_rows);
+      fill_pattern_f16(m.pool[(size_t)l].as<uint16_t>() + m.cache_row(q, p) * dlat, run, dlat, s + (uint64_t)p);
+      p += run;
+    }
+    if (m.skeys[(size_t)l].get())
+      fill_pattern_f32(m.skeys[(size_t)l].as<float>() + ((int64_t)seq * m.ctx + q.len) * Di, n, Di, s ^ 0x5bd1e995u);
+  }
+  q.len += n;
 }
 
 std::vector<int32_t> Pipeline::generate(std::span<const int32_t> prompt, int64_t n_new, std::vector<double>* margins,

@@ -4,6 +4,15 @@
 //   auto logits = p.forward(ids, trace);   // [T * vocab] for tokens at positions n_past()..n_past()+T-1
 //   p.reset();                             // empties the latent and indexer caches
 //
+// Batched decode, as a server runs it (PipelineOptions::max_seqs > 0): B independent sequences, each in a
+// slot with its own pages of one shared, paged latent cache per layer and its own indexer keys:
+//   int a = p.open_sequence(), b = p.open_sequence();
+//   p.prefill(a, ids_a); p.prefill(b, ids_b);                    // logits [T, vocab] of each prompt
+//   auto lg = p.decode_step(std::vector<int>{a, b}, {tok_a, tok_b});  // [2, vocab]: one token of each
+//   p.close_sequence(a);                                          // its pages go back to the pool
+// Each row's arithmetic does not depend on B or on the other sequences (PipelineOptions::batch_invariant):
+// row b of decode_step equals the logits of decoding that sequence alone, bit for bit.
+//
 // Storage: weights as ggml blocks, the latent cache [ctx, kv_lora+rope] in fp16 per layer, attention
 // queries in fp16, the residual stream in fp32; every product accumulates in fp32. The indexer (q, key
 // cache [ctx, Di], scores) stays in fp32: its top-k is decided by near-ties that fp16 rounding flips.
@@ -55,6 +64,17 @@ struct PipelineOptions {
   // devices" of one GPU): the same code path, so the split is tested on one GPU. The arithmetic of each
   // layer is unchanged, so the logits are bit-identical to the unsplit run on the same GPU.
   std::vector<int> devices;
+  // Batched decode (open_sequence / prefill / decode_step): sequence slots (0 = off: no pool is
+  // allocated), rows per page of the shared latent cache, and pages in the pool (0 = enough for every
+  // slot to reach max_ctx). A slot's indexer keys are its own region [max_ctx, Di] per full layer.
+  int64_t max_seqs = 0;
+  int64_t page_rows = 64;
+  int64_t pool_pages = 0;
+  // decode_step plans sparse MLA (heads per CTA, split of the index list) as for one query, so that each
+  // row is computed exactly as when its sequence decodes alone (forward() of one token); false: planned
+  // for the B queries (fewer, larger splits at large B; the bits then depend on B). Environment
+  // MLACONF_CUDA_BATCH_INVARIANT=0|1 overrides.
+  bool batch_invariant = true;
 };
 
 // A host tensor of op replay: row-major values, shape.
@@ -90,6 +110,20 @@ class Pipeline {
   // = top-1 minus top-2 logit of step i.
   std::vector<int32_t> generate(std::span<const int32_t> prompt, int64_t n_new, std::vector<double>* margins = nullptr,
                                 Trace* trace = nullptr);
+
+  // ---- Batched decode (needs PipelineOptions::max_seqs > 0; InputError otherwise) ----
+  // A free slot, empty; InputError when all max_seqs slots are open.
+  int open_sequence();
+  // Frees the slot and its pages (InputError for a slot that is not open).
+  void close_sequence(int seq);
+  int64_t sequence_length(int seq) const;
+  // Appends T tokens to the sequence (one pass, as forward() runs a prompt): logits [T, vocab].
+  std::vector<float> prefill(int seq, std::span<const int32_t> ids);
+  // One token for each of B distinct open sequences, in one pass: logits [B, vocab], row b for seqs[b].
+  std::vector<float> decode_step(std::span<const int> seqs, std::span<const int32_t> ids);
+  // For benchmarks: appends n positions whose latent and indexer-key rows are pattern values (no
+  // model pass), so that decode at a long context can be timed without prefilling it.
+  void append_synthetic_context(int seq, int64_t n, uint64_t seed);
 
  private:
   struct Impl;

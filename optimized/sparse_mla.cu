@@ -500,7 +500,7 @@ template <int HG>
 void launch_mma(const SparseMlaArgs& a, bool dense, int64_t entries) {
   const int sms = device_sm_count();
   const int64_t head_blocks = (a.H + 16 * HG - 1) / (16 * HG);
-  const int64_t ctas = head_blocks * a.T;
+  const int64_t ctas = head_blocks * (a.plan_queries > 0 ? a.plan_queries : a.T);  // the plan's query count
   const int64_t resident = (int64_t)sms * (HG == 4 ? 1 : 2);
   // Split only where the queries alone leave the device idle, never into more than one wave, and into
   // at most kMaxAutoSplits: each split writes a 2 KB fp32 partial per head, as many bytes as 1.8 rows.
@@ -536,7 +536,7 @@ void launch_mma(const SparseMlaArgs& a, bool dense, int64_t entries) {
     p.m_part = static_cast<float*>(scratch(1, n_part * 4));
     p.l_part = static_cast<float*>(scratch(2, n_part * 4));
     p.fused_merge = n_splits <= kFusedMaxSplits;
-    if (p.fused_merge) p.tickets = tickets((size_t)ctas);
+    if (p.fused_merge) p.tickets = tickets((size_t)(head_blocks * a.T));  // one per (query, head block) launched
   }
   constexpr size_t smem = mma_smem_bytes<HG>();
   static_assert(smem <= 99 * 1024, "sparse MLA tile must fit sm_120's 99 KB");
@@ -575,13 +575,14 @@ void sparse_mla(const SparseMlaArgs& a) {
     // 64 heads per CTA (each row read once per query) once the queries alone fill a quarter of the
     // device; below that, 16-head CTAs and a finer split keep every SM busy (rows re-read from L2).
     int hpc = a.heads_per_cta;
-    if (hpc == 0) hpc = (a.H > 16 && a.T * ((a.H + 63) / 64) * 4 >= device_sm_count()) ? 64 : 16;
+    const int64_t plan_T = a.plan_queries > 0 ? a.plan_queries : a.T;
+    if (hpc == 0) hpc = (a.H > 16 && plan_T * ((a.H + 63) / 64) * 4 >= device_sm_count()) ? 64 : 16;
     if (hpc == 64) launch_mma<4>(a, dense, entries);
     else launch_mma<1>(a, dense, entries);
     return;
   }
   // Automatic split: enough CTAs to fill the device about twice (132 SMs on an H200).
-  const int64_t ctas = ((a.H + kHeads - 1) / kHeads) * a.T;
+  const int64_t ctas = ((a.H + kHeads - 1) / kHeads) * (a.plan_queries > 0 ? a.plan_queries : a.T);
   int64_t split = a.split > 0 ? a.split : std::max<int64_t>(kRows, (entries + std::max<int64_t>(1, 264 / ctas) - 1) / std::max<int64_t>(1, 264 / ctas));
   split = ((split + kRows - 1) / kRows) * kRows;
   const int n_splits = entries == 0 ? 1 : (int)((entries + split - 1) / split);

@@ -3,13 +3,24 @@
 //   mlaconf bench --model M.gguf [--backend reference|cuda] [--precision f32|f64]
 //                 [--prompt-tokens 128] [--decode-steps 32] [--seed 1] [--no-warmup] [--json]
 //                 [--devices 0,1,...]   (cuda: layer split, tools/cli_devices.h)
+//                 [--batch 1,8,32,64 [--context N] [--floor-gbs 4229]]   (cuda: batched decode)
 //
 // Feeds --prompt-tokens seeded random ids as one prefill, then --decode-steps greedy steps of one
 // token each, and reports wall time and tokens/s for both phases. By default a warm-up pass (the same
 // prefill, then reset) runs first, so the timed prefill excludes one-time work: the reference's lazy
 // dequantization on first use, the pipeline's uploads. A timing, not a check: it always exits 0 when it
 // ran, 2 for bad input, 3 where the backend is not supported here.
+//
+// --batch B1,B2,...: batched decode (cuda::Pipeline's sequence API), for each B in turn: B sequences,
+// each given --context rows of synthetic cache (pattern values: decode at a long context without
+// prefilling it) and a prefill of --prompt-tokens seeded random ids, then --decode-steps steps of all B
+// together (one token each, greedy). Reports decode tokens/s (B x steps / time) and the latency of one
+// step, with a floor: the bytes a step must read (every weight once, the experts B tokens pick under
+// uniform routing, each sequence's top-k latent rows and indexer keys) at --floor-gbs. The overflow
+// check is off in this mode (a server does not scan every op).
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -24,6 +35,9 @@
 #include "tools/cli_devices.h"
 #include "tools/command.h"
 #include "tools/validate.h"
+#ifdef MLACONF_HAVE_CUDA
+#include "optimized/pipeline.h"
+#endif
 
 namespace mlaconf::cli {
 namespace {
@@ -39,10 +53,136 @@ struct BenchArgs {
   bool no_warmup = false;
   bool json = false;
   std::string devices;  // layer split (cuda)
+  std::string batch;    // batched decode: list of B (cuda)
+  int64_t context = 0;  // synthetic context rows per sequence (--batch)
+  double floor_gbs = 4229;  // bandwidth of the floor (the H200's copy bandwidth measured in docs/PERF_H200.md)
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Bytes one decode step of B sequences at context L must read: weights once (experts: the expected
+// number of distinct ones B tokens pick, uniform routing), plus per sequence and layer its top-k latent
+// rows (fp16) and, on full indexer layers, all L indexer keys (fp32).
+struct StepBytes {
+  double weights = 0, cache = 0;
+};
+StepBytes step_bytes(const GgufFile& f, const ModelConfig& c, int64_t B, int64_t L) {
+  StepBytes s;
+  const double n = (double)c.n_expert, k = (double)c.n_expert_used;
+  const double used = n > 0 ? n * (1.0 - std::pow(1.0 - k / n, (double)B)) : 0;
+  for (const TensorInfo& t : f.tensors()) {
+    const std::string& nm = t.name;
+    if (nm.rfind("blk.", 0) == 0 && std::stoll(nm.substr(4)) >= c.n_layer_run()) continue;  // nextn layers do not run
+    if (nm == "token_embd.weight") s.weights += (double)B * (double)t.nbytes / (double)t.ne[1];
+    else if (nm.find("_exps") != std::string::npos && n > 0) s.weights += used * (double)t.nbytes / n;
+    else s.weights += (double)t.nbytes;
+  }
+  for (int64_t l = 0; l < c.n_layer_run(); ++l) {
+    const bool full = l < (int64_t)c.indexer_full.size() ? (bool)c.indexer_full[l] : true;
+    s.cache += (double)B * (double)std::min<int64_t>(c.indexer_top_k, L) * (double)c.latent_dim() * 2;
+    if (full) s.cache += (double)B * (double)L * (double)c.indexer_head_size * 4;
+  }
+  return s;
+}
+
+void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c, const std::vector<int>& devices) {
+  std::vector<int64_t> batches;
+  for (const std::string& x : split_list(a.batch)) {
+    int64_t v = 0;
+    try {
+      size_t used = 0;
+      v = std::stoll(x, &used);
+      if (used != x.size()) throw std::invalid_argument(x);
+    } catch (const std::exception&) {
+      throw InputError("bench: --batch must be a list of positive integers, not '" + a.batch + "'");
+    }
+    if (v < 1 || v > 4096) throw InputError("bench: --batch entries must be in [1, 4096], not " + x);
+    batches.push_back(v);
+  }
+  if (batches.empty()) throw InputError("bench: --batch is empty");
+  if (a.context < 0) throw InputError("bench: --context must be >= 0");
+  if (!(a.floor_gbs > 0)) throw InputError("bench: --floor-gbs must be > 0");
+#ifndef MLACONF_HAVE_CUDA
+  (void)f, (void)c, (void)devices;
+  throw NotSupported("bench --batch: built without CUDA (configure with -DMLACONF_CUDA=ON and nvcc)");
+#else
+  std::string why;
+  if (!cuda::cuda_available(&why)) throw NotSupported("bench --batch: " + why);
+  const int64_t ctx = a.context + a.prompt_tokens + a.decode_steps + 1;
+  if (ctx > c.n_ctx_train)
+    throw InputError("bench: " + std::to_string(ctx) + " rows exceed the model's context " + std::to_string(c.n_ctx_train));
+  cuda::PipelineOptions o;
+  o.max_ctx = ctx;
+  o.devices = devices;
+  o.overflow_check = false;
+  o.max_seqs = *std::max_element(batches.begin(), batches.end());
+  cuda::Pipeline p(f, c, o);
+  std::mt19937_64 rng(a.seed);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(c.n_vocab - 1));
+  Json rows = Json::array();
+  if (!a.json) {
+    std::printf("backend   cuda%s, batched decode (overflow check off, batch-invariant plan %s)\nmodel     %s\n",
+                p.split_summary().empty() ? "" : (" (" + p.split_summary() + ")").c_str(),
+                std::getenv("MLACONF_CUDA_BATCH_INVARIANT") && std::string(std::getenv("MLACONF_CUDA_BATCH_INVARIANT")) == "0" ? "off" : "on",
+                a.model.c_str());
+    std::printf("context   %lld synthetic rows + %lld prompt tokens per sequence, %lld decode steps; floor at %.0f GB/s\n",
+                (long long)a.context, (long long)a.prompt_tokens, (long long)a.decode_steps, a.floor_gbs);
+    std::printf("%6s %10s %12s %12s %10s %12s %12s %8s\n", "batch", "prefill_s", "decode_tok/s", "step_ms", "warm_ms",
+                "floor_ms", "floor_tok/s", "floor%");
+  }
+  for (int64_t B : batches) {
+    std::vector<int> seqs;
+    std::vector<int32_t> next((size_t)B);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int64_t b = 0; b < B; ++b) {
+      const int s = p.open_sequence();
+      seqs.push_back(s);
+      if (a.context > 0) p.append_synthetic_context(s, a.context, a.seed + (uint64_t)b);
+      std::vector<int32_t> prompt((size_t)a.prompt_tokens);
+      for (auto& t : prompt) t = pick(rng);
+      std::vector<float> lg = p.prefill(s, prompt);
+      std::vector<double> last(lg.end() - c.n_vocab, lg.end());
+      next[(size_t)b] = argmax_lower(last);
+    }
+    const double prefill_s = seconds_since(t0);
+    auto step = [&] {
+      std::vector<float> lg = p.decode_step(seqs, next);
+      for (int64_t b = 0; b < B; ++b) next[(size_t)b] = argmax_lower(std::vector<double>(lg.begin() + b * c.n_vocab, lg.begin() + (b + 1) * c.n_vocab));
+    };
+    double warm_s = 0;
+    if (a.decode_steps > 0) {  // the first step allocates the kernels' scratch: timed apart
+      t0 = std::chrono::steady_clock::now();
+      step();
+      warm_s = seconds_since(t0);
+    }
+    t0 = std::chrono::steady_clock::now();
+    for (int64_t st = 1; st < a.decode_steps; ++st) step();
+    const double decode_s = seconds_since(t0);
+    const int64_t timed = std::max<int64_t>(a.decode_steps - 1, 0);
+    const double tps = timed > 0 ? (double)(B * timed) / decode_s : 0.0;
+    const double step_ms = timed > 0 ? 1e3 * decode_s / (double)timed : 0.0;
+    const StepBytes sb = step_bytes(f, c, B, a.context + a.prompt_tokens + a.decode_steps / 2);
+    const double floor_ms = 1e3 * (sb.weights + sb.cache) / (a.floor_gbs * 1e9);
+    const double floor_tps = 1e3 * (double)B / floor_ms;
+    for (int s : seqs) p.close_sequence(s);
+    rows.push_back(Json{{"batch", B}, {"prefill_s", prefill_s}, {"warm_step_s", warm_s}, {"decode_steps_timed", timed},
+                        {"decode_s", decode_s}, {"decode_tokens_per_s", tps}, {"step_ms", step_ms},
+                        {"weight_bytes_per_step", sb.weights}, {"cache_bytes_per_step", sb.cache},
+                        {"floor_ms_per_step", floor_ms}, {"floor_tokens_per_s", floor_tps},
+                        {"percent_of_floor", step_ms > 0 ? 100.0 * floor_ms / step_ms : 0.0}});
+    if (!a.json)
+      std::printf("%6lld %10.3f %12.1f %12.3f %10.3f %12.3f %12.1f %7.1f%%\n", (long long)B, prefill_s, tps, step_ms, 1e3 * warm_s,
+                  floor_ms, floor_tps, step_ms > 0 ? 100.0 * floor_ms / step_ms : 0.0);
+  }
+  if (a.json) {
+    const Json j = {{"backend", "cuda"}, {"mode", "batched_decode"}, {"devices", a.devices}, {"model", a.model},
+                    {"context", a.context}, {"prompt_tokens", a.prompt_tokens}, {"decode_steps", a.decode_steps},
+                    {"floor_gbs", a.floor_gbs}, {"overflow_check", false}, {"batches", rows}};
+    std::printf("%s\n", json_text(j, -1).c_str());
+  }
+#endif
 }
 
 void run_bench(const BenchArgs& a) {
@@ -54,8 +194,11 @@ void run_bench(const BenchArgs& a) {
   require_regular_file(a.model, "--model");
   const std::vector<int> devices = parse_devices(a.devices);
   if (!devices.empty() && a.backend != "cuda") throw InputError("bench: --devices needs --backend cuda");
+  if (!a.batch.empty() && a.backend != "cuda") throw InputError("bench: --batch needs --backend cuda");
+  if (a.batch.empty() && a.context != 0) throw InputError("bench: --context needs --batch");
   GgufFile f = GgufFile::open(a.model);
   ModelConfig c = ModelConfig::from_gguf(f);
+  if (!a.batch.empty()) return run_batch_bench(a, f, c, devices);
   const int64_t ctx = a.prompt_tokens + a.decode_steps;
   if (ctx > c.n_ctx_train)
     throw InputError("bench: " + std::to_string(ctx) + " tokens exceed the model's context " + std::to_string(c.n_ctx_train));
@@ -122,6 +265,10 @@ CommandRegistration reg(60, [](CLI::App& root) {
   sub->add_flag("--no-warmup", a->no_warmup, "time the first pass too (includes lazy weight loading)");
   sub->add_flag("--json", a->json, "one JSON object on stdout");
   sub->add_option("--devices", a->devices, "cuda: layer split over these CUDA devices, e.g. 0,1 (0,0: virtual devices)");
+  sub->add_option("--batch", a->batch, "cuda: batched decode of B sequences at once, for each B of a list, e.g. 1,8,32,64");
+  sub->add_option("--context", a->context, "--batch: synthetic cache rows per sequence before its prompt (decode at long context)")
+      ->capture_default_str();
+  sub->add_option("--floor-gbs", a->floor_gbs, "--batch: bandwidth (GB/s) of the reported read floor")->capture_default_str();
   sub->callback([a] { run_bench(*a); });
 });
 

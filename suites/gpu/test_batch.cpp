@@ -1,0 +1,250 @@
+// suites/gpu: batched decode of the CUDA pipeline (issue 10, item 2): B independent sequences in one
+// pass, each in its own pages of a shared, paged latent cache, with its own indexer keys.
+//
+// The property checked: each row's arithmetic does not depend on the batch, so every sequence's logits
+// in a batch are BIT-identical (memcmp) to decoding that sequence alone with forward() on a pipeline
+// of its own (prefill logits too). What makes that hold, and what each check catches when it breaks:
+//   - decode_step plans sparse MLA as for one query (PipelineOptions::batch_invariant), and the Q4_K
+//     GEMV picks its rows per CTA from the matrix alone: a plan by B changes the split-K order;
+//   - index lists are the sequence's top-k positions turned into absolute rows of the pool through its
+//     page table: a wrong page, a wrong offset, or a row of another sequence changes the logits;
+//   - the indexer scores each row against its own sequence's keys (exactly forward()'s call).
+// Sequences have different lengths, several beyond the indexer's top_k (the sparse selection matters);
+// pages are small (16 rows), so pages of different sequences interleave in the pool, and a sequence
+// closed before the decode steps hands its (stale) pages to the others. Models: the tiny model
+// (../shared/models) and a synthesized glm-dsa model with odd sizes (5 heads, 2 indexer heads, top_k
+// 16, shared-indexer layers FSFS). Also: the layer split (--devices 0,0) batched equals unsplit
+// batched, and misuse is an InputError. Negative control: another sequence's logits differ (the
+// comparison can fail).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "core/error.h"
+#include "core/gguf.h"
+#include "core/model_config.h"
+#include "optimized/pipeline.h"
+#include "suites/gpu/gpu_test_util.h"
+
+namespace mlaconf::gputest {
+namespace {
+
+std::string tiny_model() {
+  const char* env = std::getenv("MLACONF_SHARED_DIR");
+  return std::string(env ? env : MLACONF_SHARED_DIR) + "/models/glm-dsa-tiny.gguf";
+}
+std::string cli() {
+  const char* env = std::getenv("MLACONF_CLI");
+  return env ? env : MLACONF_CLI;
+}
+int sh(const std::string& cmd) {
+  const int st = std::system(cmd.c_str());
+  return (st != -1 && WIFEXITED(st)) ? WEXITSTATUS(st) : -1;
+}
+
+constexpr int64_t kSteps = 6;
+constexpr int64_t kPageRows = 16;
+
+// Sequence b of a test: its prompt (length varies: short, around top_k, beyond it) and the tokens fed
+// at its decode steps (teacher-forced: the same inputs batched and alone).
+struct SeqInput {
+  std::vector<int32_t> prompt, steps;
+};
+SeqInput seq_input(int64_t b, int64_t vocab, int64_t top_k) {
+  const int64_t lens[] = {5, top_k + 6, 2 * top_k + 2, 9, top_k, top_k + 1, 3 * top_k + 8, 33};
+  std::mt19937_64 rng(1000 + (uint64_t)b);
+  SeqInput s;
+  s.prompt.resize((size_t)(lens[b % 8] + b / 8));
+  for (auto& t : s.prompt) t = (int32_t)(rng() % (uint64_t)vocab);
+  s.steps.resize(kSteps);
+  for (auto& t : s.steps) t = (int32_t)(rng() % (uint64_t)vocab);
+  return s;
+}
+int64_t max_len(int64_t B, int64_t vocab, int64_t top_k) {
+  int64_t m = 0;
+  for (int64_t b = 0; b < B; ++b) m = std::max<int64_t>(m, (int64_t)seq_input(b, vocab, top_k).prompt.size());
+  return m + kSteps + 1;
+}
+
+// Logits of one sequence: its prompt's (all rows), then one row per decode step.
+struct SeqLogits {
+  std::vector<float> prompt;
+  std::vector<std::vector<float>> steps;
+};
+
+// Alone: a pipeline of its own, forward() of the prompt, then forward() of one token per step.
+SeqLogits alone(const GgufFile& f, const ModelConfig& c, const SeqInput& in, int64_t ctx) {
+  cuda::PipelineOptions o;
+  o.max_ctx = ctx;
+  cuda::Pipeline p(f, c, o);
+  SeqLogits r;
+  r.prompt = p.forward(in.prompt);
+  for (int32_t t : in.steps) r.steps.push_back(p.forward(std::vector<int32_t>{t}));
+  return r;
+}
+
+// Batched: one pipeline, B slots; a decoy sequence is prefilled first and closed before the decode
+// steps (its pages, stale, go to the others); prompts prefilled one by one; then kSteps steps of all B.
+std::vector<SeqLogits> batched(const GgufFile& f, const ModelConfig& c, int64_t B, int64_t ctx, const std::vector<int>& devices,
+                               bool reverse_order = false) {
+  cuda::PipelineOptions o;
+  o.max_ctx = ctx;
+  o.max_seqs = B + 1;
+  o.page_rows = kPageRows;
+  o.devices = devices;
+  cuda::Pipeline p(f, c, o);
+  const int decoy = p.open_sequence();
+  {
+    std::vector<int32_t> ids(50);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = (int32_t)((i * 7919) % (size_t)c.n_vocab);
+    p.prefill(decoy, ids);
+  }
+  std::vector<int> seqs((size_t)B);
+  std::vector<SeqInput> in;
+  std::vector<SeqLogits> out((size_t)B);
+  for (int64_t b = 0; b < B; ++b) {
+    in.push_back(seq_input(b, c.n_vocab, c.indexer_top_k));
+    seqs[(size_t)b] = p.open_sequence();
+    out[(size_t)b].prompt = p.prefill(seqs[(size_t)b], in.back().prompt);
+    EXPECT_EQ(p.sequence_length(seqs[(size_t)b]), (int64_t)in.back().prompt.size());
+  }
+  p.close_sequence(decoy);
+  // Rows in slot order, or reversed (row b is not slot b: the page tables must follow the rows).
+  std::vector<int64_t> order((size_t)B);
+  for (int64_t b = 0; b < B; ++b) order[(size_t)b] = reverse_order ? B - 1 - b : b;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    std::vector<int> ss;
+    std::vector<int32_t> ids;
+    for (int64_t b : order) {
+      ss.push_back(seqs[(size_t)b]);
+      ids.push_back(in[(size_t)b].steps[(size_t)s]);
+    }
+    const std::vector<float> lg = p.decode_step(ss, ids);
+    EXPECT_EQ((int64_t)lg.size(), B * c.n_vocab);
+    for (int64_t r = 0; r < B; ++r)
+      out[(size_t)order[(size_t)r]].steps.emplace_back(lg.begin() + r * c.n_vocab, lg.begin() + (r + 1) * c.n_vocab);
+  }
+  return out;
+}
+
+size_t n_differ(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::max(a.size(), b.size());
+  size_t d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d += std::memcmp(&a[i], &b[i], 4) != 0;
+  return d;
+}
+double nmse_f(const std::vector<float>& a, const std::vector<float>& b) {
+  return nmse(a, std::vector<double>(b.begin(), b.end()));
+}
+
+// Every sequence of the batch against its alone run: prompt and step logits bit-identical.
+void expect_equal_to_alone(const std::vector<SeqLogits>& got, const std::vector<SeqLogits>& ref, const std::string& what) {
+  size_t differ = 0, total = 0;
+  double worst = 0;
+  for (size_t b = 0; b < got.size(); ++b) {
+    differ += n_differ(got[b].prompt, ref[b].prompt);
+    total += ref[b].prompt.size();
+    ASSERT_EQ(got[b].steps.size(), ref[b].steps.size());
+    for (size_t s = 0; s < ref[b].steps.size(); ++s) {
+      ASSERT_TRUE(all_finite(got[b].steps[s])) << what << ": sequence " << b << " step " << s;
+      const size_t d = n_differ(got[b].steps[s], ref[b].steps[s]);
+      if (d) worst = std::max(worst, nmse_f(got[b].steps[s], ref[b].steps[s]));
+      EXPECT_EQ(d, 0u) << what << ": sequence " << b << " step " << s << ": " << d << " logits differ (NMSE "
+                       << nmse_f(got[b].steps[s], ref[b].steps[s]) << ")";
+      differ += d;
+      total += ref[b].steps[s].size();
+    }
+  }
+  EXPECT_EQ(differ, 0u) << what;
+  std::printf("  %s: %zu of %zu logits differ from decoding alone (worst step NMSE %.3g)\n", what.c_str(), differ, total, worst);
+}
+
+void check_model(const std::string& model, const std::vector<int64_t>& Bs) {
+  GgufFile f = GgufFile::open(model);
+  ModelConfig c = ModelConfig::from_gguf(f);
+  const int64_t Bmax = *std::max_element(Bs.begin(), Bs.end());
+  const int64_t ctx = max_len(Bmax, c.n_vocab, c.indexer_top_k);
+  std::vector<SeqLogits> ref;
+  for (int64_t b = 0; b < Bmax; ++b) ref.push_back(alone(f, c, seq_input(b, c.n_vocab, c.indexer_top_k), ctx));
+  for (int64_t B : Bs) {
+    const std::vector<SeqLogits> got = batched(f, c, B, ctx, {}, B % 2 == 1);
+    expect_equal_to_alone(got, std::vector<SeqLogits>(ref.begin(), ref.begin() + B),
+                          std::filesystem::path(model).filename().string() + " B=" + std::to_string(B));
+    // Negative control: sequence 0's steps against sequence 1's (another sequence must differ).
+    if (B >= 2) {
+      EXPECT_GT(n_differ(got[0].steps[0], ref[1].steps[0]), got[0].steps[0].size() / 2);
+    }
+  }
+}
+
+TEST(batch, tiny_batched_equals_alone) {
+  MLACONF_REQUIRE_CUDA();
+  if (!std::filesystem::exists(tiny_model())) GTEST_SKIP() << "skipped: " << tiny_model() << " is absent";
+  check_model(tiny_model(), {1, 3, 8, 33});
+}
+
+// A synthesized glm-dsa model with odd sizes: 5 heads, 2 indexer heads, top_k 16, layers F S F S
+// (layers 1 and 3 read the selection of 0 and 2: absolute rows shared across layers).
+TEST(batch, synth_odd_heads_batched_equals_alone) {
+  MLACONF_REQUIRE_CUDA();
+  if (!std::filesystem::exists(cli())) GTEST_SKIP() << "skipped: " << cli() << " not built (needed to synthesize)";
+  const std::string dir = (std::filesystem::temp_directory_path() / ("mlaconf-batch-" + std::to_string(getpid()))).string();
+  std::filesystem::create_directories(dir);
+  const std::string m = dir + "/odd.gguf";
+  ASSERT_EQ(sh(cli() + " synth --arch glm-dsa --seed 11 --n-head 5 --indexer-heads 2 --top-k 16 --indexer-types FSFS -o " + m +
+               " >/dev/null"),
+            0);
+  check_model(m, {1, 3, 8, 33});
+  std::filesystem::remove_all(dir);
+}
+
+// The layer split: batched on virtual devices {0,0} and {0,0,0} equals batched unsplit, bit for bit.
+TEST(batch, split_batched_equals_unsplit) {
+  MLACONF_REQUIRE_CUDA();
+  if (!std::filesystem::exists(tiny_model())) GTEST_SKIP() << "skipped: " << tiny_model() << " is absent";
+  GgufFile f = GgufFile::open(tiny_model());
+  ModelConfig c = ModelConfig::from_gguf(f);
+  const int64_t B = 8, ctx = max_len(B, c.n_vocab, c.indexer_top_k);
+  const std::vector<SeqLogits> base = batched(f, c, B, ctx, {});
+  for (const std::vector<int>& devs : {std::vector<int>{0, 0}, std::vector<int>{0, 0, 0}}) {
+    const std::vector<SeqLogits> split = batched(f, c, B, ctx, devs);
+    expect_equal_to_alone(split, base, "tiny B=8 devices " + std::to_string(devs.size()) + " stages vs unsplit");
+  }
+}
+
+TEST(batch, misuse_is_input_error) {
+  MLACONF_REQUIRE_CUDA();
+  if (!std::filesystem::exists(tiny_model())) GTEST_SKIP() << "skipped: " << tiny_model() << " is absent";
+  GgufFile f = GgufFile::open(tiny_model());
+  ModelConfig c = ModelConfig::from_gguf(f);
+  {
+    cuda::Pipeline p(f, c, {});
+    EXPECT_THROW(p.open_sequence(), InputError) << "max_seqs = 0: no batched API";
+  }
+  cuda::PipelineOptions o;
+  o.max_ctx = 64;
+  o.max_seqs = 2;
+  o.page_rows = 16;
+  o.pool_pages = 5;  // 80 rows for two sequences of up to 64
+  cuda::Pipeline p(f, c, o);
+  const int a = p.open_sequence(), b = p.open_sequence();
+  EXPECT_THROW(p.open_sequence(), InputError) << "all slots open";
+  p.prefill(a, std::vector<int32_t>(40, 3));
+  EXPECT_THROW(p.prefill(b, std::vector<int32_t>(60, 3)), InputError) << "pool exhausted (2 pages left, 4 needed)";
+  EXPECT_THROW(p.decode_step(std::vector<int>{a, a}, std::vector<int32_t>{1, 2}), InputError) << "a sequence twice";
+  EXPECT_THROW(p.decode_step(std::vector<int>{a}, std::vector<int32_t>{1, 2}), InputError) << "tokens != sequences";
+  EXPECT_THROW(p.decode_step(std::vector<int>{a}, std::vector<int32_t>{(int32_t)c.n_vocab}), InputError) << "token id";
+  p.close_sequence(b);
+  EXPECT_THROW(p.decode_step(std::vector<int>{b}, std::vector<int32_t>{1}), InputError) << "closed sequence";
+  EXPECT_THROW(p.prefill(a, std::vector<int32_t>(30, 3)), InputError) << "beyond max_ctx";
+  EXPECT_EQ(p.sequence_length(a), 40);
+}
+
+}  // namespace
+}  // namespace mlaconf::gputest
