@@ -26,8 +26,9 @@ __device__ __forceinline__ float2 ld2(const float* p) { return make_float2(p[0],
 
 template <class In>
 __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const In* q, const In* k, int64_t k_stride,
-                                                                      const float* w, const int32_t* q_pos, int Hi, int Di,
-                                                                      int64_t L, float* scores) {
+                                                                      const int64_t* k_off, const float* w,
+                                                                      const int32_t* q_pos, int Hi, int Di, int64_t L,
+                                                                      float* scores) {
   extern __shared__ __align__(16) unsigned char smem[];
   // Row pitch: an odd number of 4-byte words (no bank conflicts), even element count (pair loads).
   const int ld = sizeof(In) == 2 ? Di + 2 : Di + 1;
@@ -36,7 +37,7 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const In*
   float* w_s = reinterpret_cast<float*>(k_s + kKeys * ld);
   const int64_t t = blockIdx.y, s0 = (int64_t)blockIdx.x * kKeys;
   const int tid = threadIdx.x;
-  k += t * k_stride;  // this query's keys (0: keys shared by all queries)
+  k += k_off ? k_off[t] : t * k_stride;  // this query's keys (k_stride 0: keys shared by all queries)
   const int64_t last = q_pos[t];  // causal: keys 0..last
   if (s0 > last) {                // the whole tile is in the future
     for (int i = tid; i < kKeys; i += kScoreThreads)
@@ -75,7 +76,7 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const In*
 
 template <class In>
 void launch_scores(const In* q, const In* k, int64_t k_stride, const float* w, const int32_t* qpos, int64_t T, int64_t Hi,
-                   int64_t Di, int64_t L, float* scores) {
+                   int64_t Di, int64_t L, float* scores, const int64_t* k_off = nullptr) {
   if (Hi <= 0 || Di <= 0 || Di % 2 || Hi > 128 || Di > 512)
     throw InputError("cuda::indexer_scores: not supported: " + std::to_string(Hi) + " heads x " + std::to_string(Di));
   if (T == 0 || L == 0) return;
@@ -83,7 +84,7 @@ void launch_scores(const In* q, const In* k, int64_t k_stride, const float* w, c
   if (smem > 99 * 1024) throw InputError("cuda::indexer_scores: not supported: shared memory for " + std::to_string(Hi) + " heads x " + std::to_string(Di));
   MLACONF_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_kernel<In>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   dim3 grid(ceil_div(L, kKeys), (unsigned)T);
-  indexer_scores_kernel<In><<<grid, kScoreThreads, smem>>>(q, k, k_stride, w, qpos, (int)Hi, (int)Di, L, scores);
+  indexer_scores_kernel<In><<<grid, kScoreThreads, smem>>>(q, k, k_stride, k_off, w, qpos, (int)Hi, (int)Di, L, scores);
   MLACONF_CUDA_LAUNCH_CHECK("indexer_scores_kernel");
 }
 
@@ -551,6 +552,11 @@ void indexer_scores(const uint16_t* d_q, const uint16_t* d_k, const float* d_w, 
 void indexer_scores_f32(const float* d_q, const float* d_k, const float* d_w, const int32_t* d_qpos, int64_t T, int64_t Hi,
                         int64_t Di, int64_t L, float* d_scores) {
   launch_scores(d_q, d_k, 0, d_w, d_qpos, T, Hi, Di, L, d_scores);
+}
+
+void indexer_scores_f32_rows(const float* d_q, const float* d_k, const int64_t* d_k_off, const float* d_w, const int32_t* d_qpos,
+                             int64_t T, int64_t Hi, int64_t Di, int64_t L, float* d_scores) {
+  launch_scores(d_q, d_k, 0, d_w, d_qpos, T, Hi, Di, L, d_scores, d_k_off);
 }
 
 void topk_rows(const float* d_scores, int64_t T, int64_t L, int64_t k, int32_t* d_out) {

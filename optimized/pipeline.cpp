@@ -74,8 +74,9 @@ struct Pipeline::Impl {
     std::vector<int32_t> pos;    // per row: its position in that sequence
     std::vector<std::pair<int64_t, int64_t>> groups;  // [begin, end): rows of one sequence, consecutive positions
     int64_t plan_queries = 0;    // sparse MLA's plan (1: each row as when it runs alone; 0: the pass's rows)
-    // Per stage, on its device: each row's latent cache row and key row, its group, the groups' page tables.
-    std::vector<DeviceBuffer> lat_rows, key_rows, row_tab, tab;
+    // Per stage, on its device: each row's latent cache row, key row and key region (int64 element
+    // offset), its group, the groups' page tables.
+    std::vector<DeviceBuffer> lat_rows, key_rows, key_off, row_tab, tab;
   };
   const SeqRows* sr = nullptr;
   bool all_gemv = false;  // decode steps: every product by the fused GEMV, whatever the number of rows
@@ -306,6 +307,18 @@ struct Pipeline::Impl {
   void indexer_select_seq(int64_t l, const float* qi, float* wts, const int32_t* d_pos, int64_t T, int32_t* top) {
     const int64_t Hi = c.indexer_n_head, Di = c.indexer_head_size, K = c.indexer_top_k;
     scale_indexer_weights(wts, T);
+    if ((int64_t)sr->groups.size() == T && T > 1) {
+      // A decode step (one row per sequence): one launch scores every row against its own region, over
+      // the longest sequence's length (each row's later keys are masked: -inf, as if absent), one top-k
+      // over all rows (exact: the same selection as over the row's own length).
+      const int64_t Lmax = *std::max_element(sr->pos.begin(), sr->pos.end()) + 1;
+      auto scores = fbuf(T * Lmax);
+      indexer_scores_f32_rows(qi, skeys[l].as<float>(), sr->key_off[(size_t)cur].as<int64_t>(), wts, d_pos, T, Hi, Di, Lmax,
+                              scores.as<float>());
+      topk_rows(scores.as<float>(), T, Lmax, K, top);
+      paged_rows(top, T, K, sr->row_tab[(size_t)cur].as<int32_t>(), sr->tab[(size_t)cur].as<int32_t>(), max_pages, page_rows);
+      return;
+    }
     int64_t cells = 0;
     for (const auto& [b, e] : sr->groups) cells = std::max<int64_t>(cells, (e - b) * (sr->pos[(size_t)e - 1] + 1));
     auto scores = fbuf(cells);
@@ -625,6 +638,24 @@ void Pipeline::Impl::experts(int64_t l, const float* y, int64_t T, const std::ve
       slot[ids[t * k + j]].push_back((int32_t)(t * k + j));
     }
   const DevTensor &gw = L(l, wname::kGateExps), &uw = L(l, wname::kUpExps), &dw = L(l, wname::kDownExps);
+  if (all_gemv) {
+    // A decode step: every (token, slot) pair at once, one GEMV launch per matrix with the experts picked
+    // on the device (gemv_experts). Each pair's product is the one the per-expert loop below computes
+    // (the same weights, x and kernel), so a row does not depend on the other rows.
+    const int64_t n = T * k;
+    std::vector<int32_t> tok_of(n);
+    for (int64_t j = 0; j < n; ++j) tok_of[j] = (int32_t)(j / k);
+    auto d_ids = to_device(ids), d_tok = to_device(tok_of);
+    auto xe = fbuf(n * E), ge = fbuf(n * F), ue = fbuf(n * F);
+    gather_rows(y, E, d_tok.as<int32_t>(), n, E, xe.as<float>(), E);
+    gemv_experts(gw.type, gw.buf.get(), gw.ne1 * gw.row_bytes, d_ids.as<int32_t>(), n, gw.ne1, gw.ne0, xe.as<float>(), E,
+                 ge.as<float>(), F);
+    gemv_experts(uw.type, uw.buf.get(), uw.ne1 * uw.row_bytes, d_ids.as<int32_t>(), n, uw.ne1, uw.ne0, xe.as<float>(), E,
+                 ue.as<float>(), F);
+    silu_gate(ge.as<float>(), ue.as<float>(), n * F, ge.as<float>());
+    gemv_experts(dw.type, dw.buf.get(), dw.ne1 * dw.row_bytes, d_ids.as<int32_t>(), n, dw.ne1, dw.ne0, ge.as<float>(), F, eo, E);
+    return;
+  }
   int64_t max_n = 0;
   for (auto& v : tok) max_n = std::max<int64_t>(max_n, v.size());
   auto xe = fbuf(max_n * E), ge = fbuf(max_n * F), ue = fbuf(max_n * F), de = fbuf(max_n * E);
@@ -834,6 +865,7 @@ std::vector<float> Pipeline::Impl::seq_pass(std::span<const int32_t> ids, SeqRow
   }
   // Host tables: each row's cache row and key row, its group; the groups' page tables (-1 padded).
   std::vector<int32_t> lat(T), key(T), row_tab(T), tab(r.groups.size() * (size_t)max_pages, -1);
+  std::vector<int64_t> key_off(T);
   for (size_t g = 0; g < r.groups.size(); ++g) {
     const Seq& q = seqs[(size_t)r.slot[(size_t)r.groups[g].first]];
     std::copy(q.pages.begin(), q.pages.end(), tab.begin() + (int64_t)g * max_pages);
@@ -842,11 +874,13 @@ std::vector<float> Pipeline::Impl::seq_pass(std::span<const int32_t> ids, SeqRow
   for (int64_t t = 0; t < T; ++t) {
     lat[(size_t)t] = (int32_t)cache_row(seqs[(size_t)r.slot[(size_t)t]], r.pos[(size_t)t]);
     key[(size_t)t] = (int32_t)((int64_t)r.slot[(size_t)t] * ctx + r.pos[(size_t)t]);
+    key_off[(size_t)t] = (int64_t)r.slot[(size_t)t] * ctx * c.indexer_head_size;
   }
   for (int sdev : stage_dev) {
     DeviceScope on(sdev);
     r.lat_rows.push_back(to_device(lat));
     r.key_rows.push_back(to_device(key));
+    r.key_off.push_back(to_device(key_off));
     r.row_tab.push_back(to_device(row_tab));
     r.tab.push_back(to_device(tab));
   }
