@@ -54,7 +54,10 @@ void enable_peer_access(const std::vector<int>& ordinals);
 void copy_peer(void* d_dst, int dst, const void* d_src, int src, size_t bytes);
 
 // Device memory, owned, on the device current at construction. Newly allocated buffers are poisoned (0xFF bytes: NaN in f16 and f32) so a
-// kernel that forgets to write an output is caught.
+// kernel that forgets to write an output is caught. Where the device has memory pools, allocation,
+// poisoning and release are stream-ordered on its legacy default stream (cudaMallocAsync /
+// cudaMemsetAsync / cudaFreeAsync from a pool that keeps freed memory): a pass's many short-lived
+// buffers then cost no device synchronization (cudaFree and cudaMemset synchronize).
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -74,8 +77,11 @@ class DeviceBuffer {
   void fill(uint8_t byte);  // memset
 
  private:
+  void release();
   void* p_ = nullptr;
   size_t n_ = 0;
+  int dev_ = 0;         // the device it lives on
+  bool pooled_ = false;  // from the device's stream-ordered pool
 };
 
 template <class T>

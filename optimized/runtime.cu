@@ -53,6 +53,28 @@ void set_device(int ordinal) {
 DeviceScope::DeviceScope(int ordinal) : prev_(current_device()) { set_device(ordinal); }
 DeviceScope::~DeviceScope() { cudaSetDevice(prev_); }
 
+namespace {
+// Whether `dev` has stream-ordered memory pools; on first use its default pool is told to keep freed
+// memory (release threshold: never), so that freed blocks serve the next allocations.
+bool device_pools(int dev) {
+  constexpr int kMaxDevices = 64;
+  static int state[kMaxDevices] = {};  // 0 unknown, 1 pools, 2 none
+  if (dev < 0 || dev >= kMaxDevices) return false;
+  if (state[dev] == 0) {
+    int v = 0;
+    MLACONF_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMemoryPoolsSupported, dev));
+    if (v) {
+      cudaMemPool_t pool;
+      MLACONF_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+      uint64_t keep = UINT64_MAX;
+      MLACONF_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    }
+    state[dev] = v ? 1 : 2;
+  }
+  return state[dev] == 1;
+}
+}  // namespace
+
 void enable_peer_access(const std::vector<int>& ordinals) {
   DeviceScope keep(current_device());
   for (int a : ordinals)
@@ -65,6 +87,15 @@ void enable_peer_access(const std::vector<int>& ordinals) {
       const cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
       if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();  // not an error here: clear it
       else MLACONF_CUDA_CHECK(e);
+      if (device_pools(b)) {  // DeviceBuffers from b's pool: peer access is granted per pool
+        cudaMemPool_t pool;
+        MLACONF_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, b));
+        cudaMemAccessDesc d{};
+        d.location.type = cudaMemLocationTypeDevice;
+        d.location.id = a;
+        d.flags = cudaMemAccessFlagsProtReadWrite;
+        MLACONF_CUDA_CHECK(cudaMemPoolSetAccess(pool, &d, 1));
+      }
     }
 }
 
@@ -81,21 +112,45 @@ void copy_peer(void* d_dst, int dst, const void* d_src, int src, size_t bytes) {
   if (bytes) MLACONF_CUDA_CHECK(cudaMemcpyPeerAsync(d_dst, dst, d_src, src, bytes, 0));
 }
 
+
 DeviceBuffer::DeviceBuffer(size_t bytes) : n_(bytes) {
   if (bytes) {
-    MLACONF_CUDA_CHECK(cudaMalloc(&p_, bytes));
-    MLACONF_CUDA_CHECK(cudaMemset(p_, 0xFF, bytes));  // poison
+    dev_ = current_device();
+    pooled_ = device_pools(dev_);
+    if (pooled_) {
+      MLACONF_CUDA_CHECK(cudaMallocAsync(&p_, bytes, 0));
+      MLACONF_CUDA_CHECK(cudaMemsetAsync(p_, 0xFF, bytes, 0));  // poison
+    } else {
+      MLACONF_CUDA_CHECK(cudaMalloc(&p_, bytes));
+      MLACONF_CUDA_CHECK(cudaMemset(p_, 0xFF, bytes));  // poison
+    }
   }
 }
-DeviceBuffer::~DeviceBuffer() {
-  if (p_) cudaFree(p_);
+// Pooled memory is freed on its own device's stream, after the work queued there so far.
+void DeviceBuffer::release() {
+  if (!p_) return;
+  if (pooled_) {
+    int cur = dev_;
+    cudaGetDevice(&cur);
+    if (cur != dev_) cudaSetDevice(dev_);
+    cudaFreeAsync(p_, 0);
+    if (cur != dev_) cudaSetDevice(cur);
+  } else {
+    cudaFree(p_);
+  }
+  p_ = nullptr;
+  n_ = 0;
 }
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+DeviceBuffer::~DeviceBuffer() { release(); }
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
+    : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), dev_(o.dev_), pooled_(o.pooled_) {}
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
-    if (p_) cudaFree(p_);
+    release();
     p_ = std::exchange(o.p_, nullptr);
     n_ = std::exchange(o.n_, 0);
+    dev_ = o.dev_;
+    pooled_ = o.pooled_;
   }
   return *this;
 }
