@@ -68,7 +68,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 struct StepBytes {
   double weights = 0, cache = 0;
 };
-StepBytes step_bytes(const GgufFile& f, const ModelConfig& c, int64_t B, int64_t L) {
+[[maybe_unused]] StepBytes step_bytes(const GgufFile& f, const ModelConfig& c, int64_t B, int64_t L) {
   StepBytes s;
   const double n = (double)c.n_expert, k = (double)c.n_expert_used;
   const double used = n > 0 ? n * (1.0 - std::pow(1.0 - k / n, (double)B)) : 0;
