@@ -12,15 +12,15 @@
 #
 # Steps:
 #  1. gtest batch.* (batched decode bit-identical to each sequence decoded alone at B = 1, 3, 8, 33 on
-#     the tiny model and on a synthesized odd-size model; split {0,0} / {0,0,0} batched equal to unsplit;
-#     misuse is an InputError);
-#  2. `bench --batch 1,8,32,64` on the tiny model (1024 synthetic context rows per sequence), unsplit
-#     and on virtual devices 0,0;
+#     the tiny model and on a synthesized odd-size model, also with the decode steps as CUDA graphs;
+#     split {0,0} / {0,0,0} batched equal to unsplit; misuse is an InputError);
+#  2. `bench --batch 1,8,32,64` on the tiny model (1024 synthetic context rows per sequence), unsplit,
+#     on virtual devices 0,0, and with --graph;
 #  3. a full-size GLM-5 layer stack (real dims: hidden 6144, 64 heads, 256 experts of 2048, top-8,
 #     vocab 154880; layer 0 dense, layers 1-2 MoE; Q4_K, head Q6_K: 12.4 GB) at 32K context:
 #     `bench --batch 1,8,32,64 --context 32768`, with the floor (every weight once + the experts B
-#     tokens pick + each sequence's top-k latent rows and indexer keys, at 4229 GB/s); again with the
-#     plan by batch (MLACONF_CUDA_BATCH_INVARIANT=0), and B = 1, 32 split over virtual devices 0,0.
+#     tokens pick + each sequence's top-k latent rows and indexer keys, at 4229 GB/s); again with --graph,
+#     with the plan by batch (MLACONF_CUDA_BATCH_INVARIANT=0), and B = 1, 32 split over virtual devices 0,0.
 # Prints the bench tables; exit 1 if a test failed or a bench did not run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -66,6 +66,7 @@ bench() {  # name, then bench arguments; text table to the terminal, JSON to $OU
 echo "== bench --batch on the tiny model"
 bench tiny --model "$TINY" --batch 1,8,32,64 --context 1024 --prompt-tokens 16 --decode-steps 17
 bench tiny-devices-0-0 --model "$TINY" --batch 1,8,32,64 --context 1024 --prompt-tokens 16 --decode-steps 17 --devices 0,0
+bench tiny-graph --model "$TINY" --batch 1,8,32,64 --context 1024 --prompt-tokens 16 --decode-steps 17 --graph
 
 if [ "${SKIP_BIG:-0}" != 1 ]; then
   BIG="$W/glm5-dims-3layers.gguf"
@@ -76,6 +77,7 @@ if [ "${SKIP_BIG:-0}" != 1 ]; then
   echo "   $(( $(date +%s) - s0 )) s, $(du -B1 --apparent-size "$BIG" | awk '{printf "%.2f GB", $1 / 1e9}')"
   echo "== bench --batch on it at 32K context"
   bench glm5-32k --model "$BIG" --batch 1,8,32,64 --context 32768 --prompt-tokens 8 --decode-steps 9
+  bench glm5-32k-graph --model "$BIG" --batch 1,8,32,64 --context 32768 --prompt-tokens 8 --decode-steps 9 --graph
   MLACONF_CUDA_BATCH_INVARIANT=0 bench glm5-32k-plan-by-batch --model "$BIG" --batch 1,8,32,64 --context 32768 \
     --prompt-tokens 8 --decode-steps 9
   bench glm5-32k-devices-0-0 --model "$BIG" --batch 1,32 --context 32768 --prompt-tokens 8 --decode-steps 9 --devices 0,0

@@ -84,6 +84,46 @@ class DeviceBuffer {
   bool pooled_ = false;  // from the device's stream-ordered pool
 };
 
+// Changes whenever a kernel's scratch, ticket or top-k work memory is reallocated: a graph captured
+// before holds the old addresses and must be captured again.
+uint64_t workspace_generation();
+
+// A CUDA graph of a piece of host code's GPU work (a decode step). capture(fn) runs fn with every
+// launch, stream-ordered allocation / free and async copy of this thread on a capture stream of the
+// current device (anything that would synchronize, a cudaMemcpy or cudaMalloc, fails the capture with
+// CudaError) and instantiates the graph; launch() replays it on that device's legacy default stream,
+// ordered with the work before and after it. Nothing runs during capture.
+class CudaGraph {
+ public:
+  CudaGraph() = default;
+  ~CudaGraph();
+  CudaGraph(CudaGraph&& o) noexcept;
+  CudaGraph& operator=(CudaGraph&& o) noexcept;
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+  template <class F>
+  void capture(F&& fn) {
+    begin_capture();
+    try {
+      fn();
+    } catch (...) {
+      abort_capture();
+      throw;
+    }
+    end_capture();
+  }
+  void launch();
+  bool ready() const { return exec_ != nullptr; }
+
+ private:
+  void begin_capture();
+  void end_capture();
+  void abort_capture();
+  void* exec_ = nullptr;    // cudaGraphExec_t
+  void* stream_ = nullptr;  // the capture stream (cudaStream_t) while capturing
+  int dev_ = 0;
+};
+
 template <class T>
 DeviceBuffer to_device(const std::vector<T>& v) {
   DeviceBuffer b(v.size() * sizeof(T));
@@ -110,6 +150,9 @@ bool can_dequantize(GgmlType t);
 // n values (a multiple of the block size) from raw ggml blocks at d_src.
 void dequantize_f32(GgmlType t, const void* d_src, int64_t n, float* d_dst);
 void dequantize_f16(GgmlType t, const void* d_src, int64_t n, uint16_t* d_dst);
+// Row t of d_out [T, E] = row d_ids[t] (device) of a table of rows of E values (row_bytes each): the
+// embedding lookup of a captured decode step, by the formulas of dequantize_f32.
+void embed_rows(GgmlType t, const void* d_table, int64_t row_bytes, const int32_t* d_ids, int64_t T, int64_t E, float* d_out);
 // The very same formulas run on the CPU (no device needed): lets CI check the formulas.
 void dequantize_host(GgmlType t, const uint8_t* src, int64_t n, float* dst);
 
@@ -224,6 +267,27 @@ MLACONF_HD inline uint16_t pattern_half_bits(uint64_t seed, int64_t row, int64_t
 }
 // d_x [rows, cols] f16 = pattern_half_bits(seed, r, c).
 void fill_pattern_f16(uint16_t* d_x, int64_t rows, int64_t cols, uint64_t seed);
+
+// ---- MoE routing on the device (optimized/route.cu) -------------------------------------------------
+// Per row t of logits [T, n_expert] (fp32), the selection the pipeline's host routing makes, bit for
+// bit (the same float operations in the same order; exp in double rounded to float on both sides):
+// gating probabilities (softmax or sigmoid), choice = probability + bias (bias may be null), the group
+// limit (n_groups > 1: keep the groups_used groups whose two best choices sum highest, ties to the lower
+// group), the k best choices (ties to the lower id), ids ascending; weights = their probabilities
+// (normalized when norm) times scale. Outputs [T, k]: ids, wts, and tok = t (each pair's token row).
+struct RouteArgs {
+  const float* logits = nullptr;
+  int64_t T = 0, n_expert = 0, k = 0;
+  const float* bias = nullptr;
+  bool softmax = false;
+  int64_t n_groups = 0, groups_used = 0;
+  bool norm = false;
+  float scale = 1.f;
+  int32_t* ids = nullptr;
+  float* wts = nullptr;
+  int32_t* tok = nullptr;
+};
+void route_experts(const RouteArgs& a);
 
 // ---- the paged latent cache of batched decode (optimized/paged.cu) -----------------------------------
 // dst [rows of d halves] row rows[t] = fp16(src [T, d] row t) (round to nearest even, as to_half).

@@ -64,6 +64,12 @@ __host__ __device__ __forceinline__ float half_bits_to_float(uint16_t h) {
 }
 __host__ __device__ __forceinline__ float ld_f16(const uint8_t* p) { return half_bits_to_float(ld_u16(p)); }
 
+// The stream of every launch, stream-ordered allocation and async copy on this thread: the legacy
+// default stream (0), or, while a CudaGraph captures, its capture stream.
+cudaStream_t cur_stream();
+// Called where a kernel's scratch, ticket or work memory is reallocated (api.h: workspace_generation).
+void bump_workspace_generation();
+
 // Per-slot scratch device memory, grown on demand and reused (kernels run in order on one stream).
 void* scratch(int slot, size_t bytes);
 // Multiprocessors of the current device (read once: every device of a split is the same model).

@@ -165,11 +165,11 @@ bool gemv_q4k(const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_i
   const bool bm = blocks <= 65535;  // batch-major grid where the row blocks fit grid.y
   const dim3 grid = bm ? dim3((unsigned)batch, blocks) : dim3(blocks, (unsigned)batch);
   if (R == 32) {
-    gemv_q4k_kernel<32><<<grid, kQ4Threads>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride, d_y, y_stride, bm);
+    gemv_q4k_kernel<32><<<grid, kQ4Threads, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride, d_y, y_stride, bm);
   } else if (R == 16) {
-    gemv_q4k_kernel<16><<<grid, kQ4Threads>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride, d_y, y_stride, bm);
+    gemv_q4k_kernel<16><<<grid, kQ4Threads, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride, d_y, y_stride, bm);
   } else {
-    gemv_q4k_kernel<8><<<grid, kQ4Threads>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride, d_y, y_stride, bm);
+    gemv_q4k_kernel<8><<<grid, kQ4Threads, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride, d_y, y_stride, bm);
   }
   MLACONF_CUDA_LAUNCH_CHECK("gemv_q4k_kernel");
   return true;
@@ -202,7 +202,7 @@ void gemv_impl(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const
   const unsigned blocks = ceil_div(n_rows, kGemvThreads / 32);
   const bool bm = blocks <= 65535;  // batch-major grid (weights shared by the batch come from L2)
   const dim3 grid = bm ? dim3((unsigned)batch, blocks) : dim3(blocks, (unsigned)batch);
-  gemv_kernel<<<grid, kGemvThreads>>>((int)t, static_cast<const uint8_t*>(d_w), n_rows, ncols, rb, (int)tr.block_size,
+  gemv_kernel<<<grid, kGemvThreads, 0, cur_stream()>>>((int)t, static_cast<const uint8_t*>(d_w), n_rows, ncols, rb, (int)tr.block_size,
                                       (int)tr.type_size, w_count, w_stride, d_ids, d_x, x_stride, d_y, y_stride, bm);
   MLACONF_CUDA_LAUNCH_CHECK("gemv_kernel");
 }

@@ -82,9 +82,13 @@ void launch_scores(const In* q, const In* k, int64_t k_stride, const float* w, c
   if (T == 0 || L == 0) return;
   const size_t smem = (size_t)(Hi + kKeys) * (Di + 2) * sizeof(In) + Hi * 4 + 16;
   if (smem > 99 * 1024) throw InputError("cuda::indexer_scores: not supported: shared memory for " + std::to_string(Hi) + " heads x " + std::to_string(Di));
-  MLACONF_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_kernel<In>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  static size_t attr_smem[64] = {};  // the largest allowance set per device (no attribute call in a captured step)
+  if (smem > attr_smem[current_device() & 63]) {
+    MLACONF_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_kernel<In>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    attr_smem[current_device() & 63] = smem;
+  }
   dim3 grid(ceil_div(L, kKeys), (unsigned)T);
-  indexer_scores_kernel<In><<<grid, kScoreThreads, smem>>>(q, k, k_stride, k_off, w, qpos, (int)Hi, (int)Di, L, scores);
+  indexer_scores_kernel<In><<<grid, kScoreThreads, smem, cur_stream()>>>(q, k, k_stride, k_off, w, qpos, (int)Hi, (int)Di, L, scores);
   MLACONF_CUDA_LAUNCH_CHECK("indexer_scores_kernel");
 }
 
@@ -175,8 +179,8 @@ bool launch_scores_mma(const __half* q, const __half* k, int64_t k_stride, const
   const int64_t tiles = (L + 15) / 16;
   const int64_t per_row = std::max<int64_t>(1, std::min<int64_t>((tiles + 7) / 8, (4 * (int64_t)sms + T - 1) / T));
   const dim3 grid((unsigned)per_row, (unsigned)T);
-  if (Hi == 32) indexer_scores_mma<4><<<grid, 256>>>(q, k, k_stride, w, qpos, L, scores);
-  else indexer_scores_mma<8><<<grid, 256>>>(q, k, k_stride, w, qpos, L, scores);
+  if (Hi == 32) indexer_scores_mma<4><<<grid, 256, 0, cur_stream()>>>(q, k, k_stride, w, qpos, L, scores);
+  else indexer_scores_mma<8><<<grid, 256, 0, cur_stream()>>>(q, k, k_stride, w, qpos, L, scores);
   MLACONF_CUDA_LAUNCH_CHECK("indexer_scores_mma");
   return true;
 }
@@ -519,6 +523,7 @@ TopkWork topk_work(int64_t T, int64_t L) {
     buf = DeviceBuffer();
     buf = DeviceBuffer(ints * 4);
     buf.fill(0);
+    bump_workspace_generation();
   }
   int* p = buf.as<int>();
   TopkWork w;
@@ -567,14 +572,14 @@ void topk_rows(const float* d_scores, int64_t T, int64_t L, int64_t k, int32_t* 
     const TopkWork w = topk_work(T, L);
     const dim3 grid(ceil_div(L, kTopkChunk), (unsigned)T);
     for (int level = 0; level < 2; ++level) {
-      topk_hist<<<grid, kTopkThreads>>>(d_scores, L, (int)k, w, level);
+      topk_hist<<<grid, kTopkThreads, 0, cur_stream()>>>(d_scores, L, (int)k, w, level);
       MLACONF_CUDA_LAUNCH_CHECK("topk_hist");
     }
-    topk_collect<<<grid, kTopkThreads>>>(d_scores, L, (int)k, w, d_out);
+    topk_collect<<<grid, kTopkThreads, 0, cur_stream()>>>(d_scores, L, (int)k, w, d_out);
     MLACONF_CUDA_LAUNCH_CHECK("topk_collect");
     return;
   }
-  topk_kernel<<<(unsigned)T, kTopkThreads>>>(d_scores, L, (int)k, upper_tie, d_out);
+  topk_kernel<<<(unsigned)T, kTopkThreads, 0, cur_stream()>>>(d_scores, L, (int)k, upper_tie, d_out);
   MLACONF_CUDA_LAUNCH_CHECK("topk_kernel");
 }
 

@@ -125,77 +125,77 @@ unsigned grid_for(int64_t n) { return (unsigned)std::min<int64_t>(ceil_div(std::
 void rmsnorm(const float* d_x, const float* d_w, int64_t T, int64_t D, int64_t ld, float eps, float* d_y) {
   if (D <= 0 || ld < D) throw InputError("cuda::rmsnorm: bad shape");
   if (T == 0) return;
-  rmsnorm_kernel<<<(unsigned)T, 256>>>(d_x, d_w, D, ld, eps, d_y);
+  rmsnorm_kernel<<<(unsigned)T, 256, 0, cur_stream()>>>(d_x, d_w, D, ld, eps, d_y);
   MLACONF_CUDA_LAUNCH_CHECK("rmsnorm_kernel");
 }
 void layernorm(const float* d_x, const float* d_w, const float* d_b, int64_t T, int64_t D, float eps, float* d_y) {
   if (D <= 0) throw InputError("cuda::layernorm: bad shape");
   if (T == 0) return;
-  layernorm_kernel<<<(unsigned)T, 128>>>(d_x, d_w, d_b, D, eps, d_y);
+  layernorm_kernel<<<(unsigned)T, 128, 0, cur_stream()>>>(d_x, d_w, d_b, D, eps, d_y);
   MLACONF_CUDA_LAUNCH_CHECK("layernorm_kernel");
 }
 void rope(float* d_x, int64_t T, int64_t n_vec, int64_t stride, int64_t col0, int64_t dim, const int32_t* d_pos,
           double theta, bool neox) {
   if (dim % 2 || col0 + dim > stride) throw InputError("cuda::rope: bad shape");
   if (T == 0) return;
-  rope_kernel<<<grid_for(T * n_vec * dim / 2), 256>>>(d_x, T, n_vec, stride, col0, dim, d_pos, theta, neox);
+  rope_kernel<<<grid_for(T * n_vec * dim / 2), 256, 0, cur_stream()>>>(d_x, T, n_vec, stride, col0, dim, d_pos, theta, neox);
   MLACONF_CUDA_LAUNCH_CHECK("rope_kernel");
 }
 void silu_gate(const float* d_gate, const float* d_up, int64_t n, float* d_out) {
   if (n == 0) return;
-  silu_gate_kernel<<<grid_for(n), 256>>>(d_gate, d_up, n, d_out);
+  silu_gate_kernel<<<grid_for(n), 256, 0, cur_stream()>>>(d_gate, d_up, n, d_out);
   MLACONF_CUDA_LAUNCH_CHECK("silu_gate_kernel");
 }
 void to_half(const float* d_x, int64_t n, uint16_t* d_y) {
   if (n == 0) return;
-  to_half_kernel<<<grid_for(n), 256>>>(d_x, n, reinterpret_cast<__half*>(d_y));
+  to_half_kernel<<<grid_for(n), 256, 0, cur_stream()>>>(d_x, n, reinterpret_cast<__half*>(d_y));
   MLACONF_CUDA_LAUNCH_CHECK("to_half_kernel");
 }
 void fill_pattern_f16(uint16_t* d_x, int64_t rows, int64_t cols, uint64_t seed) {
   if (rows * cols == 0) return;
-  fill_pattern_kernel<<<(unsigned)std::min<int64_t>(ceil_div(rows * cols, 256), 132 * 64), 256>>>(d_x, rows, cols, seed);
+  fill_pattern_kernel<<<(unsigned)std::min<int64_t>(ceil_div(rows * cols, 256), 132 * 64), 256, 0, cur_stream()>>>(d_x, rows, cols, seed);
   MLACONF_CUDA_LAUNCH_CHECK("fill_pattern_kernel");
 }
 void add_inplace(float* d_y, const float* d_x, int64_t n) {
   if (n == 0) return;
-  add_kernel<<<grid_for(n), 256>>>(d_y, d_x, n);
+  add_kernel<<<grid_for(n), 256, 0, cur_stream()>>>(d_y, d_x, n);
   MLACONF_CUDA_LAUNCH_CHECK("add_kernel");
 }
 void scale_inplace(float* d_x, int64_t n, float s) {
   if (n == 0) return;
-  scale_kernel<<<grid_for(n), 256>>>(d_x, n, s);
+  scale_kernel<<<grid_for(n), 256, 0, cur_stream()>>>(d_x, n, s);
   MLACONF_CUDA_LAUNCH_CHECK("scale_kernel");
 }
 void gather_rows(const float* d_src, int64_t ld_src, const int32_t* d_idx, int64_t n, int64_t cols, float* d_dst,
                  int64_t ld_dst) {
   if (n == 0) return;
-  move_rows_kernel<<<(unsigned)n, 256>>>(d_src, ld_src, d_idx, cols, d_dst, ld_dst, false);
+  move_rows_kernel<<<(unsigned)n, 256, 0, cur_stream()>>>(d_src, ld_src, d_idx, cols, d_dst, ld_dst, false);
   MLACONF_CUDA_LAUNCH_CHECK("move_rows_kernel");
 }
 void scatter_rows(const float* d_src, int64_t ld_src, const int32_t* d_idx, int64_t n, int64_t cols, float* d_dst,
                   int64_t ld_dst) {
   if (n == 0) return;
-  move_rows_kernel<<<(unsigned)n, 256>>>(d_src, ld_src, d_idx, cols, d_dst, ld_dst, true);
+  move_rows_kernel<<<(unsigned)n, 256, 0, cur_stream()>>>(d_src, ld_src, d_idx, cols, d_dst, ld_dst, true);
   MLACONF_CUDA_LAUNCH_CHECK("move_rows_kernel");
 }
 void weighted_combine(const float* d_x, const float* d_w, int64_t T, int64_t k, int64_t E, const float* d_add, float* d_out) {
   if (T == 0) return;
-  combine_kernel<<<(unsigned)T, 256>>>(d_x, d_w, k, E, d_add, d_out);
+  combine_kernel<<<(unsigned)T, 256, 0, cur_stream()>>>(d_x, d_w, k, E, d_add, d_out);
   MLACONF_CUDA_LAUNCH_CHECK("combine_kernel");
 }
 void copy2d(void* d_dst, size_t dst_pitch, const void* d_src, size_t src_pitch, size_t width_bytes, size_t rows) {
   if (rows == 0 || width_bytes == 0) return;
-  MLACONF_CUDA_CHECK(cudaMemcpy2D(d_dst, dst_pitch, d_src, src_pitch, width_bytes, rows, cudaMemcpyDeviceToDevice));
+  MLACONF_CUDA_CHECK(cudaMemcpy2DAsync(d_dst, dst_pitch, d_src, src_pitch, width_bytes, rows, cudaMemcpyDeviceToDevice, cur_stream()));
 }
 void split_half(const float* d_x, int64_t n, uint16_t* d_hi, uint16_t* d_lo) {
   if (n == 0) return;
-  split_half_kernel<<<grid_for(n), 256>>>(d_x, n, reinterpret_cast<__half*>(d_hi), reinterpret_cast<__half*>(d_lo));
+  split_half_kernel<<<grid_for(n), 256, 0, cur_stream()>>>(d_x, n, reinterpret_cast<__half*>(d_hi), reinterpret_cast<__half*>(d_lo));
   MLACONF_CUDA_LAUNCH_CHECK("split_half_kernel");
 }
 int64_t count_nonfinite(const float* d_x, int64_t n) {
   auto* c = static_cast<unsigned long long*>(scratch(7, 8));
   MLACONF_CUDA_CHECK(cudaMemset(c, 0, 8));
-  if (n) nonfinite_kernel<<<grid_for(n), 256>>>(d_x, n, c);
+  if (n) nonfinite_kernel<<<grid_for(n), 256, 0, cur_stream()>>>(d_x, n, c);
   MLACONF_CUDA_LAUNCH_CHECK("nonfinite_kernel");
   unsigned long long h = 0;
   MLACONF_CUDA_CHECK(cudaMemcpy(&h, c, 8, cudaMemcpyDeviceToHost));

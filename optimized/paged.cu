@@ -44,7 +44,7 @@ __global__ void fill_pattern_f32_kernel(float* x, int64_t rows, int64_t cols, ui
 void to_half_rows(const float* d_src, int64_t T, int64_t d, const int32_t* d_rows, uint16_t* d_dst) {
   if (T < 0 || d < 0) throw InputError("cuda::to_half_rows: negative shape");
   if (T * d == 0) return;
-  to_half_rows_kernel<<<grid_of(T * d), 256>>>(d_src, T, d, d_rows, reinterpret_cast<__half*>(d_dst));
+  to_half_rows_kernel<<<grid_of(T * d), 256, 0, cur_stream()>>>(d_src, T, d, d_rows, reinterpret_cast<__half*>(d_dst));
   MLACONF_CUDA_LAUNCH_CHECK("to_half_rows_kernel");
 }
 
@@ -52,13 +52,13 @@ void paged_rows(int32_t* d_idx, int64_t T, int64_t K, const int32_t* d_row_tab, 
                 int64_t page_rows) {
   if (T < 0 || K < 0 || max_pages < 1 || page_rows < 1) throw InputError("cuda::paged_rows: bad shape");
   if (T * K == 0) return;
-  paged_rows_kernel<<<grid_of(T * K), 256>>>(d_idx, T, K, d_row_tab, d_tab, max_pages, page_rows);
+  paged_rows_kernel<<<grid_of(T * K), 256, 0, cur_stream()>>>(d_idx, T, K, d_row_tab, d_tab, max_pages, page_rows);
   MLACONF_CUDA_LAUNCH_CHECK("paged_rows_kernel");
 }
 
 void fill_pattern_f32(float* d_x, int64_t rows, int64_t cols, uint64_t seed) {
   if (rows * cols == 0) return;
-  fill_pattern_f32_kernel<<<grid_of(rows * cols), 256>>>(d_x, rows, cols, seed);
+  fill_pattern_f32_kernel<<<grid_of(rows * cols), 256, 0, cur_stream()>>>(d_x, rows, cols, seed);
   MLACONF_CUDA_LAUNCH_CHECK("fill_pattern_f32_kernel");
 }
 

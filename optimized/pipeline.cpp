@@ -75,9 +75,27 @@ struct Pipeline::Impl {
     std::vector<std::pair<int64_t, int64_t>> groups;  // [begin, end): rows of one sequence, consecutive positions
     int64_t plan_queries = 0;    // sparse MLA's plan (1: each row as when it runs alone; 0: the pass's rows)
     // Per stage, on its device: each row's latent cache row, key row and key region (int64 element
-    // offset), its group, the groups' page tables.
-    std::vector<DeviceBuffer> lat_rows, key_rows, key_off, row_tab, tab;
+    // offset), its group, the groups' page tables (in `owned`, or a step graph's persistent buffers).
+    std::vector<const int32_t*> lat_rows, key_rows, row_tab, tab;
+    std::vector<const int64_t*> key_off;
+    std::vector<DeviceBuffer> owned;
+    // A step shaped for a CUDA graph (every launch argument the same at every step): the indexer over
+    // max_ctx keys, routing on the device, token ids and positions read from device buffers, logits
+    // written to one. Same bits as the other path.
+    bool graph_shape = false;
+    const int32_t* d_ids = nullptr;
+    const int32_t* d_pos = nullptr;
+    float* d_logits = nullptr;
   };
+  // A decode step of B sequences as a CUDA graph (PipelineOptions::decode_graph): its inputs live in
+  // persistent buffers that each step overwrites before the replay.
+  struct StepGraph {
+    DeviceBuffer ids, pos, lat, key, key_off, row_tab, tab, logits;
+    CudaGraph graph;
+    uint64_t captured_gen = ~0ull, warm_gen = ~0ull;  // workspace_generation() at capture / at the last direct run
+  };
+  std::map<int64_t, StepGraph> step_graphs;  // by B
+  int64_t graph_replays = 0;
   const SeqRows* sr = nullptr;
   bool all_gemv = false;  // decode steps: every product by the fused GEMV, whatever the number of rows
 
@@ -243,8 +261,34 @@ struct Pipeline::Impl {
     }
   }
   int64_t cache_row(const Seq& q, int64_t p) const { return (int64_t)q.pages[(size_t)(p / page_rows)] * page_rows + p % page_rows; }
+  // Host tables of a pass's rows (place(): pages granted first).
+  struct RowTables {
+    std::vector<int32_t> lat, key, row_tab, tab;
+    std::vector<int64_t> key_off;
+  };
+  RowTables place(std::span<const int32_t> ids, const SeqRows& r);
   // Runs rows r (filled: slot, pos, groups, plan) over their sequences and advances them. all_gemv: decode.
   std::vector<float> seq_pass(std::span<const int32_t> ids, SeqRows& r, bool gemv_only);
+  std::vector<float> graph_step(std::span<const int32_t> ids, SeqRows& r);
+  // Runs fn with `r` as the pass's rows (no trace, no forced decisions), then clears them, also on error.
+  template <class F>
+  std::vector<float> with_rows(const SeqRows& r, bool gemv_only, F&& fn) {
+    tr = nullptr;
+    forced = nullptr;
+    sr = &r;
+    all_gemv = gemv_only;
+    struct Reset {
+      Impl* m;
+      ~Reset() { m->sr = nullptr, m->all_gemv = false; }
+    } reset{this};
+    return fn();
+  }
+  void advance(const SeqRows& r) {
+    for (size_t t = 0; t < r.slot.size(); ++t) {
+      Seq& q = seqs[(size_t)r.slot[t]];
+      q.len = std::max<int64_t>(q.len, r.pos[t] + 1);
+    }
+  }
 
   // ---- The ops of one layer. Each is one piece of logic, used by layer() / moe() in a forward pass and by
   // replay() on a fixture's inputs: fp32 device buffers of T rows, d_pos [T] the rows' positions.
@@ -311,12 +355,11 @@ struct Pipeline::Impl {
       // A decode step (one row per sequence): one launch scores every row against its own region, over
       // the longest sequence's length (each row's later keys are masked: -inf, as if absent), one top-k
       // over all rows (exact: the same selection as over the row's own length).
-      const int64_t Lmax = *std::max_element(sr->pos.begin(), sr->pos.end()) + 1;
+      const int64_t Lmax = sr->graph_shape ? ctx : *std::max_element(sr->pos.begin(), sr->pos.end()) + 1;
       auto scores = fbuf(T * Lmax);
-      indexer_scores_f32_rows(qi, skeys[l].as<float>(), sr->key_off[(size_t)cur].as<int64_t>(), wts, d_pos, T, Hi, Di, Lmax,
-                              scores.as<float>());
+      indexer_scores_f32_rows(qi, skeys[l].as<float>(), sr->key_off[(size_t)cur], wts, d_pos, T, Hi, Di, Lmax, scores.as<float>());
       topk_rows(scores.as<float>(), T, Lmax, K, top);
-      paged_rows(top, T, K, sr->row_tab[(size_t)cur].as<int32_t>(), sr->tab[(size_t)cur].as<int32_t>(), max_pages, page_rows);
+      paged_rows(top, T, K, sr->row_tab[(size_t)cur], sr->tab[(size_t)cur], max_pages, page_rows);
       return;
     }
     int64_t cells = 0;
@@ -328,7 +371,7 @@ struct Pipeline::Impl {
       indexer_scores_f32(qi + b * Hi * Di, keys, wts + b * Hi, d_pos + b, e - b, Hi, Di, Lg, scores.as<float>());
       topk_rows(scores.as<float>(), e - b, Lg, K, top + b * K);
     }
-    paged_rows(top, T, K, sr->row_tab[(size_t)cur].as<int32_t>(), sr->tab[(size_t)cur].as<int32_t>(), max_pages, page_rows);
+    paged_rows(top, T, K, sr->row_tab[(size_t)cur], sr->tab[(size_t)cur], max_pages, page_rows);
   }
   // Per row of host scores [T, Lkv]: 1 when the k-th and (k+1)-th finite scores are equal, and their gap.
   static void topk_extras(const std::vector<float>& s, int64_t T, int64_t Lkv, int64_t K, std::vector<int32_t>& tie,
@@ -378,6 +421,7 @@ struct Pipeline::Impl {
   void route_weights(Route& r, int64_t T) const;
   // Each used expert once over its tokens -> eo [T, k, E] in slot order (unweighted).
   void experts(int64_t l, const float* y, int64_t T, const std::vector<int32_t>& ids, float* eo);
+  void expert_pairs(int64_t l, const float* y, int64_t T, const int32_t* d_ids, const int32_t* d_tok, float* eo);
   void shared_expert(int64_t l, const float* y, int64_t T, float* sh) {
     const int64_t Fs = L(l, wname::kGateShexp).ne1;
     auto g = fbuf(T * Fs), u = fbuf(T * Fs);
@@ -469,7 +513,7 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
   }
   done(l, op::kLatentCache, lat.as<float>(), {T, dlat});
   if (sr)  // a pass over sequences: each row to its page of the shared pool
-    to_half_rows(lat.as<float>(), T, dlat, sr->lat_rows[(size_t)cur].as<int32_t>(), pool[l].as<uint16_t>());
+    to_half_rows(lat.as<float>(), T, dlat, sr->lat_rows[(size_t)cur], pool[l].as<uint16_t>());
   else
     to_half(lat.as<float>(), T * dlat, latent[l].as<uint16_t>() + n_past * dlat);
 
@@ -492,7 +536,7 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
     indexer_k(l, x.as<float>(), T, d_pos, ki.as<float>());
     done(l, op::kIndexerK, ki.as<float>(), {T, Di});
     if (sr)  // each row's key to its sequence's region
-      scatter_rows(ki.as<float>(), Di, sr->key_rows[(size_t)cur].as<int32_t>(), T, Di, skeys[l].as<float>(), Di);
+      scatter_rows(ki.as<float>(), Di, sr->key_rows[(size_t)cur], T, Di, skeys[l].as<float>(), Di);
     else
       copy2d(ikeys[l].as<float>() + n_past * Di, Di * 4, ki.get(), Di * 4, Di * 4, T);
     auto wts = fbuf(T * Hi);
@@ -581,10 +625,12 @@ Pipeline::Impl::Route Pipeline::Impl::route(int64_t l, const std::vector<float>&
     if (c.gating == GatingFunc::Softmax) {
       const float mx = *std::max_element(z, z + nE);
       float s = 0;
-      for (int64_t e = 0; e < nE; ++e) s += (prob[e] = std::exp(z[e] - mx));
+      // exp in double, rounded to float: the device routing of a captured decode step (optimized/route.cu)
+      // computes it so too, and selects the same experts with the same weights bit for bit.
+      for (int64_t e = 0; e < nE; ++e) s += (prob[e] = (float)std::exp((double)(z[e] - mx)));
       for (int64_t e = 0; e < nE; ++e) prob[e] /= s;
     } else {
-      for (int64_t e = 0; e < nE; ++e) prob[e] = 1.0f / (1.0f + std::exp(-z[e]));
+      for (int64_t e = 0; e < nE; ++e) prob[e] = 1.0f / (1.0f + (float)std::exp(-(double)z[e]));
     }
     for (int64_t e = 0; e < nE; ++e) choice[e] = prob[e] + (bias.empty() ? 0.f : bias[e]);
     if (c.n_expert_groups > 1) {  // group limit: a group's score is the sum of its two best choices
@@ -628,6 +674,21 @@ void Pipeline::Impl::route_weights(Route& r, int64_t T) const {
   }
 }
 
+// Every (token, slot) pair of a decode step in one GEMV launch per matrix, the experts picked on the
+// device (gemv_experts): ids [T, k] expert ids, tok [T, k] each pair's token row. Each pair's product is
+// the one the per-expert loop of experts() computes (the same weights, x and kernel), so a row does not
+// depend on the other rows.
+void Pipeline::Impl::expert_pairs(int64_t l, const float* y, int64_t T, const int32_t* d_ids, const int32_t* d_tok, float* eo) {
+  const int64_t E = c.n_embd, k = c.n_expert_used, F = c.n_ff_exp, n = T * k;
+  const DevTensor &gw = L(l, wname::kGateExps), &uw = L(l, wname::kUpExps), &dw = L(l, wname::kDownExps);
+  auto xe = fbuf(n * E), ge = fbuf(n * F), ue = fbuf(n * F);
+  gather_rows(y, E, d_tok, n, E, xe.as<float>(), E);
+  gemv_experts(gw.type, gw.buf.get(), gw.ne1 * gw.row_bytes, d_ids, n, gw.ne1, gw.ne0, xe.as<float>(), E, ge.as<float>(), F);
+  gemv_experts(uw.type, uw.buf.get(), uw.ne1 * uw.row_bytes, d_ids, n, uw.ne1, uw.ne0, xe.as<float>(), E, ue.as<float>(), F);
+  silu_gate(ge.as<float>(), ue.as<float>(), n * F, ge.as<float>());
+  gemv_experts(dw.type, dw.buf.get(), dw.ne1 * dw.row_bytes, d_ids, n, dw.ne1, dw.ne0, ge.as<float>(), F, eo, E);
+}
+
 void Pipeline::Impl::experts(int64_t l, const float* y, int64_t T, const std::vector<int32_t>& ids, float* eo) {
   const int64_t E = c.n_embd, nE = c.n_expert, k = c.n_expert_used, F = c.n_ff_exp;
   // Group the (token, slot) pairs by expert and run each expert once over its tokens.
@@ -638,22 +699,12 @@ void Pipeline::Impl::experts(int64_t l, const float* y, int64_t T, const std::ve
       slot[ids[t * k + j]].push_back((int32_t)(t * k + j));
     }
   const DevTensor &gw = L(l, wname::kGateExps), &uw = L(l, wname::kUpExps), &dw = L(l, wname::kDownExps);
-  if (all_gemv) {
-    // A decode step: every (token, slot) pair at once, one GEMV launch per matrix with the experts picked
-    // on the device (gemv_experts). Each pair's product is the one the per-expert loop below computes
-    // (the same weights, x and kernel), so a row does not depend on the other rows.
+  if (all_gemv) {  // a decode step: every (token, slot) pair at once
     const int64_t n = T * k;
     std::vector<int32_t> tok_of(n);
     for (int64_t j = 0; j < n; ++j) tok_of[j] = (int32_t)(j / k);
     auto d_ids = to_device(ids), d_tok = to_device(tok_of);
-    auto xe = fbuf(n * E), ge = fbuf(n * F), ue = fbuf(n * F);
-    gather_rows(y, E, d_tok.as<int32_t>(), n, E, xe.as<float>(), E);
-    gemv_experts(gw.type, gw.buf.get(), gw.ne1 * gw.row_bytes, d_ids.as<int32_t>(), n, gw.ne1, gw.ne0, xe.as<float>(), E,
-                 ge.as<float>(), F);
-    gemv_experts(uw.type, uw.buf.get(), uw.ne1 * uw.row_bytes, d_ids.as<int32_t>(), n, uw.ne1, uw.ne0, xe.as<float>(), E,
-                 ue.as<float>(), F);
-    silu_gate(ge.as<float>(), ue.as<float>(), n * F, ge.as<float>());
-    gemv_experts(dw.type, dw.buf.get(), dw.ne1 * dw.row_bytes, d_ids.as<int32_t>(), n, dw.ne1, dw.ne0, ge.as<float>(), F, eo, E);
+    expert_pairs(l, y, T, d_ids.as<int32_t>(), d_tok.as<int32_t>(), eo);
     return;
   }
   int64_t max_n = 0;
@@ -680,6 +731,28 @@ void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out) {
   auto logits = fbuf(T * nE);
   router_logits(l, y, T, logits.as<float>());
   done(l, op::kRouterLogits, logits.as<float>(), {T, nE});
+  if (sr && sr->graph_shape) {  // a step shaped for a CUDA graph: routing on the device, same bits
+    const DevTensor& bias = L(l, wname::kExpProbsB);
+    DeviceBuffer d_ids((size_t)(T * k) * 4), d_wts((size_t)(T * k) * 4), d_tok((size_t)(T * k) * 4);
+    RouteArgs ra;
+    ra.logits = logits.as<float>();
+    ra.T = T, ra.n_expert = nE, ra.k = k;
+    ra.bias = bias.host_f32.empty() ? nullptr : bias.buf.as<float>();
+    ra.softmax = c.gating == GatingFunc::Softmax;
+    ra.n_groups = c.n_expert_groups, ra.groups_used = c.n_group_used;
+    ra.norm = c.expert_weights_norm, ra.scale = (float)c.expert_weights_scale;
+    ra.ids = d_ids.as<int32_t>(), ra.wts = d_wts.as<float>(), ra.tok = d_tok.as<int32_t>();
+    route_experts(ra);
+    auto eo = fbuf(T * k * E);
+    expert_pairs(l, y, T, d_ids.as<int32_t>(), d_tok.as<int32_t>(), eo.as<float>());
+    DeviceBuffer sh;
+    if (c.n_expert_shared > 0) {
+      sh = fbuf(T * E);
+      shared_expert(l, y, T, sh.as<float>());
+    }
+    weighted_combine(eo.as<float>(), d_wts.as<float>(), T, k, E, sh.get() ? sh.as<float>() : nullptr, out);
+    return;
+  }
   std::vector<float> lg(T * nE);
   copy_to_host(lg.data(), logits.get(), lg.size() * 4);
   Route r = route(l, lg, T);
@@ -728,6 +801,11 @@ Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt)
     else throw InputError("MLACONF_CUDA_PREFILL must be fp16, fp16x3 or fp32, not '" + v + "'");
   }
   if (const char* e = std::getenv("MLACONF_CUDA_GEMV_MAX_TOKENS")) m.opt.gemv_max_tokens = std::atoll(e);
+  if (const char* e = std::getenv("MLACONF_CUDA_GRAPH")) {
+    const std::string v = e;
+    if (v != "0" && v != "1") throw InputError("MLACONF_CUDA_GRAPH must be 0 or 1, not '" + v + "'");
+    m.opt.decode_graph = v == "1";
+  }
   if (const char* e = std::getenv("MLACONF_CUDA_BATCH_INVARIANT")) {
     const std::string v = e;
     if (v != "0" && v != "1") throw InputError("MLACONF_CUDA_BATCH_INVARIANT must be 0 or 1, not '" + v + "'");
@@ -824,7 +902,8 @@ std::vector<float> Pipeline::Impl::run_pass(std::span<const int32_t> ids, const 
   DeviceScope keep(current_device());  // the pass switches devices per stage; the caller's comes back
   const int n_stages = (int)m.stage_dev.size();
   std::vector<DeviceBuffer> d_pos;  // per stage
-  for (int s = 0; s < n_stages; ++s) {
+  const bool graph_shape = m.sr && m.sr->graph_shape;  // one stage, inputs and logits in device buffers
+  for (int s = 0; s < n_stages && !graph_shape; ++s) {
     DeviceScope on(m.stage_dev[(size_t)s]);
     d_pos.push_back(to_device(pos));
   }
@@ -834,17 +913,24 @@ std::vector<float> Pipeline::Impl::run_pass(std::span<const int32_t> ids, const 
   set_device(m.stage_dev[0]);
   auto h = Impl::fbuf(T * E);
   const DevTensor& emb = m.W(wname::kTokenEmbd);
-  for (int64_t t = 0; t < T; ++t)
-    dequantize_f32(emb.type, emb.buf.as<uint8_t>() + (int64_t)ids[t] * emb.row_bytes, E, h.as<float>() + t * E);
+  if (graph_shape)
+    embed_rows(emb.type, emb.buf.get(), emb.row_bytes, m.sr->d_ids, T, E, h.as<float>());
+  else
+    for (int64_t t = 0; t < T; ++t)
+      dequantize_f32(emb.type, emb.buf.as<uint8_t>() + (int64_t)ids[t] * emb.row_bytes, E, h.as<float>() + t * E);
   std::vector<DeviceBuffer> topk(c.n_layer_run());
   for (int64_t l = 0; l < c.n_layer_run(); ++l) {
     m.enter_stage(m.layer_stage[(size_t)l], h, T * E, topk, retired);
-    m.layer(l, h.as<float>(), T, d_pos[(size_t)m.cur].as<int32_t>(), topk);
+    m.layer(l, h.as<float>(), T, graph_shape ? m.sr->d_pos : d_pos[(size_t)m.cur].as<int32_t>(), topk);
   }
   m.enter_stage(n_stages - 1, h, T * E, topk, retired);
   auto fn = Impl::fbuf(T * E);
   rmsnorm(h.as<float>(), m.W(wname::kOutputNorm).buf.as<float>(), T, E, E, (float)c.rms_eps, fn.as<float>());
   m.done(-1, op::kFinalNorm, fn.as<float>(), {T, E});
+  if (graph_shape) {  // the caller reads the logits after the pass (or the graph's replay)
+    m.linear(m.W(wname::kOutput), fn.as<float>(), T, m.sr->d_logits);
+    return {};
+  }
   auto lg = Impl::fbuf(T * c.n_vocab);
   m.linear(m.W(wname::kOutput), fn.as<float>(), T, lg.as<float>());
   m.done(-1, op::kLogits, lg.as<float>(), {T, c.n_vocab});
@@ -853,7 +939,8 @@ std::vector<float> Pipeline::Impl::run_pass(std::span<const int32_t> ids, const 
   return out;
 }
 
-std::vector<float> Pipeline::Impl::seq_pass(std::span<const int32_t> ids, SeqRows& r, bool gemv_only) {
+// Gives the rows' sequences their pages and computes the rows' host tables.
+Pipeline::Impl::RowTables Pipeline::Impl::place(std::span<const int32_t> ids, const SeqRows& r) {
   const int64_t T = ids.size();
   check_ids(ids);
   for (size_t t = 0; t < r.slot.size(); ++t) {
@@ -863,45 +950,92 @@ std::vector<float> Pipeline::Impl::seq_pass(std::span<const int32_t> ids, SeqRow
                        " rows, beyond PipelineOptions::max_ctx " + std::to_string(ctx));
     grow(q, r.pos[t] + 1);
   }
-  // Host tables: each row's cache row and key row, its group; the groups' page tables (-1 padded).
-  std::vector<int32_t> lat(T), key(T), row_tab(T), tab(r.groups.size() * (size_t)max_pages, -1);
-  std::vector<int64_t> key_off(T);
+  // Each row's cache row, key row and key region, its group; the groups' page tables (-1 padded).
+  RowTables h;
+  h.lat.resize(T), h.key.resize(T), h.row_tab.resize(T), h.key_off.resize(T);
+  h.tab.assign(r.groups.size() * (size_t)max_pages, -1);
   for (size_t g = 0; g < r.groups.size(); ++g) {
     const Seq& q = seqs[(size_t)r.slot[(size_t)r.groups[g].first]];
-    std::copy(q.pages.begin(), q.pages.end(), tab.begin() + (int64_t)g * max_pages);
-    for (int64_t t = r.groups[g].first; t < r.groups[g].second; ++t) row_tab[(size_t)t] = (int32_t)g;
+    std::copy(q.pages.begin(), q.pages.end(), h.tab.begin() + (int64_t)g * max_pages);
+    for (int64_t t = r.groups[g].first; t < r.groups[g].second; ++t) h.row_tab[(size_t)t] = (int32_t)g;
   }
   for (int64_t t = 0; t < T; ++t) {
-    lat[(size_t)t] = (int32_t)cache_row(seqs[(size_t)r.slot[(size_t)t]], r.pos[(size_t)t]);
-    key[(size_t)t] = (int32_t)((int64_t)r.slot[(size_t)t] * ctx + r.pos[(size_t)t]);
-    key_off[(size_t)t] = (int64_t)r.slot[(size_t)t] * ctx * c.indexer_head_size;
+    h.lat[(size_t)t] = (int32_t)cache_row(seqs[(size_t)r.slot[(size_t)t]], r.pos[(size_t)t]);
+    h.key[(size_t)t] = (int32_t)((int64_t)r.slot[(size_t)t] * ctx + r.pos[(size_t)t]);
+    h.key_off[(size_t)t] = (int64_t)r.slot[(size_t)t] * ctx * c.indexer_head_size;
   }
+  return h;
+}
+
+// Runs rows r over their sequences (direct launches) and advances them. gemv_only: a decode step.
+std::vector<float> Pipeline::Impl::seq_pass(std::span<const int32_t> ids, SeqRows& r, bool gemv_only) {
+  const RowTables h = place(ids, r);
   for (int sdev : stage_dev) {
     DeviceScope on(sdev);
-    r.lat_rows.push_back(to_device(lat));
-    r.key_rows.push_back(to_device(key));
-    r.key_off.push_back(to_device(key_off));
-    r.row_tab.push_back(to_device(row_tab));
-    r.tab.push_back(to_device(tab));
+    r.owned.push_back(to_device(h.lat));
+    r.lat_rows.push_back(r.owned.back().as<int32_t>());
+    r.owned.push_back(to_device(h.key));
+    r.key_rows.push_back(r.owned.back().as<int32_t>());
+    r.owned.push_back(to_device(h.key_off));
+    r.key_off.push_back(r.owned.back().as<int64_t>());
+    r.owned.push_back(to_device(h.row_tab));
+    r.row_tab.push_back(r.owned.back().as<int32_t>());
+    r.owned.push_back(to_device(h.tab));
+    r.tab.push_back(r.owned.back().as<int32_t>());
   }
-  tr = nullptr;
-  forced = nullptr;
-  sr = &r;
-  all_gemv = gemv_only;
-  std::vector<float> out;
-  try {
-    out = run_pass(ids, r.pos);
-  } catch (...) {
-    sr = nullptr;
-    all_gemv = false;
-    throw;
+  std::vector<float> out = with_rows(r, gemv_only, [&] { return run_pass(ids, r.pos); });
+  advance(r);
+  return out;
+}
+
+// A decode step as a CUDA graph (one stage, no overflow check): the step's inputs are written to the
+// persistent buffers of the B-row graph, then the graph replays. Its first step (and the first after a
+// kernel's workspace moved) runs directly, shaped like the graph, so that every workspace has its size
+// before the capture; the next one captures.
+std::vector<float> Pipeline::Impl::graph_step(std::span<const int32_t> ids, SeqRows& r) {
+  const int64_t B = ids.size(), V = c.n_vocab;
+  const RowTables h = place(ids, r);
+  DeviceScope on(stage_dev[0]);
+  StepGraph& G = step_graphs[B];
+  if (!G.ids.get()) {
+    G.ids = DeviceBuffer((size_t)B * 4), G.pos = DeviceBuffer((size_t)B * 4), G.lat = DeviceBuffer((size_t)B * 4);
+    G.key = DeviceBuffer((size_t)B * 4), G.key_off = DeviceBuffer((size_t)B * 8), G.row_tab = DeviceBuffer((size_t)B * 4);
+    G.tab = DeviceBuffer(h.tab.size() * 4), G.logits = DeviceBuffer((size_t)(B * V) * 4);
   }
-  sr = nullptr;
-  all_gemv = false;
-  for (size_t t = 0; t < r.slot.size(); ++t) {
-    Seq& q = seqs[(size_t)r.slot[t]];
-    q.len = std::max<int64_t>(q.len, r.pos[t] + 1);
+  G.ids.upload(ids.data(), (size_t)B * 4);
+  G.pos.upload(r.pos.data(), (size_t)B * 4);
+  G.lat.upload(h.lat.data(), (size_t)B * 4);
+  G.key.upload(h.key.data(), (size_t)B * 4);
+  G.key_off.upload(h.key_off.data(), (size_t)B * 8);
+  G.row_tab.upload(h.row_tab.data(), (size_t)B * 4);
+  G.tab.upload(h.tab.data(), h.tab.size() * 4);
+  r.lat_rows = {G.lat.as<int32_t>()}, r.key_rows = {G.key.as<int32_t>()}, r.key_off = {G.key_off.as<int64_t>()};
+  r.row_tab = {G.row_tab.as<int32_t>()}, r.tab = {G.tab.as<int32_t>()};
+  r.graph_shape = true;
+  r.d_ids = G.ids.as<int32_t>(), r.d_pos = G.pos.as<int32_t>(), r.d_logits = G.logits.as<float>();
+  const uint64_t gen = workspace_generation();
+  if (G.graph.ready() && G.captured_gen != gen) G.graph = CudaGraph{};  // it holds moved workspaces
+  if (!G.graph.ready() && G.warm_gen != gen) {
+    with_rows(r, true, [&] { return run_pass(ids, r.pos); });
+    G.warm_gen = workspace_generation();
+  } else {
+    if (!G.graph.ready()) {
+      with_rows(r, true, [&] {
+        G.graph.capture([&] { run_pass(ids, r.pos); });
+        return std::vector<float>{};
+      });
+      G.captured_gen = gen;
+      if (workspace_generation() != gen) {  // a workspace moved during the capture: never replay it
+        G.graph = CudaGraph{};
+        throw CudaError("decode graph: a kernel workspace was reallocated during the capture");
+      }
+    }
+    G.graph.launch();
+    ++graph_replays;
   }
+  std::vector<float> out((size_t)(B * V));
+  copy_to_host(out.data(), G.logits.get(), out.size() * 4);
+  advance(r);
   return out;
 }
 
@@ -925,6 +1059,7 @@ void Pipeline::close_sequence(int seq) {
 }
 
 int64_t Pipeline::sequence_length(int seq) const { return impl_->open_seq(seq).len; }
+int64_t Pipeline::graph_replays() const { return impl_->graph_replays; }
 
 std::vector<float> Pipeline::prefill(int seq, std::span<const int32_t> ids) {
   Impl& m = *impl_;
@@ -960,6 +1095,7 @@ std::vector<float> Pipeline::decode_step(std::span<const int> seqs, std::span<co
     r.groups.emplace_back(b, b + 1);
   }
   r.plan_queries = m.opt.batch_invariant ? 1 : 0;
+  if (m.opt.decode_graph && m.stage_dev.size() == 1 && !m.opt.overflow_check) return m.graph_step(ids, r);
   return m.seq_pass(ids, r, true);
 }
 

@@ -75,6 +75,11 @@ struct PipelineOptions {
   // for the B queries (fewer, larger splits at large B; the bits then depend on B). Environment
   // MLACONF_CUDA_BATCH_INVARIANT=0|1 overrides.
   bool batch_invariant = true;
+  // decode_step as a CUDA graph per B (captured on its second step, replayed after): routing on the
+  // device (bit-exact with the host's), the indexer over max_ctx keys, the same logits as without.
+  // Used where the pipeline has one stage and overflow_check is off (otherwise steps run directly).
+  // Environment MLACONF_CUDA_GRAPH=0|1 overrides.
+  bool decode_graph = false;
 };
 
 // A host tensor of op replay: row-major values, shape.
@@ -124,6 +129,8 @@ class Pipeline {
   // For benchmarks: appends n positions whose latent and indexer-key rows are pattern values (no
   // model pass), so that decode at a long context can be timed without prefilling it.
   void append_synthetic_context(int seq, int64_t n, uint64_t seed);
+  // Decode steps run as a replay of a captured CUDA graph so far (PipelineOptions::decode_graph).
+  int64_t graph_replays() const;
 
  private:
   struct Impl;

@@ -118,8 +118,8 @@ DeviceBuffer::DeviceBuffer(size_t bytes) : n_(bytes) {
     dev_ = current_device();
     pooled_ = device_pools(dev_);
     if (pooled_) {
-      MLACONF_CUDA_CHECK(cudaMallocAsync(&p_, bytes, 0));
-      MLACONF_CUDA_CHECK(cudaMemsetAsync(p_, 0xFF, bytes, 0));  // poison
+      MLACONF_CUDA_CHECK(cudaMallocAsync(&p_, bytes, cur_stream()));
+      MLACONF_CUDA_CHECK(cudaMemsetAsync(p_, 0xFF, bytes, cur_stream()));  // poison
     } else {
       MLACONF_CUDA_CHECK(cudaMalloc(&p_, bytes));
       MLACONF_CUDA_CHECK(cudaMemset(p_, 0xFF, bytes));  // poison
@@ -133,7 +133,7 @@ void DeviceBuffer::release() {
     int cur = dev_;
     cudaGetDevice(&cur);
     if (cur != dev_) cudaSetDevice(dev_);
-    cudaFreeAsync(p_, 0);
+    cudaFreeAsync(p_, cur_stream());
     if (cur != dev_) cudaSetDevice(cur);
   } else {
     cudaFree(p_);
@@ -177,8 +177,88 @@ void* scratch(int slot, size_t bytes) {
   if (b.bytes() < bytes) {
     b = DeviceBuffer();  // free first
     b = DeviceBuffer(bytes + bytes / 4);
+    bump_workspace_generation();
   }
   return b.get();
+}
+
+namespace {
+uint64_t g_workspace_generation = 0;
+}  // namespace
+uint64_t workspace_generation() { return g_workspace_generation; }
+void bump_workspace_generation() { ++g_workspace_generation; }
+
+namespace {
+thread_local cudaStream_t g_stream = 0;  // cur_stream(): 0 (legacy) unless a CudaGraph captures
+}  // namespace
+cudaStream_t cur_stream() { return g_stream; }
+
+void CudaGraph::begin_capture() {
+  if (g_stream) throw CudaError("CudaGraph::capture: a capture is already running on this thread");
+  if (exec_) {
+    cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+    exec_ = nullptr;
+  }
+  dev_ = current_device();
+  cudaStream_t s;
+  MLACONF_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  // Work queued before the capture (uploads of the step's inputs) stays before it: the legacy stream
+  // is drained first; the capture then starts from an empty stream.
+  MLACONF_CUDA_CHECK(cudaStreamSynchronize(0));
+  const cudaError_t e = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  if (e != cudaSuccess) {
+    cudaStreamDestroy(s);
+    MLACONF_CUDA_CHECK(e);
+  }
+  stream_ = s;
+  g_stream = s;
+}
+void CudaGraph::abort_capture() {
+  cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  g_stream = 0;
+  stream_ = nullptr;
+  if (!s) return;
+  cudaGraph_t g = nullptr;
+  cudaStreamEndCapture(s, &g);
+  if (g) cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+  cudaGetLastError();  // the capture's error is the exception being thrown
+}
+void CudaGraph::end_capture() {
+  cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  g_stream = 0;
+  stream_ = nullptr;
+  cudaGraph_t g = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(s, &g);
+  cudaStreamDestroy(s);
+  if (e != cudaSuccess) {
+    if (g) cudaGraphDestroy(g);
+    MLACONF_CUDA_CHECK(e);
+  }
+  cudaGraphExec_t x = nullptr;
+  const cudaError_t ei = cudaGraphInstantiate(&x, g, 0);
+  cudaGraphDestroy(g);
+  MLACONF_CUDA_CHECK(ei);
+  exec_ = x;
+}
+void CudaGraph::launch() {
+  if (!exec_) throw CudaError("CudaGraph::launch: nothing captured");
+  DeviceScope on(dev_);
+  MLACONF_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), 0));
+}
+CudaGraph::~CudaGraph() {
+  if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+}
+CudaGraph::CudaGraph(CudaGraph&& o) noexcept
+    : exec_(std::exchange(o.exec_, nullptr)), stream_(std::exchange(o.stream_, nullptr)), dev_(o.dev_) {}
+CudaGraph& CudaGraph::operator=(CudaGraph&& o) noexcept {
+  if (this != &o) {
+    if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+    exec_ = std::exchange(o.exec_, nullptr);
+    stream_ = std::exchange(o.stream_, nullptr);
+    dev_ = o.dev_;
+  }
+  return *this;
 }
 
 void copy_to_host(void* host, const void* d_src, size_t bytes) {

@@ -492,6 +492,7 @@ int* tickets(size_t n) {
     buf = DeviceBuffer();
     buf = DeviceBuffer(std::max<size_t>(n * 4, 4096));
     buf.fill(0);
+    bump_workspace_generation();
   }
   return buf.as<int>();
 }
@@ -546,10 +547,10 @@ void launch_mma(const SparseMlaArgs& a, bool dense, int64_t entries) {
     attr_set[current_device() & 63] = true;
   }
   const dim3 grid((unsigned)n_splits, (unsigned)head_blocks, (unsigned)a.T);
-  sparse_mla_mma<HG><<<grid, HG * 128, smem>>>(p);
+  sparse_mla_mma<HG><<<grid, HG * 128, smem, cur_stream()>>>(p);
   MLACONF_CUDA_LAUNCH_CHECK("sparse_mla_mma");
   if (n_splits > 1 && !p.fused_merge) {
-    sparse_mla_mma_merge<<<dim3((unsigned)a.H, (unsigned)a.T), kMmaDv / 4>>>(p.o_part, p.m_part, p.l_part, (int)n_splits, p.H,
+    sparse_mla_mma_merge<<<dim3((unsigned)a.H, (unsigned)a.T), kMmaDv / 4, 0, cur_stream()>>>(p.o_part, p.m_part, p.l_part, (int)n_splits, p.H,
                                                                               p.plain_sum, a.out);
     MLACONF_CUDA_LAUNCH_CHECK("sparse_mla_mma_merge");
   }
@@ -611,9 +612,9 @@ void sparse_mla(const SparseMlaArgs& a) {
   const size_t smem = (size_t)(kHeads + kRows) * ldk * 2 + (kHeads * kRows + 3 * kHeads) * 4 + kRows * 8;
   MLACONF_CUDA_CHECK(cudaFuncSetAttribute(sparse_mla_partial, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   dim3 grid(n_splits, (unsigned)((a.H + kHeads - 1) / kHeads), (unsigned)a.T);
-  sparse_mla_partial<<<grid, kThreads, smem>>>(p);
+  sparse_mla_partial<<<grid, kThreads, smem, cur_stream()>>>(p);
   MLACONF_CUDA_LAUNCH_CHECK("sparse_mla_partial");
-  sparse_mla_merge<<<dim3((unsigned)a.H, (unsigned)a.T), 128>>>(p.o_part, p.m_part, p.l_part, n_splits, p.H, p.dv,
+  sparse_mla_merge<<<dim3((unsigned)a.H, (unsigned)a.T), 128, 0, cur_stream()>>>(p.o_part, p.m_part, p.l_part, n_splits, p.H, p.dv,
                                                                  active_fault() == Fault::NoLseMerge, a.out);
   MLACONF_CUDA_LAUNCH_CHECK("sparse_mla_merge");
 }

@@ -17,7 +17,8 @@
 // together (one token each, greedy). Reports decode tokens/s (B x steps / time) and the latency of one
 // step, with a floor: the bytes a step must read (every weight once, the experts B tokens pick under
 // uniform routing, each sequence's top-k latent rows and indexer keys) at --floor-gbs. The overflow
-// check is off in this mode (a server does not scan every op).
+// check is off in this mode (a server does not scan every op). --graph: decode steps as CUDA graphs
+// (PipelineOptions::decode_graph; without --devices).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -55,7 +56,8 @@ struct BenchArgs {
   std::string devices;  // layer split (cuda)
   std::string batch;    // batched decode: list of B (cuda)
   int64_t context = 0;  // synthetic context rows per sequence (--batch)
-  double floor_gbs = 4229;  // bandwidth of the floor (the H200's copy bandwidth measured in docs/PERF_H200.md)
+  double floor_gbs = 4229;
+  bool graph = false;       // --batch: decode steps as CUDA graphs  // bandwidth of the floor (the H200's copy bandwidth measured in docs/PERF_H200.md)
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -117,14 +119,15 @@ void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c
   o.max_ctx = ctx;
   o.devices = devices;
   o.overflow_check = false;
+  o.decode_graph = a.graph;
   o.max_seqs = *std::max_element(batches.begin(), batches.end());
   cuda::Pipeline p(f, c, o);
   std::mt19937_64 rng(a.seed);
   std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(c.n_vocab - 1));
   Json rows = Json::array();
   if (!a.json) {
-    std::printf("backend   cuda%s, batched decode (overflow check off, batch-invariant plan %s)\nmodel     %s\n",
-                p.split_summary().empty() ? "" : (" (" + p.split_summary() + ")").c_str(),
+    std::printf("backend   cuda%s, batched decode (overflow check off, CUDA graph %s, batch-invariant plan %s)\nmodel     %s\n",
+                p.split_summary().empty() ? "" : (" (" + p.split_summary() + ")").c_str(), a.graph ? "on" : "off",
                 std::getenv("MLACONF_CUDA_BATCH_INVARIANT") && std::string(std::getenv("MLACONF_CUDA_BATCH_INVARIANT")) == "0" ? "off" : "on",
                 a.model.c_str());
     std::printf("context   %lld synthetic rows + %lld prompt tokens per sequence, %lld decode steps; floor at %.0f GB/s\n",
@@ -167,7 +170,7 @@ void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c
     const double floor_ms = 1e3 * (sb.weights + sb.cache) / (a.floor_gbs * 1e9);
     const double floor_tps = 1e3 * (double)B / floor_ms;
     for (int s : seqs) p.close_sequence(s);
-    rows.push_back(Json{{"batch", B}, {"prefill_s", prefill_s}, {"warm_step_s", warm_s}, {"decode_steps_timed", timed},
+    rows.push_back(Json{{"batch", B}, {"graph_replays_total", p.graph_replays()}, {"prefill_s", prefill_s}, {"warm_step_s", warm_s}, {"decode_steps_timed", timed},
                         {"decode_s", decode_s}, {"decode_tokens_per_s", tps}, {"step_ms", step_ms},
                         {"weight_bytes_per_step", sb.weights}, {"cache_bytes_per_step", sb.cache},
                         {"floor_ms_per_step", floor_ms}, {"floor_tokens_per_s", floor_tps},
@@ -177,7 +180,7 @@ void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c
                   floor_ms, floor_tps, step_ms > 0 ? 100.0 * floor_ms / step_ms : 0.0);
   }
   if (a.json) {
-    const Json j = {{"backend", "cuda"}, {"mode", "batched_decode"}, {"devices", a.devices}, {"model", a.model},
+    const Json j = {{"backend", "cuda"}, {"mode", "batched_decode"}, {"graph", a.graph}, {"devices", a.devices}, {"model", a.model},
                     {"context", a.context}, {"prompt_tokens", a.prompt_tokens}, {"decode_steps", a.decode_steps},
                     {"floor_gbs", a.floor_gbs}, {"overflow_check", false}, {"batches", rows}};
     std::printf("%s\n", json_text(j, -1).c_str());
@@ -195,7 +198,8 @@ void run_bench(const BenchArgs& a) {
   const std::vector<int> devices = parse_devices(a.devices);
   if (!devices.empty() && a.backend != "cuda") throw InputError("bench: --devices needs --backend cuda");
   if (!a.batch.empty() && a.backend != "cuda") throw InputError("bench: --batch needs --backend cuda");
-  if (a.batch.empty() && a.context != 0) throw InputError("bench: --context needs --batch");
+  if (a.batch.empty() && (a.context != 0 || a.graph)) throw InputError("bench: --context and --graph need --batch");
+  if (a.graph && !a.devices.empty()) throw InputError("bench: --graph runs on one stage (no --devices)");
   GgufFile f = GgufFile::open(a.model);
   ModelConfig c = ModelConfig::from_gguf(f);
   if (!a.batch.empty()) return run_batch_bench(a, f, c, devices);
@@ -269,6 +273,7 @@ CommandRegistration reg(60, [](CLI::App& root) {
   sub->add_option("--context", a->context, "--batch: synthetic cache rows per sequence before its prompt (decode at long context)")
       ->capture_default_str();
   sub->add_option("--floor-gbs", a->floor_gbs, "--batch: bandwidth (GB/s) of the reported read floor")->capture_default_str();
+  sub->add_flag("--graph", a->graph, "--batch: decode steps captured and replayed as CUDA graphs (one stage only)");
   sub->callback([a] { run_bench(*a); });
 });
 

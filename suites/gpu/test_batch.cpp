@@ -11,7 +11,8 @@
 //   - the indexer scores each row against its own sequence's keys (exactly forward()'s call).
 // Sequences have different lengths, several beyond the indexer's top_k (the sparse selection matters);
 // pages are small (16 rows), so pages of different sequences interleave in the pool, and a sequence
-// closed before the decode steps hands its (stale) pages to the others. Models: the tiny model
+// closed before the decode steps hands its (stale) pages to the others. The same with the decode steps
+// captured in a CUDA graph (routing on the device, bit-exact with the host's). Models: the tiny model
 // (../shared/models) and a synthesized glm-dsa model with odd sizes (5 heads, 2 indexer heads, top_k
 // 16, shared-indexer layers FSFS). Also: the layer split (--devices 0,0) batched equals unsplit
 // batched, and misuse is an InputError. Negative control: another sequence's logits differ (the
@@ -91,13 +92,21 @@ SeqLogits alone(const GgufFile& f, const ModelConfig& c, const SeqInput& in, int
 
 // Batched: one pipeline, B slots; a decoy sequence is prefilled first and closed before the decode
 // steps (its pages, stale, go to the others); prompts prefilled one by one; then kSteps steps of all B.
-std::vector<SeqLogits> batched(const GgufFile& f, const ModelConfig& c, int64_t B, int64_t ctx, const std::vector<int>& devices,
-                               bool reverse_order = false) {
+struct BatchRun {
+  std::vector<int> devices;
+  bool reverse_order = false;
+  bool graph = false;            // decode steps as a CUDA graph (overflow check off)
+  int64_t* replays = nullptr;    // out: graph replays
+};
+std::vector<SeqLogits> batched(const GgufFile& f, const ModelConfig& c, int64_t B, int64_t ctx, const BatchRun& run) {
+  const bool reverse_order = run.reverse_order;
   cuda::PipelineOptions o;
   o.max_ctx = ctx;
   o.max_seqs = B + 1;
   o.page_rows = kPageRows;
-  o.devices = devices;
+  o.devices = run.devices;
+  o.decode_graph = run.graph;
+  o.overflow_check = !run.graph;
   cuda::Pipeline p(f, c, o);
   const int decoy = p.open_sequence();
   {
@@ -130,6 +139,7 @@ std::vector<SeqLogits> batched(const GgufFile& f, const ModelConfig& c, int64_t 
     for (int64_t r = 0; r < B; ++r)
       out[(size_t)order[(size_t)r]].steps.emplace_back(lg.begin() + r * c.n_vocab, lg.begin() + (r + 1) * c.n_vocab);
   }
+  if (run.replays) *run.replays = p.graph_replays();
   return out;
 }
 
@@ -165,6 +175,8 @@ void expect_equal_to_alone(const std::vector<SeqLogits>& got, const std::vector<
   std::printf("  %s: %zu of %zu logits differ from decoding alone (worst step NMSE %.3g)\n", what.c_str(), differ, total, worst);
 }
 
+void check_graph(const std::string& model, const std::vector<int64_t>& Bs);
+
 void check_model(const std::string& model, const std::vector<int64_t>& Bs) {
   GgufFile f = GgufFile::open(model);
   ModelConfig c = ModelConfig::from_gguf(f);
@@ -173,7 +185,9 @@ void check_model(const std::string& model, const std::vector<int64_t>& Bs) {
   std::vector<SeqLogits> ref;
   for (int64_t b = 0; b < Bmax; ++b) ref.push_back(alone(f, c, seq_input(b, c.n_vocab, c.indexer_top_k), ctx));
   for (int64_t B : Bs) {
-    const std::vector<SeqLogits> got = batched(f, c, B, ctx, {}, B % 2 == 1);
+    BatchRun run;
+    run.reverse_order = B % 2 == 1;
+    const std::vector<SeqLogits> got = batched(f, c, B, ctx, run);
     expect_equal_to_alone(got, std::vector<SeqLogits>(ref.begin(), ref.begin() + B),
                           std::filesystem::path(model).filename().string() + " B=" + std::to_string(B));
     // Negative control: sequence 0's steps against sequence 1's (another sequence must differ).
@@ -201,6 +215,7 @@ TEST(batch, synth_odd_heads_batched_equals_alone) {
                " >/dev/null"),
             0);
   check_model(m, {1, 3, 8, 33});
+  check_graph(m, {3, 8});
   std::filesystem::remove_all(dir);
 }
 
@@ -213,9 +228,40 @@ TEST(batch, split_batched_equals_unsplit) {
   const int64_t B = 8, ctx = max_len(B, c.n_vocab, c.indexer_top_k);
   const std::vector<SeqLogits> base = batched(f, c, B, ctx, {});
   for (const std::vector<int>& devs : {std::vector<int>{0, 0}, std::vector<int>{0, 0, 0}}) {
-    const std::vector<SeqLogits> split = batched(f, c, B, ctx, devs);
+    BatchRun run;
+    run.devices = devs;
+    const std::vector<SeqLogits> split = batched(f, c, B, ctx, run);
     expect_equal_to_alone(split, base, "tiny B=8 devices " + std::to_string(devs.size()) + " stages vs unsplit");
   }
+}
+
+// Decode steps as a CUDA graph (PipelineOptions::decode_graph): the first step of a B runs directly,
+// the second captures, the rest replay; routing runs on the device and the indexer over max_ctx keys.
+// Every step equals decoding alone (forward()) bit for bit, hence the direct batched path too; the
+// graph must have been replayed (kSteps - 2 times per B).
+void check_graph(const std::string& model, const std::vector<int64_t>& Bs) {
+  GgufFile f = GgufFile::open(model);
+  ModelConfig c = ModelConfig::from_gguf(f);
+  const int64_t Bmax = *std::max_element(Bs.begin(), Bs.end());
+  const int64_t ctx = max_len(Bmax, c.n_vocab, c.indexer_top_k);
+  std::vector<SeqLogits> ref;
+  for (int64_t b = 0; b < Bmax; ++b) ref.push_back(alone(f, c, seq_input(b, c.n_vocab, c.indexer_top_k), ctx));
+  for (int64_t B : Bs) {
+    int64_t replays = 0;
+    BatchRun run;
+    run.graph = true;
+    run.replays = &replays;
+    const std::vector<SeqLogits> got = batched(f, c, B, ctx, run);
+    expect_equal_to_alone(got, std::vector<SeqLogits>(ref.begin(), ref.begin() + B),
+                          std::filesystem::path(model).filename().string() + " graph B=" + std::to_string(B));
+    EXPECT_EQ(replays, kSteps - 2) << "the decode graph was not replayed";
+  }
+}
+
+TEST(batch, tiny_graph_equals_alone) {
+  MLACONF_REQUIRE_CUDA();
+  if (!std::filesystem::exists(tiny_model())) GTEST_SKIP() << "skipped: " << tiny_model() << " is absent";
+  check_graph(tiny_model(), {1, 8, 33});
 }
 
 TEST(batch, misuse_is_input_error) {
