@@ -52,15 +52,25 @@ MLACONF_CLI="$(realpath "$M")" MLACONF_SHARED_DIR="$SHARED" "$G" --gtest_filter=
   grep -E "^\[  |differ|Failure|error|Expected|Which is"
 [ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
 
-bench() {  # name, then bench arguments; text table to the terminal, JSON to $OUT
+bench() {  # name, then bench arguments: one run, JSON to $OUT, a table to the terminal
   local name="$1"
   shift
   echo "-- $name: bench $*"
-  if ! "$M" bench --backend cuda "$@" 2>"$OUT/bench-$name.err" | tee "$OUT/bench-$name.txt"; then
+  if "$M" bench --backend cuda "$@" --json >"$OUT/bench-$name.json" 2>"$OUT/bench-$name.err"; then
+    python3 - "$OUT/bench-$name.json" <<'PY' | tee "$OUT/bench-$name.txt" || cat "$OUT/bench-$name.json"
+import json, sys
+j = json.load(open(sys.argv[1]))
+print(f"   graph {j['graph']}  devices '{j['devices']}'  context {j['context']} + prompt {j['prompt_tokens']}, "
+      f"{j['decode_steps']} steps (first timed apart); floor at {j['floor_gbs']} GB/s")
+print(f"   {'B':>4} {'tok/s':>10} {'step ms':>9} {'1st ms':>9} {'floor ms':>9} {'floor tok/s':>12} {'% floor':>8} {'prefill s':>9}")
+for r in j["batches"]:
+    print(f"   {r['batch']:>4} {r['decode_tokens_per_s']:>10.1f} {r['step_ms']:>9.3f} {1e3 * r['warm_step_s']:>9.3f} "
+          f"{r['floor_ms_per_step']:>9.3f} {r['floor_tokens_per_s']:>12.1f} {r['percent_of_floor']:>7.1f}% {r['prefill_s']:>9.3f}")
+PY
+  else
     fail=1
     cat "$OUT/bench-$name.err"
   fi
-  "$M" bench --backend cuda "$@" --json >"$OUT/bench-$name.json" 2>>"$OUT/bench-$name.err" || fail=1
 }
 
 echo "== bench --batch on the tiny model"
