@@ -54,8 +54,9 @@ DeviceScope::DeviceScope(int ordinal) : prev_(current_device()) { set_device(ord
 DeviceScope::~DeviceScope() { cudaSetDevice(prev_); }
 
 namespace {
-// Whether `dev` has stream-ordered memory pools; on first use its default pool is told to keep freed
-// memory (release threshold: never), so that freed blocks serve the next allocations.
+// Whether `dev` has stream-ordered memory pools; on first use its default pool is told to keep up to
+// 4 GiB of freed memory (returned to the driver above that at a synchronization), so that freed blocks
+// serve the next allocations without giving memory that other allocators need to the pool for good.
 bool device_pools(int dev) {
   constexpr int kMaxDevices = 64;
   static int state[kMaxDevices] = {};  // 0 unknown, 1 pools, 2 none
@@ -66,7 +67,7 @@ bool device_pools(int dev) {
     if (v) {
       cudaMemPool_t pool;
       MLACONF_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
-      uint64_t keep = UINT64_MAX;
+      uint64_t keep = uint64_t{4} << 30;
       MLACONF_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
     }
     state[dev] = v ? 1 : 2;
