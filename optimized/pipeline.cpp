@@ -351,10 +351,11 @@ struct Pipeline::Impl {
   void indexer_select_seq(int64_t l, const float* qi, float* wts, const int32_t* d_pos, int64_t T, int32_t* top) {
     const int64_t Hi = c.indexer_n_head, Di = c.indexer_head_size, K = c.indexer_top_k;
     scale_indexer_weights(wts, T);
-    if ((int64_t)sr->groups.size() == T && T > 1) {
+    if (sr->graph_shape || ((int64_t)sr->groups.size() == T && T > 1)) {
       // A decode step (one row per sequence): one launch scores every row against its own region, over
       // the longest sequence's length (each row's later keys are masked: -inf, as if absent), one top-k
-      // over all rows (exact: the same selection as over the row's own length).
+      // over all rows (exact: the same selection as over the row's own length). Shaped for a graph
+      // (also at B = 1): over max_ctx keys, nothing of this step's host data in the launches.
       const int64_t Lmax = sr->graph_shape ? ctx : *std::max_element(sr->pos.begin(), sr->pos.end()) + 1;
       auto scores = fbuf(T * Lmax);
       indexer_scores_f32_rows(qi, skeys[l].as<float>(), sr->key_off[(size_t)cur], wts, d_pos, T, Hi, Di, Lmax, scores.as<float>());
