@@ -242,8 +242,8 @@ void silu_case(int64_t n) {
 
 // Negative control of the fault "gemv-drop-tail" (the GEMV grid drops the last n_rows % 8 rows), one
 // case per kernel path, each with n_rows % 8 != 0: a single GEMV (generic kernel, Q8_0, 1001 rows), a
-// grouped expert GEMV (Q4_K kernel, 77 rows per expert) and the per-head W_UV (batched generic kernel,
-// 129 rows per head); each must fail, and the same op with n_rows % 8 == 0 must pass (the fault drops
+// grouped expert GEMV (Q4_K kernel, 77 rows per expert) and the per-head W_UV (the Q4_K kernel with a
+// matrix per head, b % H, 129 rows per head); each must fail, and the same op with n_rows % 8 == 0 must pass (the fault drops
 // nothing there). The failing check writes its reproducer (into a temporary folder: an expected failure).
 void drop_tail_control_case(const std::string& op) {
   MLACONF_REQUIRE_CUDA();
