@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <random>
 
 #include "core/error.h"
@@ -175,7 +176,6 @@ void expect_equal_to_alone(const std::vector<SeqLogits>& got, const std::vector<
   std::printf("  %s: %zu of %zu logits differ from decoding alone (worst step NMSE %.3g)\n", what.c_str(), differ, total, worst);
 }
 
-void check_graph(const std::string& model, const std::vector<int64_t>& Bs);
 
 void check_model(const std::string& model, const std::vector<int64_t>& Bs) {
   GgufFile f = GgufFile::open(model);
@@ -197,42 +197,52 @@ void check_model(const std::string& model, const std::vector<int64_t>& Bs) {
   }
 }
 
-TEST(batch, tiny_batched_equals_alone) {
-  MLACONF_REQUIRE_CUDA();
-  if (!std::filesystem::exists(tiny_model())) GTEST_SKIP() << "skipped: " << tiny_model() << " is absent";
-  check_model(tiny_model(), {1, 3, 8, 33});
-}
-
 // A synthesized glm-dsa model with odd sizes: 5 heads, 2 indexer heads, top_k 16, layers F S F S
-// (layers 1 and 3 read the selection of 0 and 2: absolute rows shared across layers).
-TEST(batch, synth_odd_heads_batched_equals_alone) {
-  MLACONF_REQUIRE_CUDA();
-  if (!std::filesystem::exists(cli())) GTEST_SKIP() << "skipped: " << cli() << " not built (needed to synthesize)";
-  const std::string dir = (std::filesystem::temp_directory_path() / ("mlaconf-batch-" + std::to_string(getpid()))).string();
-  std::filesystem::create_directories(dir);
-  const std::string m = dir + "/odd.gguf";
-  ASSERT_EQ(sh(cli() + " synth --arch glm-dsa --seed 11 --n-head 5 --indexer-heads 2 --top-k 16 --indexer-types FSFS -o " + m +
-               " >/dev/null"),
-            0);
-  check_model(m, {1, 3, 8, 33});
-  check_graph(m, {3, 8});
-  std::filesystem::remove_all(dir);
+// (layers 1 and 3 read the selection of 0 and 2: absolute rows shared across layers). Synthesized once
+// per process through the CLI (MLACONF_CLI), removed at exit; "" when that fails.
+constexpr const char* kOddName = "synth_h5_hi2_topk16_FSFS";
+std::string odd_model() {
+  static struct Owned {
+    std::string dir, path;
+    bool tried = false;
+    ~Owned() {
+      if (!dir.empty()) std::filesystem::remove_all(dir);
+    }
+  } owned;
+  if (!owned.tried) {
+    owned.tried = true;
+    owned.dir = (std::filesystem::temp_directory_path() / ("mlaconf-batch-" + std::to_string(getpid()))).string();
+    std::filesystem::create_directories(owned.dir);
+    const std::string m = owned.dir + "/odd.gguf";
+    if (sh(cli() + " synth --arch glm-dsa --seed 11 --n-head 5 --indexer-heads 2 --top-k 16 --indexer-types FSFS -o " + m +
+           " >/dev/null") == 0)
+      owned.path = m;
+  }
+  return owned.path;
 }
 
-// The layer split: batched on virtual devices {0,0} and {0,0,0} equals batched unsplit, bit for bit.
-TEST(batch, split_batched_equals_unsplit) {
-  MLACONF_REQUIRE_CUDA();
-  if (!std::filesystem::exists(tiny_model())) GTEST_SKIP() << "skipped: " << tiny_model() << " is absent";
-  GgufFile f = GgufFile::open(tiny_model());
-  ModelConfig c = ModelConfig::from_gguf(f);
-  const int64_t B = 8, ctx = max_len(B, c.n_vocab, c.indexer_top_k);
-  const std::vector<SeqLogits> base = batched(f, c, B, ctx, {});
-  for (const std::vector<int>& devs : {std::vector<int>{0, 0}, std::vector<int>{0, 0, 0}}) {
-    BatchRun run;
-    run.devices = devs;
-    const std::vector<SeqLogits> split = batched(f, c, B, ctx, run);
-    expect_equal_to_alone(split, base, "tiny B=8 devices " + std::to_string(devs.size()) + " stages vs unsplit");
+// The model of a case by its name in the case: "" (with the reason in *why) when it is not there.
+std::string model_of(const std::string& name, std::string* why) {
+  if (name == kOddName) {
+    if (!std::filesystem::exists(cli())) return *why = cli() + " not built (needed to synthesize)", "";
+    const std::string m = odd_model();
+    if (m.empty()) *why = "synth failed";
+    return m;
   }
+  if (!std::filesystem::exists(tiny_model())) return *why = tiny_model() + " is absent", "";
+  return tiny_model();
+}
+
+// The layer split: batched on virtual devices (`stages` times device 0) equals batched unsplit, bit for bit.
+void check_split(const std::string& model, int64_t B, int stages) {
+  GgufFile f = GgufFile::open(model);
+  ModelConfig c = ModelConfig::from_gguf(f);
+  const int64_t ctx = max_len(B, c.n_vocab, c.indexer_top_k);
+  const std::vector<SeqLogits> base = batched(f, c, B, ctx, {});
+  BatchRun run;
+  run.devices = std::vector<int>((size_t)stages, 0);
+  const std::vector<SeqLogits> split = batched(f, c, B, ctx, run);
+  expect_equal_to_alone(split, base, "B=" + std::to_string(B) + " on " + std::to_string(stages) + " virtual devices vs unsplit");
 }
 
 // Decode steps as a CUDA graph (PipelineOptions::decode_graph): the first step of a B runs directly,
@@ -258,16 +268,8 @@ void check_graph(const std::string& model, const std::vector<int64_t>& Bs) {
   }
 }
 
-TEST(batch, tiny_graph_equals_alone) {
-  MLACONF_REQUIRE_CUDA();
-  if (!std::filesystem::exists(tiny_model())) GTEST_SKIP() << "skipped: " << tiny_model() << " is absent";
-  check_graph(tiny_model(), {1, 8, 33});
-}
-
-TEST(batch, misuse_is_input_error) {
-  MLACONF_REQUIRE_CUDA();
-  if (!std::filesystem::exists(tiny_model())) GTEST_SKIP() << "skipped: " << tiny_model() << " is absent";
-  GgufFile f = GgufFile::open(tiny_model());
+void check_misuse(const std::string& model) {
+  GgufFile f = GgufFile::open(model);
   ModelConfig c = ModelConfig::from_gguf(f);
   {
     cuda::Pipeline p(f, c, {});
@@ -291,6 +293,34 @@ TEST(batch, misuse_is_input_error) {
   EXPECT_THROW(p.prefill(a, std::vector<int32_t>(30, 3)), InputError) << "beyond max_ctx";
   EXPECT_EQ(p.sequence_length(a), 40);
 }
+
+// Registration under canonical case names (suites/common/case_registry.h), suite "batch".
+void run_case(const std::string& model_name, const std::function<void(const std::string&)>& body) {
+  MLACONF_REQUIRE_CUDA();
+  std::string why;
+  const std::string m = model_of(model_name, &why);
+  if (m.empty()) GTEST_SKIP() << "skipped: " << why;
+  body(m);
+}
+
+const bool registered = [] {
+  using test::CaseName;
+  for (const char* model : {"glm_dsa_tiny", kOddName}) {
+    const std::string mn = model;
+    for (int64_t B : {1, 3, 8, 33})
+      register_case("batch", CaseName("batched_decode").p("model", mn).p("B", B).str(),
+                    [mn, B] { run_case(mn, [B](const std::string& m) { check_model(m, {B}); }); });
+    for (int64_t B : mn == kOddName ? std::vector<int64_t>{3, 8} : std::vector<int64_t>{1, 8, 33})
+      register_case("batch", CaseName("batched_decode_graph").p("model", mn).p("B", B).str(),
+                    [mn, B] { run_case(mn, [B](const std::string& m) { check_graph(m, {B}); }); });
+  }
+  for (int stages : {2, 3})
+    register_case("batch", CaseName("batched_decode_split").p("model", "glm_dsa_tiny").p("B", 8).p("stages", stages).str(),
+                  [stages] { run_case("glm_dsa_tiny", [stages](const std::string& m) { check_split(m, 8, stages); }); });
+  register_case("batch", CaseName("batched_decode_misuse").p("model", "glm_dsa_tiny").str(),
+                [] { run_case("glm_dsa_tiny", [](const std::string& m) { check_misuse(m); }); });
+  return true;
+}();
 
 }  // namespace
 }  // namespace mlaconf::gputest
