@@ -310,6 +310,68 @@ void gemv_cases() {
   }
 }
 
+// ---- block-type GEMVs (optimized/gemv_blocks.cu): GLM-5's Q6_K output head and attention shapes ------
+// B x vectors on one matrix (batched decode: every sequence's token through the same weights).
+// Byte offsets of a block's f16 scale fields, set to small sane values so that outputs stay finite.
+std::vector<int> f16_fields(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q6_K: return {208};
+    case GgmlType::Q5_K: case GgmlType::Q4_K: return {0, 2};
+    default: return {0};  // Q8_0
+  }
+}
+// n_mats copies (same bytes, distinct addresses) of one random rows x cols matrix of type t.
+void random_mats(DeviceBuffer* w, GgmlType t, int64_t n_mats, int64_t rows, int64_t cols, uint64_t seed) {
+  const size_t per = (size_t)rows * row_bytes(t, cols);
+  const int64_t ts = traits(t).type_size;
+  std::vector<uint8_t> h(per + 8);
+  std::mt19937_64 rng(seed);
+  for (size_t off = 0; off < per; off += 8) {
+    const uint64_t v = rng();
+    std::memcpy(&h[off], &v, 8);
+  }
+  const std::vector<int> fields = f16_fields(t);
+  for (size_t off = 0; off < per; off += ts)
+    for (int f : fields) {
+      const uint16_t d = float_to_half_bits(0.0005f + (rng() % 1000) * 1e-6f);
+      std::memcpy(&h[off + f], &d, 2);
+    }
+  *w = DeviceBuffer((size_t)n_mats * per);
+  for (int64_t i = 0; i < n_mats; ++i) w->upload(h.data(), per, (size_t)i * per);
+}
+
+// Bytes: the matrix once, B x vectors, B y vectors. FLOPs: 2 per weight and x.
+void gemv_block_case(GgmlType t, int64_t rows, int64_t cols, int B) {
+  const std::string name = std::string("gemv(type=") + type_name(t) + ",rows=" + std::to_string(rows) + ",cols=" +
+                           std::to_string(cols) + ",b=" + std::to_string(B) + ")";
+  if (failed("gemv") || !wanted(name)) return;
+  const double mat_bytes = (double)rows * row_bytes(t, cols);
+  const int64_t pool = std::max<int64_t>(1, (int64_t)std::ceil(220e6 / mat_bytes));
+  DeviceBuffer w;
+  random_mats(&w, t, pool, rows, cols, 11);
+  std::vector<float> hx((size_t)B * cols);
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& v : hx) v = u(rng);
+  DeviceBuffer x = to_device(hx), y((size_t)B * rows * 4);
+  const uint8_t* wp = w.as<uint8_t>();
+  const double us = time_us([&](int i) {
+    gemv(t, wp + (size_t)(i % pool) * (size_t)mat_bytes, rows, cols, x.as<float>(), y.as<float>(), B, 0, cols, rows);
+  });
+  report({name, "gemv_blocks", "rotating " + std::to_string(pool) + " matrices, " + std::to_string(B) + " x on one matrix",
+          us, mat_bytes + B * (cols + rows) * 4.0, 2.0 * rows * cols * B});
+}
+
+void gemv_block_cases() {
+  for (int B : {1, 8}) {
+    gemv_block_case(GgmlType::Q6_K, 154880, 6144, B);  // output head
+    gemv_block_case(GgmlType::Q6_K, 16384, 6144, B);
+    gemv_block_case(GgmlType::Q6_K, 6144, 16384, B);   // attn_output (64 heads x 256 -> 6144)
+    gemv_block_case(GgmlType::Q8_0, 6144, 16384, B);
+    gemv_block_case(GgmlType::Q5_K, 6144, 16384, B);
+  }
+}
+
 
 // ---- correctness gate (runs first: a fast wrong kernel is worth nothing) --------------------------
 double nmse_vs(const std::vector<float>& got, const std::vector<double>& want) {
@@ -413,6 +475,29 @@ void check_gemv() {
       want[j * rows + r] = acc;
     }
   check_row("gemv_experts(type=Q4_K,ids=4|0|2,rows=300,cols=2048)", nmse_vs(got, want), 1e-10);
+
+  // The block-streaming kernel: 3 x on one matrix against float64 on the device-dequantized weights,
+  // and each row's bits at B = 3 equal to B = 1 (batch invariance).
+  for (GgmlType t : {GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q5_K}) {
+    const int64_t r2 = 257, c2 = 768;
+    DeviceBuffer wb;
+    random_mats(&wb, t, 1, r2, c2, 21);
+    DeviceBuffer wbf((size_t)r2 * c2 * 4);
+    dequantize_f32(t, wb.get(), r2 * c2, wbf.as<float>());
+    const std::vector<float> Wb = to_host<float>(wbf, r2 * c2);
+    DeviceBuffer yb((size_t)3 * r2 * 4), y1((size_t)r2 * 4);
+    gemv(t, wb.get(), r2, c2, x.as<float>(), yb.as<float>(), 3, 0, c2, r2);
+    gemv(t, wb.get(), r2, c2, x.as<float>() + c2, y1.as<float>());
+    const std::vector<float> gb = to_host<float>(yb, 3 * r2), g1 = to_host<float>(y1, r2);
+    std::vector<double> wantb(3 * r2, 0.0);
+    for (int j = 0; j < 3; ++j)
+      for (int64_t r = 0; r < r2; ++r)
+        for (int64_t c = 0; c < c2; ++c) wantb[j * r2 + r] += (double)Wb[r * c2 + c] * hx[j * c2 + c];
+    const std::string tn = type_name(t);
+    check_row("gemv(type=" + tn + ",rows=257,cols=768,b=3)", nmse_vs(gb, wantb), 1e-10);
+    check_row("gemv(type=" + tn + ",rows=257,cols=768,b=3 vs b=1 bits)",
+              std::memcmp(gb.data() + r2, g1.data(), r2 * 4) == 0 ? 0.0 : 1.0, 0.0);
+  }
 }
 
 // Indexer: the tensor-core fp16 scores against the fp32 kernel on the same (fp16-valued) inputs; then
@@ -519,6 +604,7 @@ int main(int argc, char** argv) {
     indexer_case<float>(1, 131072, false);
     indexer_case<uint16_t>(16, 131072, true);
     gemv_cases();
+    gemv_block_cases();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kernel_bench: error: %s\n", e.what());
     return 1;

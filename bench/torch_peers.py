@@ -166,6 +166,25 @@ class Bench:
         del W
         torch.cuda.empty_cache()
 
+    # The block-type GEMV cases of kernel_bench (gemv_blocks.cu): F.linear on fp16 weights of the same
+    # shape, B x vectors at once (fp16 bytes: the peer reads its own format).
+    def gemv_blocks(self):
+        for B in (1, 8):
+            for t, rows, cols in (("Q6_K", 154880, 6144), ("Q6_K", 16384, 6144), ("Q6_K", 6144, 16384),
+                                  ("Q8_0", 6144, 16384), ("Q5_K", 6144, 16384)):
+                name = f"gemv(type={t},rows={rows},cols={cols},b={B})"
+                if not self.wanted(name):
+                    continue
+                mat = rows * cols * 2.0
+                pool = max(1, math.ceil(220e6 / mat))
+                W = torch.randn(pool, rows, cols, dtype=torch.float16, device="cuda")
+                x = torch.randn(B, cols, dtype=torch.float16, device="cuda")
+                fns = [graph(lambda i=i: F.linear(x, W[i])) for i in range(pool)]
+                self.report(name, "F.linear fp16", f"fp16 weights, rotating {pool}, {B} x", timed(fns, self.reps),
+                            mat + B * (cols + rows) * 2.0, 2.0 * rows * cols * B)
+                del W, fns
+                torch.cuda.empty_cache()
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -186,6 +205,7 @@ def main():
     b.indexer(1, 131072, False)
     b.indexer(16, 131072, True)
     b.gemv()
+    b.gemv_blocks()
     with open(a.json, "w") as f:
         json.dump(dict(source="torch", device=torch.cuda.get_device_name(), torch=torch.__version__, copy_gbs=b.copy_gbs,
                        fp16_tflops=b.tflops, rows=b.rows), f, indent=1)
