@@ -43,6 +43,60 @@ template <> struct Shape<kQ3_K> { static constexpr int bs = 256, ts = 110; };
 template <> struct Shape<kQ5_K> { static constexpr int bs = 256, ts = 176; };
 template <> struct Shape<kQ6_K> { static constexpr int bs = 256, ts = 210; };
 
+// Little-endian u32 at any byte address of shared memory: two aligned loads and a funnel shift (reads up
+// to 7 bytes past p + 3 inside the slot's 32 bytes of headroom).
+__device__ __forceinline__ uint32_t lds_u32(const uint8_t* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~(uintptr_t)3);
+  return __funnelshift_r(w[0], w[1], (unsigned)(a & 3) * 8);
+}
+// Byte k of a word holding small unsigned integers, as an exact float minus `off`: the byte goes into the
+// mantissa of 2^23 (0x4B0000qq) and 2^23 + off is subtracted (exact for q, off < 2^23).
+__device__ __forceinline__ float byte_as_float(uint32_t word, int k, float off) {
+  return __fsub_rn(__uint_as_float(__byte_perm(word, 0x4B000000u, 0x7540u | (unsigned)k)), 8388608.f + off);
+}
+
+// Values i0 .. i0 + 7 (i0 a multiple of 8) of the block at b (shared memory), bit for bit dq_elem's: the
+// generic form calls it per value; Q6_K and Q5_K (the GLM-5 attention / head types) decode 4 values per
+// 32-bit word with the same products (tested bit for bit against the reference dequantizer's values).
+template <int TYPE>
+__device__ __forceinline__ void decode8(const uint8_t* b, int i0, float (&w)[8]) {
+  const IqGrids grids{};  // unused by these types
+#pragma unroll
+  for (int e = 0; e < 8; ++e) w[e] = dq_elem(TYPE, b, i0 + e, grids);
+}
+template <>
+__device__ __forceinline__ void decode8<kQ6_K>(const uint8_t* b, int i0, float (&w)[8]) {
+  // ql[128] qh[64] scales[16] d: value i = (n, gq, l): 6-bit q from ql (low / high nibble) and qh (2 bits).
+  const int n = i0 >> 7, r = i0 & 127, gq = r >> 5, l0 = r & 31;
+  const uint8_t* ql = b + 64 * n + ((gq & 1) ? 32 : 0) + l0;
+  const uint8_t* qh = b + 128 + 32 * n + l0;
+  const float dsc = MUL_RN(ld_f16(b + 208), (float)(int8_t)b[192 + 8 * n + (l0 >> 4) + 2 * gq]);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t q = lds_u32(ql + 4 * h), hb = lds_u32(qh + 4 * h);
+    const uint32_t lo = (gq < 2 ? q : q >> 4) & 0x0F0F0F0Fu;
+    const uint32_t qq = lo | (((hb >> (2 * gq)) & 0x03030303u) << 4);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[4 * h + k] = MUL_RN(dsc, byte_as_float(qq, k, 32.f));
+  }
+}
+template <>
+__device__ __forceinline__ void decode8<kQ5_K>(const uint8_t* b, int i0, float (&w)[8]) {
+  // d dmin scales[12] qh[32] qs[128]: sub-block j = 2c + hi; q = nibble + 16 * (bit j of qh[l]).
+  const int c = i0 >> 6, hi = (i0 >> 5) & 1, l0 = i0 & 31, j = 2 * c + hi;
+  int sc, m;
+  scale_min_k4(j, b + 4, &sc, &m);
+  const float d1 = MUL_RN(ld_f16(b), (float)sc), m1 = MUL_RN(ld_f16(b + 2), (float)m);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t q = lds_u32(b + 48 + 32 * c + l0 + 4 * h), hb = lds_u32(b + 16 + l0 + 4 * h);
+    const uint32_t qq = ((hi ? q >> 4 : q) & 0x0F0F0F0Fu) | (((hb >> j) & 0x01010101u) << 4);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[4 * h + k] = SUB_RN(MUL_RN(d1, byte_as_float(qq, k, 0.f)), m1);
+  }
+}
+
 struct Args {
   const uint8_t* w;
   int64_t n_rows, nblocks, row_bytes;  // nblocks: blocks per row
@@ -64,7 +118,8 @@ __global__ void __launch_bounds__(kThreads) gemv_blocks_kernel(Args a) {
   constexpr int kSpb = S::bs / 32;                        // sub-blocks (lanes) per block
   constexpr int kBpc = 32 / kSpb;                         // blocks per chunk (32 sub-blocks)
   constexpr int kChunkBytes = kBpc * S::ts;
-  constexpr int kSlot = (kChunkBytes + 15) / 16 * 16 + 16;  // + the row chunk's 0..15-byte misalignment
+  // + the row chunk's 0..15-byte misalignment, + headroom for lds_u32's second word.
+  constexpr int kSlot = (kChunkBytes + 15) / 16 * 16 + 32;
   __shared__ __align__(16) uint8_t stage[kWarps][2][kRowsPerWarp][kSlot];
   __shared__ int64_t s_b[NB];
   __shared__ int s_n;
@@ -85,7 +140,6 @@ __global__ void __launch_bounds__(kThreads) gemv_blocks_kernel(Args a) {
   const uint8_t* mat_end = wm + a.n_rows * a.row_bytes;
   const int64_t row0 = (int64_t)blockIdx.x * kRowsPerCta + warp * kRowsPerWarp;
   const int64_t nchunks = (a.nblocks + kBpc - 1) / kBpc, nsub = a.nblocks * kSpb;
-  const IqGrids grids{};  // unused by these types
 
   // One row's chunk c: its aligned 16-byte words into stage[warp][buf][rr], zero past the matrix end.
   auto issue = [&](int64_t c, int buf) {
@@ -174,9 +228,14 @@ __global__ void __launch_bounds__(kThreads) gemv_blocks_kernel(Args a) {
           for (int p = 0; p < 4; ++p) {
             float wv[kRowsPerWarp][8];
 #pragma unroll
-            for (int rr = 0; rr < kRowsPerWarp; ++rr)
+            for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+              if (ok[rr]) {
+                decode8<TYPE>(bp[rr], sub * 32 + 8 * p, wv[rr]);
+              } else {
 #pragma unroll
-              for (int e = 0; e < 8; ++e) wv[rr][e] = ok[rr] ? dq_elem(TYPE, bp[rr], sub * 32 + 8 * p + e, grids) : 0.f;
+                for (int e = 0; e < 8; ++e) wv[rr][e] = 0.f;
+              }
+            }
 #pragma unroll
             for (int j = 0; j < NB; ++j) {
               if (j >= nm) break;
@@ -220,9 +279,9 @@ bool launch(const Args& a, int64_t groups, bool wide) {
     return false;
   const dim3 grid(ceil_div(a.n_rows, kRowsPerCta), (unsigned)groups);
   if (wide)
-    gemv_blocks_kernel<TYPE, kMaxX><<<grid, kThreads>>>(a);
+    gemv_blocks_kernel<TYPE, kMaxX><<<grid, kThreads, 0, cur_stream()>>>(a);
   else
-    gemv_blocks_kernel<TYPE, 1><<<grid, kThreads>>>(a);
+    gemv_blocks_kernel<TYPE, 1><<<grid, kThreads, 0, cur_stream()>>>(a);
   MLACONF_CUDA_LAUNCH_CHECK("gemv_blocks_kernel");
   return true;
 }
