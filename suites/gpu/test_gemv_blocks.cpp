@@ -23,9 +23,7 @@
 #include "core/error.h"
 #include "optimized/api.h"
 #include "suites/gpu/gpu_test_util.h"
-#ifdef MLACONF_HAVE_REF_DEQUANT
-#include "reference/dequant/dequant.h"
-#endif
+#include "suites/gpu/host_ref.h"
 
 namespace mlaconf::gputest {
 namespace {
@@ -35,18 +33,9 @@ constexpr double kBound = 2e-6;
 const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
                            GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
-// The reference dequantizer (the CUDA formulas' host twin only where the reference lacks the type).
+// The reference dequantizer's values (suites/gpu/host_ref.h).
 std::vector<float> host_dequant(GgmlType t, const std::vector<uint8_t>& blocks, int64_t n) {
-  std::vector<float> out(n);
-#ifdef MLACONF_HAVE_REF_DEQUANT
-  try {
-    ref::dequantize(t, blocks.data(), out.data(), n);
-    return out;
-  } catch (const InputError&) {
-  }
-#endif
-  cuda::dequantize_host(t, blocks.data(), n, out.data());
-  return out;
+  return ref_dequant(t, blocks, n);
 }
 
 std::vector<float> random_x(size_t n, uint64_t seed) {
