@@ -11,7 +11,7 @@
 #  1. gtest gemv_blocks.* (9 types, shapes off every tile multiple, B = 1, 3, 8, 17, expert ids, per-head;
 #     each output against the reference dequantizer x x in double, bit for bit against the documented
 #     fp32 order, and each batch entry bit-identical to the same x alone; negative controls) and the
-#     older gemv.* cases (suites/gpu/test_ops.cpp), which now run the new kernel for these types;
+#     older *gemv* and apply_wuv cases (suites/gpu/test_ops.cpp), which now run the new kernel for these types;
 #  2. kernel_bench --only gemv: its correctness gate (Q4_K, and Q6_K / Q8_0 / Q5_K at B = 3 against
 #     float64 and against B = 1 bit for bit), then the timings (Q6_K head 154880 x 6144 at B = 1 and 8,
 #     Q6_K 16384 x 6144, Q6_K / Q8_0 / Q5_K 6144 x 16384, each at B = 1 and 8; the Q4_K cases);
@@ -33,8 +33,8 @@ fail=0
 t0=$(date +%s)
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv >"$OUT/gpu.csv" 2>/dev/null || true
 
-echo "== gtest gemv_blocks.* gemv.*"
-"$G" --gtest_filter='gemv_blocks.*:gemv.*' >"$OUT/gtest-gemv.log" 2>&1 || fail=1
+echo "== gtest *gemv*:*apply_wuv*"
+"$G" --gtest_filter='*gemv*:*apply_wuv*' >"$OUT/gtest-gemv.log" 2>&1 || fail=1
 grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|Failure|differ|off the emulated" "$OUT/gtest-gemv.log" | grep -v " 0 outputs off" | head -80
 echo "   worst max|err|/sum|wx| over the cases: $(grep -o 'sum|wx| [0-9.e+-]*' "$OUT/gtest-gemv.log" | awk '{print $2}' | sort -g | tail -1)"
 
