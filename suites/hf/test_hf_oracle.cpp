@@ -5,11 +5,10 @@
 // `mlaconf synth` command recorded in its HDF5 file and must hash to the recorded sha256 (else the
 // generator changed and the oracle is stale: a clear failure, not a silent pass).
 //
-// Checks, per case: every per-layer tensor and final_norm/logits by NMSE = Σ(a-b)²/Σb² (float64 reference
-// <= 1e-13, float32 reference <= 1e-9); indexer top-k sets identical on rows the oracle does not flag as a
-// tie; router expert ids identical; top-k / router gaps within 1e-6 (f64) / 1e-4 (f32) of the score scale;
-// greedy tokens identical (reference decode with caches vs HF full recompute per step). Negative control:
-// attention that ignores the indexer must differ from the oracle.
+// Each case (every dataset it holds, f64 and f32 reference; greedy: reference decode with caches vs HF
+// full recompute per step) is judged by the judge of fixtures/, exactly as suites/reference judges the
+// shared oracle (suites/reference/oracle_judge.h). Negative control: attention that ignores the indexer
+// must fail.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
@@ -30,9 +29,8 @@
 #include "core/gguf.h"
 #include "core/model_config.h"
 #include "fixtures/digest.h"
-#include "reference/model.h"
-#include "suites/reference/capture.h"
-#include "suites/reference/oracle_h5.h"
+#include "fixtures/fixture_file.h"
+#include "suites/reference/oracle_judge.h"
 
 namespace mlaconf::test {
 namespace {
@@ -40,22 +38,6 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path kDataDir = fs::path(MLACONF_SOURCE_DIR) / "fixtures" / "data" / "hf";
-
-template <class S>
-constexpr double kTol = sizeof(S) == 8 ? 1e-13 : 1e-9;  // NMSE
-template <class S>
-const char* dtype_name() {
-  return sizeof(S) == 8 ? "f64" : "f32";
-}
-
-struct Worst {
-  std::map<std::string, double> v;
-  void add(const std::string& cls, double x) { v[cls] = std::max(v.count(cls) ? v[cls] : 0.0, x); }
-  void print(const std::string& title) const {
-    std::printf("[ nmse ] %s\n", title.c_str());
-    for (auto& [k, x] : v) std::printf("[ nmse ]   %-28s %.3e\n", k.c_str(), x);
-  }
-};
 
 std::string file_sha256(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -179,186 +161,21 @@ bool load(const std::string& h5, Loaded& L) {
   return true;
 }
 
+// One case of an HF oracle file (a full forward or a greedy run), judged.
 template <class S>
-void forward_case(const std::string& h5, const std::string& cas) {
+void hf_case(const std::string& h5, const std::string& cas) {
   Loaded L;
   if (!load(h5, L)) return;
-  const ModelConfig& c = L.c;
-  H5File h(h5);
-  const std::string g = "/" + cas;
-  std::vector<int32_t> ids = h.read_i32(g + "/input_ids");
-  ref::Model<S> m(*L.f, c);
-  Capture cap;
-  m.forward(ids, &cap);
-  const double tol = kTol<S>;
-  Worst worst;
-  auto check_f = [&](int layer, const std::string& name, const std::string& path) {
-    if (!h.exists(path)) return;
-    const auto* r = cap.get(layer, name);
-    ASSERT_NE(r, nullptr) << name << " not reported for layer " << layer;
-    const double e = nmse(r->back().f, h.read_f64(path));
-    worst.add(name, e);
-    EXPECT_LE(e, tol) << cas << " layer " << layer << " " << name << " NMSE";
-  };
-  int64_t topk_rows = 0, tie_rows = 0;
-  for (int64_t l = 0; l < c.n_layer_run(); ++l) {
-    const std::string lp = g + "/layers/" + std::to_string(l) + "/";
-    const int Li = static_cast<int>(l);
-    for (const char* n : {op::kInputHidden, op::kAttnOut, op::kMlpOut, op::kOutputHidden, op::kIndexerScores,
-                          op::kRouterWeights})
-      check_f(Li, n, lp + n);
-    for (const char* n : {op::kIndexerTopkGap, op::kRouterTopkGap}) {
-      if (!h.exists(lp + n)) continue;
-      const auto* r = cap.get(Li, n);
-      ASSERT_NE(r, nullptr) << n << " layer " << l;
-      std::vector<double> want = h.read_f64(lp + n);
-      ASSERT_EQ(r->back().f.size(), want.size()) << n;
-      const bool idx = std::string(n) == op::kIndexerTopkGap;
-      const std::string scale_of = idx ? op::kIndexerScores : op::kRouterWeights;
-      const double scale = h.exists(lp + scale_of) ? max_abs(h.read_f64(lp + scale_of)) : 1.0;
-      double worst_abs = 0;
-      for (size_t k = 0; k < want.size(); ++k) {
-        if (!std::isfinite(want[k])) {  // NaN: no selection (row <= k keys); inf: K = n_expert
-          EXPECT_EQ(std::isnan(r->back().f[k]), std::isnan(want[k])) << n << " row " << k;
-          continue;
-        }
-        worst_abs = std::max(worst_abs, std::abs(r->back().f[k] - want[k]));
-      }
-      worst.add(std::string(n) + " (abs/scale)", worst_abs / scale);
-      EXPECT_LE(worst_abs / scale, sizeof(S) == 8 ? 1e-6 : 1e-4) << cas << " layer " << l << " " << n;
-    }
-    if (h.exists(lp + op::kIndexerTopk)) {
-      std::vector<int64_t> shp;
-      std::vector<int32_t> want = h.read_i32(lp + op::kIndexerTopk, &shp);
-      std::vector<int32_t> tie = h.read_i32(lp + op::kIndexerTopkTie);
-      const auto* r = cap.get(Li, op::kIndexerTopk);
-      ASSERT_NE(r, nullptr);
-      ASSERT_EQ(r->back().shape, shp);
-      int64_t differing = 0;
-      for (int64_t s = 0; s < shp[0]; ++s) {
-        if (s + 1 > shp[1]) ++topk_rows;
-        if (tie[s]) {
-          ++tie_rows;
-          continue;
-        }
-        if (!std::equal(want.begin() + s * shp[1], want.begin() + (s + 1) * shp[1], r->back().i.begin() + s * shp[1]))
-          ++differing;
-      }
-      EXPECT_EQ(differing, 0) << cas << " layer " << l << ": indexer top-k rows differing";
-    }
-    if (h.exists(lp + op::kRouterIds)) {
-      const auto* r = cap.get(Li, op::kRouterIds);
-      ASSERT_NE(r, nullptr);
-      EXPECT_EQ(r->back().i, h.read_i32(lp + op::kRouterIds)) << cas << " layer " << l << ": router ids";
-    }
-  }
-  check_f(-1, op::kFinalNorm, g + "/final_norm");
-  check_f(-1, op::kLogits, g + "/logits");
-  std::printf("[ info ] %lld layer-rows where the indexer really selects, %lld tie rows skipped\n",
-              static_cast<long long>(topk_rows), static_cast<long long>(tie_rows));
-  worst.print(fs::path(h5).stem().string() + " " + cas + " " + dtype_name<S>() + " (worst over layers)");
+  judge_reference_case<S>(*L.f, L.c, h5, cas);
 }
 
-template <class S>
-void greedy_case(const std::string& h5, const std::string& cas) {
-  Loaded L;
-  if (!load(h5, L)) return;
-  const ModelConfig& c = L.c;
-  H5File h(h5);
-  const std::string g = "/" + cas;
-  std::vector<int32_t> ids = h.read_i32(g + "/input_ids");
-  std::vector<int32_t> want_tokens = h.read_i32(g + "/tokens");
-  std::vector<double> want_margins = h.read_f64(g + "/margins");
-  std::vector<int64_t> lshape;
-  std::vector<double> want_logits = h.read_f64(g + "/step_logits", &lshape);
-  const int64_t n = static_cast<int64_t>(want_tokens.size()), V = lshape[1];
-  ref::Model<S> m(*L.f, c);
-  Capture cap({op::kLogits, op::kIndexerTopk, op::kRouterIds, op::kRouterWeights});
-  ref::GenerateResult r = m.generate(ids, n, {}, &cap);
-  EXPECT_EQ(r.tokens, want_tokens) << "greedy tokens";
-  Worst worst;
-  const double em = nmse(r.margins, want_margins);
-  worst.add("margins", em);
-  EXPECT_LE(em, kTol<S> * 100) << "margins (differences of logits)";
-  const auto* lg = cap.get(-1, op::kLogits);
-  ASSERT_NE(lg, nullptr);
-  ASSERT_EQ(static_cast<int64_t>(lg->size()), n);
-  auto last_row = [](const Record& rec) {
-    const size_t w = (rec.f.empty() ? rec.i.size() : rec.f.size()) / static_cast<size_t>(rec.shape[0]);
-    return w;
-  };
-  std::vector<int64_t> tshape;
-  std::vector<int32_t> want_topk = h.read_i32(g + "/step_indexer_topk", &tshape);  // [n, L, k]
-  std::vector<int32_t> want_tie = h.read_i32(g + "/step_indexer_topk_tie");        // [n, L]
-  std::vector<double> step_rw_got, step_rw_want;
-  for (int64_t i = 0; i < n; ++i) {
-    const Record& rec = (*lg)[static_cast<size_t>(i)];
-    const size_t w = last_row(rec);
-    std::vector<double> got(rec.f.end() - static_cast<std::ptrdiff_t>(w), rec.f.end());
-    std::vector<double> want(want_logits.begin() + i * V, want_logits.begin() + (i + 1) * V);
-    const double e = nmse(got, want);
-    worst.add("step_logits", e);
-    EXPECT_LE(e, kTol<S>) << "step " << i << " logits";
-    for (int64_t l = 0; l < tshape[1]; ++l) {
-      if (want_tie[i * tshape[1] + l]) continue;
-      const auto* tk = cap.get(static_cast<int>(l), op::kIndexerTopk);
-      ASSERT_TRUE(tk && static_cast<int64_t>(tk->size()) >= n) << "layer " << l << " top-k records";
-      const Record& tr = (*tk)[static_cast<size_t>(i)];
-      const size_t tw = last_row(tr);
-      std::vector<int32_t> gotk(tr.i.end() - static_cast<std::ptrdiff_t>(tw), tr.i.end());
-      std::vector<int32_t> wk(want_topk.begin() + (i * tshape[1] + l) * tshape[2],
-                              want_topk.begin() + (i * tshape[1] + l + 1) * tshape[2]);
-      EXPECT_EQ(gotk, wk) << "step " << i << " layer " << l << " indexer top-k";
-    }
-    if (!h.exists(g + "/step_router_ids")) continue;
-    std::vector<int64_t> rshape;
-    std::vector<int32_t> want_rid = h.read_i32(g + "/step_router_ids", &rshape);  // [n, L_moe, K]
-    std::vector<double> want_rw = h.read_f64(g + "/step_router_weights");
-    int64_t j = 0;
-    for (int64_t l = 0; l < c.n_layer_run(); ++l) {
-      if (!c.is_moe_layer(l)) continue;
-      const auto* ri = cap.get(static_cast<int>(l), op::kRouterIds);
-      const auto* rw = cap.get(static_cast<int>(l), op::kRouterWeights);
-      ASSERT_TRUE(ri && rw && static_cast<int64_t>(ri->size()) >= n) << "layer " << l << " router records";
-      const Record& a = (*ri)[static_cast<size_t>(i)];
-      const Record& b = (*rw)[static_cast<size_t>(i)];
-      std::vector<int32_t> gi(a.i.end() - rshape[2], a.i.end());
-      std::vector<int32_t> wi(want_rid.begin() + (i * rshape[1] + j) * rshape[2],
-                              want_rid.begin() + (i * rshape[1] + j + 1) * rshape[2]);
-      EXPECT_EQ(gi, wi) << "step " << i << " layer " << l << " router ids";
-      step_rw_got.insert(step_rw_got.end(), b.f.end() - rshape[2], b.f.end());
-      step_rw_want.insert(step_rw_want.end(), want_rw.begin() + (i * rshape[1] + j) * rshape[2],
-                          want_rw.begin() + (i * rshape[1] + j + 1) * rshape[2]);
-      ++j;
-    }
-  }
-  if (!step_rw_want.empty()) {
-    const double e = nmse(step_rw_got, step_rw_want);
-    worst.add("step_router_weights", e);
-    EXPECT_LE(e, kTol<S>) << "step router weights";
-  }
-  worst.print(fs::path(h5).stem().string() + " " + cas + " " + dtype_name<S>() + " (cached decode vs HF recompute)");
-}
-
-// Negative control: attention that ignores the indexer's selection must be caught by the oracle (every
+// Negative control: attention that ignores the indexer's selection must be caught by the judge (every
 // model here has rows with more causal keys than top_k).
 void dense_control_case(const std::string& h5, const std::string& cas) {
   Loaded L;
   if (!load(h5, L)) return;
-  H5File h(h5);
-  ref::ModelOptions o;
-  o.dense_attention = true;
-  ref::Model<double> m(*L.f, L.c, o);
-  std::vector<int32_t> ids = h.read_i32("/" + cas + "/input_ids");
-  ASSERT_GT(static_cast<int64_t>(ids.size()), L.c.indexer_top_k) << "the control needs T > top_k";
-  ref::Mat<double> lg = m.forward(ids);
-  std::vector<double> got(static_cast<size_t>(lg.size()));
-  for (Eigen::Index r = 0, k = 0; r < lg.rows(); ++r)
-    for (Eigen::Index q = 0; q < lg.cols(); ++q) got[static_cast<size_t>(k++)] = lg(r, q);
-  const double e = nmse(got, h.read_f64("/" + cas + "/logits"));
-  std::printf("[ nmse ] dense attention (indexer ignored) %s %s logits %.3e\n", fs::path(h5).stem().c_str(),
-              cas.c_str(), e);
-  EXPECT_GT(e, 1e-3) << "the HF oracle must catch attention that ignores the indexer";
+  ASSERT_GT(fx::FixtureFile(h5).read(cas, "input_ids").size(), L.c.indexer_top_k) << "the control needs T > top_k";
+  judge_dense_attention(*L.f, L.c, h5, cas, false);
 }
 
 // Negative control for the staleness check: an oracle file whose recorded sha256 does not match what its
@@ -416,12 +233,12 @@ struct Registrar {
       const std::string h5 = p.string(), model = p.stem().string();
       for (const std::string& cas : root_groups(h5)) {
         if (cas.rfind("prompt", 0) == 0) {
-          register_case("hf", "hf_forward(model=" + model + ",case=" + cas + ",dtype=f64)", [h5, cas] { forward_case<double>(h5, cas); });
-          register_case("hf", "hf_forward(model=" + model + ",case=" + cas + ",dtype=f32)", [h5, cas] { forward_case<float>(h5, cas); });
+          register_case("hf", "hf_forward(model=" + model + ",case=" + cas + ",dtype=f64)", [h5, cas] { hf_case<double>(h5, cas); });
+          register_case("hf", "hf_forward(model=" + model + ",case=" + cas + ",dtype=f32)", [h5, cas] { hf_case<float>(h5, cas); });
           register_case("hf", "negative_dense_attention(model=" + model + ",case=" + cas + ")", [h5, cas] { dense_control_case(h5, cas); });
         } else if (cas.rfind("greedy", 0) == 0) {
-          register_case("hf", "hf_greedy(model=" + model + ",case=" + cas + ",dtype=f64)", [h5, cas] { greedy_case<double>(h5, cas); });
-          register_case("hf", "hf_greedy(model=" + model + ",case=" + cas + ",dtype=f32)", [h5, cas] { greedy_case<float>(h5, cas); });
+          register_case("hf", "hf_greedy(model=" + model + ",case=" + cas + ",dtype=f64)", [h5, cas] { hf_case<double>(h5, cas); });
+          register_case("hf", "hf_greedy(model=" + model + ",case=" + cas + ",dtype=f32)", [h5, cas] { hf_case<float>(h5, cas); });
         }
       }
     }

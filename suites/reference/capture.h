@@ -1,6 +1,5 @@
-// suites/reference: a Trace that keeps what the reference reports, and the comparison metrics.
+// suites/reference: a Trace that keeps what the reference reports (judged through judge_arrays.h).
 #pragma once
-#include <cmath>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -47,27 +46,5 @@ class Capture : public Trace {
   }
   std::set<std::string> names_;
 };
-
-// NMSE = Σ(a-b)² / Σb² over entries where b is finite; entries where exactly one side is finite make
-// it +inf (a mask mismatch). Sizes must agree (else +inf).
-inline double nmse(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t k = 0; k < a.size(); ++k) {
-    const bool fa = std::isfinite(a[k]), fb = std::isfinite(b[k]);
-    if (fa != fb) return INFINITY;
-    if (!fb) continue;
-    num += (a[k] - b[k]) * (a[k] - b[k]);
-    den += b[k] * b[k];
-  }
-  return den == 0 ? (num == 0 ? 0 : INFINITY) : num / den;
-}
-
-inline double max_abs(const std::vector<double>& v) {
-  double m = 0;
-  for (double x : v)
-    if (std::isfinite(x)) m = std::max(m, std::abs(x));
-  return m;
-}
 
 }  // namespace mlaconf::test
