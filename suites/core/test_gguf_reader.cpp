@@ -3,7 +3,9 @@
 // deepseek32 accepted. Case names are built from the parameters (testing::RegisterTest).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <cstring>
 #include <set>
 #include <filesystem>
@@ -16,6 +18,7 @@
 #include "core/gguf_writer.h"
 #include "core/model_config.h"
 #include "core/weight_layout.h"
+#include "suites/common/case_registry.h"
 #include "suites/core/gguf_bytes.h"
 #include "suites/core/synth_files.h"
 #include "synth/synth.h"
@@ -114,11 +117,21 @@ void check_all_types(uint32_t version) {
 }
 
 // Two tensors of odd byte sizes written with `align`; offsets and data must land where GGUF says.
+// The metadata's length is counted here from the GGUF layout (header 24 bytes; a key/value: u64 length,
+// key, u32 type, value; a tensor info: u64 length, name, u32 n_dims, i64 per dim, u32 type, u64 offset),
+// and the architecture string is lengthened until the metadata ends 1 to 31 bytes past a multiple of 64:
+// padding to 1, 32 and 64 then all land elsewhere, so a reader that ignored general.alignment would fail.
 void check_alignment(uint64_t align) {
   const std::string dir = testing_gguf::scratch_dir("align");
   const std::string p = dir + "/a.gguf";
+  std::string arch = "test";
+  auto meta_end = [&] {
+    const uint64_t kv_arch = 8 + 20 + 4 + 8 + arch.size(), kv_align = align == 32 ? 0 : 8 + 17 + 4 + 4;
+    return 24 + kv_arch + kv_align + (8 + 1 + 4 + 8 + 4 + 8) + (8 + 1 + 4 + 16 + 4 + 8);
+  };
+  while (meta_end() % 64 == 0 || meta_end() % 64 >= 32) arch += 'x';  // padding to 32 and to 64 differ
   GgufWriter w(align);
-  w.set_string("general.architecture", "test");
+  w.set_string("general.architecture", arch);
   std::vector<uint8_t> d1(3 * 4), d2(34 * 3);  // F32 {3}; Q8_0 {32, 3}
   for (size_t k = 0; k < d1.size(); ++k) d1[k] = static_cast<uint8_t>(k + 1);
   for (size_t k = 0; k < d2.size(); ++k) d2[k] = static_cast<uint8_t>(200 - k);
@@ -127,7 +140,7 @@ void check_alignment(uint64_t align) {
   w.write(p);
   GgufFile f = GgufFile::open(p);
   EXPECT_EQ(f.shards()[0].alignment, align);
-  EXPECT_EQ(f.shards()[0].data_offset % align, 0u);
+  EXPECT_EQ(f.shards()[0].data_offset, (meta_end() + align - 1) / align * align) << "metadata ends at " << meta_end();
   const TensorInfo& a = f.tensor("a");
   const TensorInfo& b = f.tensor("b");
   EXPECT_EQ(a.offset, 0u);
@@ -136,6 +149,92 @@ void check_alignment(uint64_t align) {
   EXPECT_EQ(std::vector<uint8_t>(b.data, b.data + b.nbytes), d2);
   if (align != 32) {
     EXPECT_EQ(f.get_int("general.alignment"), static_cast<int64_t>(align));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// The same question answered without GgufWriter, whose padding rule the reader could share: a file built
+// byte by byte with general.alignment = `align`, metadata that ends off every multiple of `align`, three
+// tensors of odd byte sizes (F32 {3}, Q8_0 {32, 3}, F16 {5}) at offsets this test computes, the last one
+// ending the file. `padding` says how the data section starts:
+//   Correct  at the next multiple of `align` after the metadata (GGUF's rule);
+//   Missing  right after the metadata (a writer that forgot the padding);
+//   To32     at the next multiple of 32 (a writer that ignored general.alignment).
+enum class Padding { Correct, Missing, To32 };
+struct AlignedFile {
+  std::vector<uint8_t> bytes;
+  uint64_t meta_end = 0, data_offset = 0;
+  std::vector<uint64_t> offsets;
+  std::vector<std::vector<uint8_t>> data;
+};
+
+AlignedFile aligned_file(uint64_t align, Padding padding) {
+  auto pad = [](uint64_t x, uint64_t a) { return (x + a - 1) / a * a; };
+  AlignedFile r;
+  r.data = {std::vector<uint8_t>(12), std::vector<uint8_t>(34 * 3), std::vector<uint8_t>(10)};
+  for (size_t t = 0; t < r.data.size(); ++t)
+    for (size_t k = 0; k < r.data[t].size(); ++k) r.data[t][k] = static_cast<uint8_t>(7 + 31 * t + 13 * k);
+  uint64_t off = 0;
+  for (const auto& d : r.data) {
+    r.offsets.push_back(off);
+    off = pad(off + d.size(), align);
+  }
+  // The architecture string's length moves the end of the metadata 1 to 31 bytes past a multiple of 64.
+  for (std::string arch = "test";; arch += 'x') {
+    Bytes b;
+    b.header(3, 3, 2).kv_u32("general.alignment", static_cast<uint32_t>(align)).kv_str("general.architecture", arch);
+    b.tinfo("a", {3}, 0, r.offsets[0]).tinfo("b", {32, 3}, 8, r.offsets[1]).tinfo("c", {5}, 1, r.offsets[2]);
+    if (b.size() % 64 == 0 || b.size() % 64 >= 32) continue;  // padding to 1, 32 and 64 all differ
+    r.meta_end = b.size();
+    r.data_offset = pad(r.meta_end, padding == Padding::Correct ? align : padding == Padding::To32 ? 32 : 1);
+    b.zeros(r.data_offset - r.meta_end);
+    for (size_t t = 0; t < r.data.size(); ++t) {
+      b.zeros(r.data_offset + r.offsets[t] - b.size());
+      b.raw(r.data[t]);
+    }
+    r.bytes = b.b;
+    return r;
+  }
+}
+
+void check_alignment_bytes(uint64_t align) {
+  const std::string dir = testing_gguf::scratch_dir("align-bytes");
+  const std::string p = dir + "/a.gguf";
+  const AlignedFile want = aligned_file(align, Padding::Correct);
+  write_bytes(p, want.bytes);
+  GgufFile f = GgufFile::open(p);
+  EXPECT_EQ(f.shards()[0].alignment, align);
+  EXPECT_EQ(f.shards()[0].data_offset, want.data_offset) << "metadata ends at " << want.meta_end;
+  const char* names[] = {"a", "b", "c"};
+  for (size_t t = 0; t < 3; ++t) {
+    const TensorInfo& ti = f.tensor(names[t]);
+    EXPECT_EQ(ti.offset, want.offsets[t]) << names[t];
+    ASSERT_EQ(ti.nbytes, want.data[t].size()) << names[t];
+    EXPECT_EQ(std::vector<uint8_t>(ti.data, ti.data + ti.nbytes), want.data[t]) << names[t] << " at align " << align;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Negative control: a data section that does not start where general.alignment puts it (padding missing,
+// or padded to 32 under an alignment of 64) would shift every tensor's bytes; the reader must refuse the
+// file (the last tensor runs past the end), and `mlaconf inspect` must say so in one line with exit 2.
+void check_bad_padding(uint64_t align, Padding padding) {
+  const std::string dir = testing_gguf::scratch_dir("align-bad");
+  const std::string p = dir + "/bad.gguf";
+  const AlignedFile bad = aligned_file(align, padding);
+  ASSERT_LT(bad.data_offset, aligned_file(align, Padding::Correct).data_offset) << "the control must move the data";
+  write_bytes(p, bad.bytes);
+  try {
+    GgufFile::open(p);
+    ADD_FAILURE() << "a data section at byte " << bad.data_offset << " instead of a multiple of " << align << " was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("runs past the end"), std::string::npos) << e.what();
+  }
+  if (std::filesystem::exists(MLACONF_CLI)) {
+    const testing_synth::CmdResult r = testing_synth::run_cmd(std::string(MLACONF_CLI) + " inspect " + p);
+    EXPECT_EQ(r.status, 2) << r.out << r.err;
+    EXPECT_EQ(r.err.rfind("mlaconf: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
   }
   std::filesystem::remove_all(dir);
 }
@@ -262,55 +361,27 @@ TEST(gguf_reader, shared_tiny_model_opens) {
 
 struct Registrar {
   Registrar() {
-    for (uint32_t v : {2u, 3u}) {
-      std::string name = "gguf_metadata_types(version=" + std::to_string(v) + ")";
-      ::testing::RegisterTest("gguf_reader", name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
-                              [v]() -> ::testing::Test* {
-                                struct T : ::testing::Test {
-                                  uint32_t v;
-                                  explicit T(uint32_t v) : v(v) {}
-                                  void TestBody() override { check_all_types(v); }
-                                };
-                                return new T(v);
-                              });
-    }
-    for (uint64_t a : {1ull, 8ull, 64ull, 256ull, 4096ull}) {
-      std::string name = "gguf_alignment(align=" + std::to_string(a) + ")";
-      ::testing::RegisterTest("gguf_reader", name.c_str(), nullptr, nullptr, __FILE__, __LINE__, [a]() -> ::testing::Test* {
-        struct T : ::testing::Test {
-          uint64_t a;
-          explicit T(uint64_t a) : a(a) {}
-          void TestBody() override { check_alignment(a); }
-        };
-        return new T(a);
-      });
-    }
-    for (auto [n, k] : std::vector<std::pair<int, int>>{{2, 1}, {2, 2}, {3, 1}, {3, 2}, {3, 3}}) {
-      std::string name = "gguf_split(shards=" + std::to_string(n) + ",open=" + std::to_string(k) + ")";
-      ::testing::RegisterTest("gguf_reader", name.c_str(), nullptr, nullptr, __FILE__, __LINE__, [n, k]() -> ::testing::Test* {
-        struct T : ::testing::Test {
-          int n, k;
-          T(int n, int k) : n(n), k(k) {}
-          void TestBody() override { check_split(n, k); }
-        };
-        return new T(n, k);
-      });
-    }
+    auto reg = [](const std::string& name, std::function<void()> body) { test::register_case("gguf_reader", name, std::move(body)); };
+    for (uint32_t v : {2u, 3u}) reg("gguf_metadata_types(version=" + std::to_string(v) + ")", [v] { check_all_types(v); });
+    // general.alignment 1, 32 and 64 each have two independent cases: the GgufWriter round trip
+    // (gguf_alignment) and the byte-built file (gguf_alignment_bytes); 32 and 64 also a refused file whose
+    // padding is wrong (negative_gguf_padding).
+    for (uint64_t a : {1ull, 8ull, 32ull, 64ull, 256ull, 4096ull})
+      reg("gguf_alignment(align=" + std::to_string(a) + ")", [a] { check_alignment(a); });
+    for (uint64_t a : {1ull, 32ull, 64ull})
+      reg("gguf_alignment_bytes(align=" + std::to_string(a) + ")", [a] { check_alignment_bytes(a); });
+    reg("negative_gguf_padding(align=32,padding=missing)", [] { check_bad_padding(32, Padding::Missing); });
+    reg("negative_gguf_padding(align=64,padding=missing)", [] { check_bad_padding(64, Padding::Missing); });
+    reg("negative_gguf_padding(align=64,padding=to32)", [] { check_bad_padding(64, Padding::To32); });
+    for (auto [n, k] : std::vector<std::pair<int, int>>{{2, 1}, {2, 2}, {3, 1}, {3, 2}, {3, 3}})
+      reg("gguf_split(shards=" + std::to_string(n) + ",open=" + std::to_string(k) + ")", [n, k] { check_split(n, k); });
     for (const char* key : kRequiredKeys) {
-      std::string k = key;
+      const std::string k = key;
       // gtest filters read '-' as the start of negative patterns: the name spells "glm-dsa" as "glm_dsa".
       std::string shown = k;
       for (char& ch : shown)
         if (ch == '-') ch = '_';
-      std::string name = "missing_key(key=" + shown + ")";
-      ::testing::RegisterTest("gguf_reader", name.c_str(), nullptr, nullptr, __FILE__, __LINE__, [k]() -> ::testing::Test* {
-        struct T : ::testing::Test {
-          std::string k;
-          explicit T(std::string k) : k(std::move(k)) {}
-          void TestBody() override { check_missing_key(k); }
-        };
-        return new T(k);
-      });
+      reg("missing_key(key=" + shown + ")", [k] { check_missing_key(k); });
     }
   }
 } registrar;
