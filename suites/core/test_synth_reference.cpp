@@ -7,6 +7,7 @@
 #include <set>
 #include <vector>
 
+#include "core/argmax.h"
 #include "core/gguf.h"
 #include "core/model_config.h"
 #include "reference/model.h"
@@ -25,17 +26,16 @@ template <class M>
 RowStats row_stats(const M& logits, int r) {
   RowStats s;
   const int V = static_cast<int>(logits.cols());
-  double sum = 0, sq = 0, best = -INFINITY;
+  double sum = 0, sq = 0;
+  std::vector<double> row(static_cast<size_t>(V));
   for (int v = 0; v < V; ++v) {
     const double x = logits(r, v);
     s.finite &= std::isfinite(x);
     sum += x;
     sq += x * x;
-    if (x > best) {
-      best = x;
-      s.argmax = v;
-    }
+    row[static_cast<size_t>(v)] = x;
   }
+  s.argmax = argmax_lower(row);
   s.mean = sum / V;
   s.std = std::sqrt(std::max(0.0, sq / V - s.mean * s.mean));
   return s;

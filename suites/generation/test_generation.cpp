@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <span>
 
+#include "core/argmax.h"
 #include "core/gguf.h"
 #include "core/model_config.h"
 #include "reference/model.h"
@@ -48,19 +49,9 @@ void teacher_forced(Next next, const std::vector<int32_t>& prompt, const std::ve
                     std::vector<int32_t>* tokens, std::vector<double>* margins) {
   std::vector<int32_t> feed = prompt;
   for (size_t step = 0; step < truth.size(); ++step) {
-    std::vector<double> lg = next(feed);
-    size_t best = 0, second = lg.size() > 1 ? 1 : 0;
-    if (lg.size() > 1 && lg[1] > lg[0]) std::swap(best, second);
-    for (size_t i = 2; i < lg.size(); ++i) {
-      if (lg[i] > lg[best]) {
-        second = best;
-        best = i;
-      } else if (lg[i] > lg[second]) {
-        second = i;
-      }
-    }
-    tokens->push_back(static_cast<int32_t>(best));
-    margins->push_back(lg[best] - lg[second]);
+    double margin = 0;
+    tokens->push_back(argmax_lower(next(feed), &margin));
+    margins->push_back(margin);
     feed.assign(1, truth[step]);
   }
 }
