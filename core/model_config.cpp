@@ -161,6 +161,49 @@ ModelConfig ModelConfig::tiny_default() {
   return c;
 }
 
+ModelConfig with_dims(ModelConfig c, const DimOverrides& d) {
+  const int64_t run_layers = d.layers.value_or(c.n_layer_run());
+  if (d.nextn) c.n_nextn_layer = *d.nextn;
+  c.n_layer = run_layers + c.n_nextn_layer;
+  if (d.n_embd) c.n_embd = *d.n_embd;
+  if (d.n_head) c.n_head = *d.n_head;
+  if (d.q_lora) c.q_lora_rank = *d.q_lora;
+  if (d.kv_lora) c.kv_lora_rank = *d.kv_lora;
+  const int64_t nope = d.qk_nope.value_or(c.qk_nope());
+  if (d.qk_rope) c.n_rot = *d.qk_rope;
+  c.key_length_mla = nope + c.n_rot;
+  c.key_length = c.kv_lora_rank + c.n_rot;
+  c.value_length = c.kv_lora_rank;
+  if (d.v_head) c.value_length_mla = *d.v_head;
+  if (d.idx_heads) c.indexer_n_head = *d.idx_heads;
+  if (d.idx_dim) c.indexer_head_size = *d.idx_dim;
+  if (d.top_k) c.indexer_top_k = *d.top_k;
+  if (d.experts) c.n_expert = *d.experts;
+  if (d.experts_used) c.n_expert_used = *d.experts_used;
+  if (d.shared) c.n_expert_shared = *d.shared;
+  if (d.ff_exp) c.n_ff_exp = *d.ff_exp;
+  if (d.ff) c.n_ff = *d.ff;
+  if (d.vocab) c.n_vocab = *d.vocab;
+  if (d.dense_lead) c.n_layer_dense_lead = *d.dense_lead;
+  if (d.groups) c.n_expert_groups = *d.groups;
+  if (d.groups_used) c.n_group_used = *d.groups_used;
+  else if (d.groups) c.n_group_used = *d.groups;
+  if (d.ctx) c.n_ctx_train = *d.ctx;
+  if (c.n_layer < 1 || c.n_layer > 4096) throw InputError("synth: --layers out of range");
+  c.indexer_full.assign(static_cast<size_t>(c.n_layer), true);
+  if (!d.indexer_types.empty()) {
+    std::vector<bool> pat;
+    for (char ch : d.indexer_types) {
+      if (ch == 'F' || ch == 'f' || ch == '1') pat.push_back(true);
+      else if (ch == 'S' || ch == 's' || ch == '0') pat.push_back(false);
+      else if (ch != ',' && ch != ' ') throw InputError(std::string("synth: --indexer-types: bad character '") + ch + "'");
+    }
+    if (pat.empty()) throw InputError("synth: --indexer-types is empty");
+    for (size_t l = 0; l < c.indexer_full.size(); ++l) c.indexer_full[l] = pat[l % pat.size()];
+  }
+  return c;
+}
+
 Json ModelConfig::to_json_value() const {
   Json indexer = Json::array();
   for (bool b : indexer_full) indexer.push_back(b);

@@ -4,6 +4,7 @@
 // may hard-code the tiny model's (or GLM-5's) dimensions.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <nlohmann/json_fwd.hpp>
 #include <vector>
@@ -88,6 +89,19 @@ struct ModelConfig {
   // A short multi-line human summary.
   std::string summary() const;
 };
+
+// The dims a synthesized model varies, named as `mlaconf synth`'s options name them (unset = the base
+// config's). Tests write them as one designated initializer: with_dims(base, {.layers = 3, ...}).
+struct DimOverrides {
+  std::optional<int64_t> layers;  // layers the forward pass runs (block_count = layers + nextn)
+  std::optional<int64_t> nextn, n_embd, n_head, q_lora, kv_lora, qk_nope, qk_rope, v_head, idx_heads, idx_dim, top_k, experts,
+      experts_used, shared, ff_exp, ff, vocab, dense_lead, groups, groups_used, ctx;
+  std::string indexer_types;  // per layer, "FFSS" or "1,1,0,0" (F/1 full, S/0 shared; repeats); "" = all full
+};
+// `base` with `d` applied and the MLA lengths that follow from them (key_length_mla = qk_nope + qk_rope,
+// key_length = kv_lora + qk_rope, value_length = kv_lora); groups without groups_used uses all groups.
+// Throws InputError for a layer count outside 1..4096 or a bad indexer_types character.
+ModelConfig with_dims(ModelConfig base, const DimOverrides& d);
 
 const char* arch_string(Arch a);
 

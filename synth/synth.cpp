@@ -103,35 +103,13 @@ void stream_tensor(AtomicFile& out, const PlannedTensor& t, const Options& o, st
 ModelConfig preset(const std::string& name) {
   if (name == "tiny") return ModelConfig::tiny_default();
   if (name == "glm5") {
-    ModelConfig c;
-    c.n_layer = 79;  // 78 run + 1 MTP (nextn) layer
-    c.n_nextn_layer = 1;
-    c.n_ctx_train = 202752;
-    c.n_embd = 6144;
-    c.n_ff = 12288;
-    c.n_vocab = 154880;
-    c.n_head = 64;
-    c.n_head_kv = 1;  // llama.cpp stores absorbed MLA as MQA
-    c.q_lora_rank = 2048;
-    c.kv_lora_rank = 512;
-    c.key_length = 576;
-    c.value_length = 512;
-    c.key_length_mla = 256;
-    c.value_length_mla = 256;
-    c.n_rot = 64;
-    c.rope_freq_base = 1e6;
-    c.rms_eps = 1e-5;
-    c.indexer_n_head = 32;
-    c.indexer_head_size = 128;
-    c.indexer_top_k = 2048;
-    c.indexer_full.assign(79, true);
-    c.n_layer_dense_lead = 3;
-    c.n_expert = 256;
-    c.n_expert_used = 8;
-    c.n_expert_shared = 1;
-    c.n_ff_exp = 2048;
-    c.expert_weights_scale = 2.5;
-    c.expert_weights_norm = true;
+    // GLM-5 keeps the tiny model's attention geometry (kv_lora 512, qk_nope 192, qk_rope 64, v_head 256,
+    // indexer head 128, rms_eps, rope base, one shared expert, scale 2.5 normalized): the tiny model is
+    // GLM-5 shrunk. 78 run layers + 1 MTP (nextn) layer.
+    ModelConfig c = with_dims(ModelConfig::tiny_default(),
+                              {.layers = 78, .nextn = 1, .n_embd = 6144, .n_head = 64, .q_lora = 2048, .idx_heads = 32,
+                               .top_k = 2048, .experts = 256, .experts_used = 8, .ff_exp = 2048, .ff = 12288,
+                               .vocab = 154880, .dense_lead = 3, .ctx = 202752});
     c.gating = GatingFunc::Sigmoid;
     return c;
   }

@@ -25,14 +25,11 @@ struct SynthArgs {
   std::string arch;
   std::string type_default;
   std::vector<std::string> types;
-  std::string indexer_types;
   int split = 1;
   bool header_only = false;
   uint64_t alignment = 32;
   std::string name;
-  // Dimension overrides (unset = the preset's).
-  std::optional<int64_t> layers, nextn, n_embd, n_head, q_lora, kv_lora, qk_nope, qk_rope, v_head, idx_heads,
-      idx_dim, top_k, experts, experts_used, shared, ff_exp, ff, vocab, dense_lead, groups, groups_used, ctx;
+  DimOverrides dims;  // unset = the preset's
 };
 
 GgmlType parse_type(const std::string& s, const std::string& what) {
@@ -51,47 +48,7 @@ void run(const SynthArgs& a) {
     else throw InputError("synth: --arch must be glm-dsa or deepseek32, not '" + a.arch + "'");
     c.arch_name = arch_string(c.arch);
   }
-  // --layers counts the layers the forward pass runs; block_count = layers + nextn.
-  const int64_t run_layers = a.layers.value_or(c.n_layer_run());
-  if (a.nextn) c.n_nextn_layer = *a.nextn;
-  c.n_layer = run_layers + c.n_nextn_layer;
-  if (a.n_embd) c.n_embd = *a.n_embd;
-  if (a.n_head) c.n_head = *a.n_head;
-  if (a.q_lora) c.q_lora_rank = *a.q_lora;
-  if (a.kv_lora) c.kv_lora_rank = *a.kv_lora;
-  int64_t nope = a.qk_nope.value_or(c.qk_nope());
-  if (a.qk_rope) c.n_rot = *a.qk_rope;
-  c.key_length_mla = nope + c.n_rot;
-  c.key_length = c.kv_lora_rank + c.n_rot;
-  c.value_length = c.kv_lora_rank;
-  if (a.v_head) c.value_length_mla = *a.v_head;
-  if (a.idx_heads) c.indexer_n_head = *a.idx_heads;
-  if (a.idx_dim) c.indexer_head_size = *a.idx_dim;
-  if (a.top_k) c.indexer_top_k = *a.top_k;
-  if (a.experts) c.n_expert = *a.experts;
-  if (a.experts_used) c.n_expert_used = *a.experts_used;
-  if (a.shared) c.n_expert_shared = *a.shared;
-  if (a.ff_exp) c.n_ff_exp = *a.ff_exp;
-  if (a.ff) c.n_ff = *a.ff;
-  if (a.vocab) c.n_vocab = *a.vocab;
-  if (a.dense_lead) c.n_layer_dense_lead = *a.dense_lead;
-  if (a.groups) c.n_expert_groups = *a.groups;
-  if (a.groups_used) c.n_group_used = *a.groups_used;
-  else if (a.groups) c.n_group_used = *a.groups;
-  if (a.ctx) c.n_ctx_train = *a.ctx;
-  if (c.n_layer < 1 || c.n_layer > 4096) throw InputError("synth: --layers out of range");
-  c.indexer_full.assign(static_cast<size_t>(c.n_layer), true);
-  if (!a.indexer_types.empty()) {
-    // "FFSS..." or "1,1,0,0": one entry per layer (F/1 = full, S/0 = shared); shorter strings repeat.
-    std::vector<bool> pat;
-    for (char ch : a.indexer_types) {
-      if (ch == 'F' || ch == 'f' || ch == '1') pat.push_back(true);
-      else if (ch == 'S' || ch == 's' || ch == '0') pat.push_back(false);
-      else if (ch != ',' && ch != ' ') throw InputError(std::string("synth: --indexer-types: bad character '") + ch + "'");
-    }
-    if (pat.empty()) throw InputError("synth: --indexer-types is empty");
-    for (size_t l = 0; l < c.indexer_full.size(); ++l) c.indexer_full[l] = pat[l % pat.size()];
-  }
+  c = with_dims(c, a.dims);  // --layers counts the layers the forward pass runs; block_count = layers + nextn
   if (c.arch == Arch::DeepSeek32 && a.preset == "tiny" && c.rope_scaling_factor == 0) {
     // DeepSeek-V3.2 uses YaRN; give the synthesized file the keys so readers exercise them.
     c.rope_scaling_factor = 40;
@@ -146,29 +103,29 @@ const CommandRegistration reg(20, [](CLI::App& root) {
   s->add_option("--out,-o", a->out, "output file (F.gguf; with --split: F-0000k-of-0000N.gguf)")->required();
   s->add_option("--preset", a->preset, "tiny (default) or glm5 (GLM-5's real dims)")->check(CLI::IsMember({"tiny", "glm5"}));
   s->add_option("--arch", a->arch, "glm-dsa (default) or deepseek32");
-  s->add_option("--layers,--n-layer", a->layers, "layers the forward pass runs (block_count = layers + nextn)");
-  s->add_option("--nextn", a->nextn, "MTP (nextn) layers after them (no tensors are written for them)");
-  s->add_option("--n-embd", a->n_embd, "hidden size");
-  s->add_option("--n-head", a->n_head, "attention heads");
-  s->add_option("--q-lora-rank", a->q_lora, "q LoRA rank");
-  s->add_option("--kv-lora-rank", a->kv_lora, "kv LoRA rank (latent)");
-  s->add_option("--qk-nope", a->qk_nope, "qk nope head dim");
-  s->add_option("--qk-rope", a->qk_rope, "qk rope head dim");
-  s->add_option("--v-head", a->v_head, "v head dim");
-  s->add_option("--indexer-heads", a->idx_heads, "indexer heads");
-  s->add_option("--indexer-dim", a->idx_dim, "indexer head dim");
-  s->add_option("--top-k", a->top_k, "indexer top-k");
-  s->add_option("--experts", a->experts, "routed experts");
-  s->add_option("--experts-used", a->experts_used, "experts per token");
-  s->add_option("--shared-experts", a->shared, "shared experts");
-  s->add_option("--ff-exp", a->ff_exp, "expert intermediate size");
-  s->add_option("--ff", a->ff, "dense MLP intermediate size");
-  s->add_option("--vocab", a->vocab, "vocabulary size");
-  s->add_option("--dense-lead", a->dense_lead, "leading dense-MLP layers");
-  s->add_option("--expert-groups", a->groups, "expert groups");
-  s->add_option("--groups-used", a->groups_used, "expert groups used");
-  s->add_option("--context", a->ctx, "context_length");
-  s->add_option("--indexer-types", a->indexer_types, "per-layer indexer kind, e.g. FFFSSS or 1,1,0 (repeats)");
+  s->add_option("--layers,--n-layer", a->dims.layers, "layers the forward pass runs (block_count = layers + nextn)");
+  s->add_option("--nextn", a->dims.nextn, "MTP (nextn) layers after them (no tensors are written for them)");
+  s->add_option("--n-embd", a->dims.n_embd, "hidden size");
+  s->add_option("--n-head", a->dims.n_head, "attention heads");
+  s->add_option("--q-lora-rank", a->dims.q_lora, "q LoRA rank");
+  s->add_option("--kv-lora-rank", a->dims.kv_lora, "kv LoRA rank (latent)");
+  s->add_option("--qk-nope", a->dims.qk_nope, "qk nope head dim");
+  s->add_option("--qk-rope", a->dims.qk_rope, "qk rope head dim");
+  s->add_option("--v-head", a->dims.v_head, "v head dim");
+  s->add_option("--indexer-heads", a->dims.idx_heads, "indexer heads");
+  s->add_option("--indexer-dim", a->dims.idx_dim, "indexer head dim");
+  s->add_option("--top-k", a->dims.top_k, "indexer top-k");
+  s->add_option("--experts", a->dims.experts, "routed experts");
+  s->add_option("--experts-used", a->dims.experts_used, "experts per token");
+  s->add_option("--shared-experts", a->dims.shared, "shared experts");
+  s->add_option("--ff-exp", a->dims.ff_exp, "expert intermediate size");
+  s->add_option("--ff", a->dims.ff, "dense MLP intermediate size");
+  s->add_option("--vocab", a->dims.vocab, "vocabulary size");
+  s->add_option("--dense-lead", a->dims.dense_lead, "leading dense-MLP layers");
+  s->add_option("--expert-groups", a->dims.groups, "expert groups");
+  s->add_option("--groups-used", a->dims.groups_used, "expert groups used");
+  s->add_option("--context", a->dims.ctx, "context_length");
+  s->add_option("--indexer-types", a->dims.indexer_types, "per-layer indexer kind, e.g. FFFSSS or 1,1,0 (repeats)");
   s->add_option("--type-default", a->type_default, "type of every quantizable tensor (default: the tiny mix)");
   s->add_option("--type", a->types, "PATTERN=TYPE: tensors whose name contains PATTERN (repeatable, last wins)");
   s->add_option("--split", a->split, "write N shards (split.no / split.count / split.tensors.count)");

@@ -55,30 +55,10 @@ TEST(synth, round_trip_custom_dims_and_types) {
   const std::string dir = testing_gguf::scratch_dir("synth-custom");
   synth::Options o;
   o.seed = 3;
-  ModelConfig& c = o.config;
-  c.n_layer = 4;
-  c.n_nextn_layer = 1;  // 3 run layers
-  c.n_layer_dense_lead = 2;
-  c.n_embd = 256;
-  c.n_head = 2;
-  c.q_lora_rank = 128;
-  c.kv_lora_rank = 256;
-  c.n_rot = 32;
-  c.key_length_mla = 96 + 32;
-  c.key_length = 256 + 32;
-  c.value_length = 256;
-  c.value_length_mla = 64;
-  c.indexer_n_head = 4;
-  c.indexer_head_size = 64;
-  c.indexer_top_k = 16;
-  c.indexer_full = {true, false, true, false};
-  c.n_expert = 8;
-  c.n_expert_used = 2;
-  c.n_expert_groups = 4;
-  c.n_group_used = 2;
-  c.n_ff_exp = 256;
-  c.n_ff = 512;
-  c.n_vocab = 512;
+  o.config = with_dims(o.config, {.layers = 3, .nextn = 1, .n_embd = 256, .n_head = 2, .q_lora = 128, .kv_lora = 256, .qk_nope = 96,
+                                  .qk_rope = 32, .v_head = 64, .idx_heads = 4, .idx_dim = 64, .top_k = 16, .experts = 8,
+                                  .experts_used = 2, .ff_exp = 256, .ff = 512, .vocab = 512, .dense_lead = 2, .groups = 4,
+                                  .groups_used = 2, .indexer_types = "FSFS"});
   o.has_type_default = true;
   o.type_default = GgmlType::Q8_0;
   o.type_overrides = {{"attn_k_b", GgmlType::F16}, {"ffn_down_exps", GgmlType::Q2_K}, {"output.", GgmlType::Q6_K}};

@@ -39,33 +39,13 @@ struct SynthCase {
 
 // glm-dsa, every dim different from the tiny model, group-limited routing, shared indexer layers.
 SynthCase case_glm() {
-  ModelConfig c = ModelConfig::tiny_default();
-  c.n_layer = 5;
-  c.n_layer_dense_lead = 2;
-  c.n_embd = 320;
-  c.n_ff = 192;
-  c.n_head = 3;
-  c.n_head_kv = 1;
-  c.q_lora_rank = 96;
-  c.kv_lora_rank = 160;
-  c.n_rot = 32;
-  c.key_length_mla = 48 + 32;
-  c.value_length_mla = 40;
-  c.key_length = c.kv_lora_rank + c.n_rot;
-  c.value_length = c.kv_lora_rank;
-  c.indexer_n_head = 3;
-  c.indexer_head_size = 48;
-  c.indexer_top_k = 9;
-  c.indexer_full = {true, false, true, false, false};
-  c.n_expert = 12;
-  c.n_expert_used = 3;
-  c.n_expert_shared = 2;
-  c.n_ff_exp = 64;
-  c.n_expert_groups = 4;
-  c.n_group_used = 2;
+  ModelConfig c = with_dims(ModelConfig::tiny_default(),
+                            {.layers = 5, .n_embd = 320, .n_head = 3, .q_lora = 96, .kv_lora = 160, .qk_nope = 48, .qk_rope = 32,
+                             .v_head = 40, .idx_heads = 3, .idx_dim = 48, .top_k = 9, .experts = 12, .experts_used = 3, .shared = 2,
+                             .ff_exp = 64, .ff = 192, .vocab = 500, .dense_lead = 2, .groups = 4, .groups_used = 2,
+                             .indexer_types = "FSFSS"});
   c.expert_weights_norm = false;
   c.expert_weights_scale = 1.5;
-  c.n_vocab = 500;
   c.rope_freq_base = 50000.0;
   return {"synth(arch=glm_dsa,E=320,H=3,q_lora=96,kv_lora=160,nope=48,rope=32,v=40,Hi=3,Di=48,topk=9,"
           "experts=12,used=3,groups=4/2,shared=2,idx=FSFSS)",
@@ -74,35 +54,14 @@ SynthCase case_glm() {
 
 // deepseek32: NeoX indexer RoPE and YaRN, K-quants, another group layout.
 SynthCase case_ds32() {
-  ModelConfig c = ModelConfig::tiny_default();
+  ModelConfig c = with_dims(ModelConfig::tiny_default(),
+                            {.layers = 3, .n_embd = 256, .n_head = 2, .q_lora = 128, .kv_lora = 256, .qk_nope = 64, .qk_rope = 16,
+                             .v_head = 32, .idx_heads = 4, .idx_dim = 32, .top_k = 7, .experts = 16, .experts_used = 4, .shared = 1,
+                             .ff_exp = 256, .ff = 256, .vocab = 300, .dense_lead = 1, .groups = 8, .groups_used = 3});
   c.arch = Arch::DeepSeek32;
   c.arch_name = "deepseek32";
-  c.n_layer = 3;
-  c.n_layer_dense_lead = 1;
-  c.n_embd = 256;
-  c.n_ff = 256;
-  c.n_head = 2;
-  c.n_head_kv = 1;
-  c.q_lora_rank = 128;
-  c.kv_lora_rank = 256;
-  c.n_rot = 16;
-  c.key_length_mla = 64 + 16;
-  c.value_length_mla = 32;
-  c.key_length = c.kv_lora_rank + c.n_rot;
-  c.value_length = c.kv_lora_rank;
-  c.indexer_n_head = 4;
-  c.indexer_head_size = 32;
-  c.indexer_top_k = 7;
-  c.indexer_full = {true, true, true};
-  c.n_expert = 16;
-  c.n_expert_used = 4;
-  c.n_expert_shared = 1;
-  c.n_ff_exp = 256;
-  c.n_expert_groups = 8;
-  c.n_group_used = 3;
   c.expert_weights_norm = true;
   c.expert_weights_scale = 2.5;
-  c.n_vocab = 300;
   c.rope_freq_base = 10000.0;
   c.rope_scaling_factor = 40;
   c.rope_scaling_orig_ctx = 16;  // small, so the YaRN ramp bites inside a short prompt

@@ -74,27 +74,9 @@ std::vector<uint8_t> small_valid_model() {
   const std::string dir = testing_gguf::scratch_dir("small-model");
   synth::Options o;
   o.seed = 1;
-  ModelConfig& c = o.config;
-  c.n_layer = 2;
-  c.n_layer_dense_lead = 1;
-  c.n_embd = 64;
-  c.n_head = 2;
-  c.q_lora_rank = 32;
-  c.kv_lora_rank = 32;
-  c.n_rot = 16;
-  c.key_length_mla = 32 + 16;
-  c.key_length = 32 + 16;
-  c.value_length = 32;
-  c.value_length_mla = 32;
-  c.indexer_n_head = 2;
-  c.indexer_head_size = 32;
-  c.indexer_top_k = 8;
-  c.indexer_full = {true, true};
-  c.n_expert = 4;
-  c.n_expert_used = 2;
-  c.n_ff_exp = 32;
-  c.n_ff = 64;
-  c.n_vocab = 320;
+  o.config = with_dims(o.config, {.layers = 2, .n_embd = 64, .n_head = 2, .q_lora = 32, .kv_lora = 32, .qk_nope = 32, .qk_rope = 16,
+                                  .v_head = 32, .idx_heads = 2, .idx_dim = 32, .top_k = 8, .experts = 4, .experts_used = 2,
+                                  .ff_exp = 32, .ff = 64, .vocab = 320, .dense_lead = 1});
   const std::string p = synth::write_model(o, dir + "/small.gguf").front();
   auto b = testing_gguf::read_bytes(p);
   std::filesystem::remove_all(dir);
