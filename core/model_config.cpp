@@ -3,6 +3,7 @@
 #include "core/json.h"
 
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
 #include "core/gguf.h"
@@ -165,30 +166,23 @@ ModelConfig with_dims(ModelConfig c, const DimOverrides& d) {
   const int64_t run_layers = d.layers.value_or(c.n_layer_run());
   if (d.nextn) c.n_nextn_layer = *d.nextn;
   c.n_layer = run_layers + c.n_nextn_layer;
-  if (d.n_embd) c.n_embd = *d.n_embd;
-  if (d.n_head) c.n_head = *d.n_head;
-  if (d.q_lora) c.q_lora_rank = *d.q_lora;
-  if (d.kv_lora) c.kv_lora_rank = *d.kv_lora;
   const int64_t nope = d.qk_nope.value_or(c.qk_nope());
-  if (d.qk_rope) c.n_rot = *d.qk_rope;
+  // Each override and the field it sets.
+  using D = DimOverrides;
+  using M = ModelConfig;
+  static constexpr std::pair<std::optional<int64_t> D::*, int64_t M::*> kSet[] = {
+      {&D::n_embd, &M::n_embd},           {&D::n_head, &M::n_head},           {&D::q_lora, &M::q_lora_rank},
+      {&D::kv_lora, &M::kv_lora_rank},    {&D::qk_rope, &M::n_rot},           {&D::v_head, &M::value_length_mla},
+      {&D::idx_heads, &M::indexer_n_head}, {&D::idx_dim, &M::indexer_head_size}, {&D::top_k, &M::indexer_top_k},
+      {&D::experts, &M::n_expert},        {&D::experts_used, &M::n_expert_used}, {&D::shared, &M::n_expert_shared},
+      {&D::ff_exp, &M::n_ff_exp},         {&D::ff, &M::n_ff},                 {&D::vocab, &M::n_vocab},
+      {&D::dense_lead, &M::n_layer_dense_lead}, {&D::groups, &M::n_expert_groups}, {&D::ctx, &M::n_ctx_train}};
+  for (const auto& [from, to] : kSet)
+    if (d.*from) c.*to = *(d.*from);
   c.key_length_mla = nope + c.n_rot;
   c.key_length = c.kv_lora_rank + c.n_rot;
   c.value_length = c.kv_lora_rank;
-  if (d.v_head) c.value_length_mla = *d.v_head;
-  if (d.idx_heads) c.indexer_n_head = *d.idx_heads;
-  if (d.idx_dim) c.indexer_head_size = *d.idx_dim;
-  if (d.top_k) c.indexer_top_k = *d.top_k;
-  if (d.experts) c.n_expert = *d.experts;
-  if (d.experts_used) c.n_expert_used = *d.experts_used;
-  if (d.shared) c.n_expert_shared = *d.shared;
-  if (d.ff_exp) c.n_ff_exp = *d.ff_exp;
-  if (d.ff) c.n_ff = *d.ff;
-  if (d.vocab) c.n_vocab = *d.vocab;
-  if (d.dense_lead) c.n_layer_dense_lead = *d.dense_lead;
-  if (d.groups) c.n_expert_groups = *d.groups;
-  if (d.groups_used) c.n_group_used = *d.groups_used;
-  else if (d.groups) c.n_group_used = *d.groups;
-  if (d.ctx) c.n_ctx_train = *d.ctx;
+  c.n_group_used = d.groups_used.value_or(d.groups ? *d.groups : c.n_group_used);
   if (c.n_layer < 1 || c.n_layer > 4096) throw InputError("synth: --layers out of range");
   c.indexer_full.assign(static_cast<size_t>(c.n_layer), true);
   if (!d.indexer_types.empty()) {
