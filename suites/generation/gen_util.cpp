@@ -2,6 +2,8 @@
 #include "suites/common/case_registry.h"
 #include "suites/generation/gen_util.h"
 
+#include "fixtures/compare.h"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -75,23 +77,25 @@ std::string Judgement::summary() const {
   return s;
 }
 
+double reference_near_tie_margin() { return fx::tolerance(fx::TolClass::ExactIds, "f32").margin; }
+
 Judgement judge(const std::vector<int32_t>& got, const std::vector<double>& got_margins,
-                const std::vector<int32_t>& want, const std::vector<double>& want_margins, bool same_prefix) {
+                const std::vector<int32_t>& want, const std::vector<double>& want_margins, bool same_prefix,
+                double near_tie_margin) {
+  const fx::TokenJudgement t = fx::judge_tokens({want.begin(), want.end()}, want_margins, {got.begin(), got.end()},
+                                                near_tie_margin, same_prefix);
   Judgement j;
-  const size_t n = std::min(got.size(), want.size());
-  for (size_t i = 0; i < n; ++i) {
-    ++j.compared;
-    if (got[i] == want[i]) {
-      ++j.equal;
-      continue;
-    }
+  j.compared = t.compared;
+  j.equal = t.equal;
+  auto describe = [&](int64_t i) {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "step %zu: got %d (margin %.4f), truth %d (margin %.4f)", i, got[i],
-                  i < got_margins.size() ? got_margins[i] : -1.0, want[i], want_margins[i]);
-    (want_margins[i] < kNearTieMargin ? j.near_ties : j.failures).push_back(buf);
-    if (!same_prefix) break;
-  }
-  if (got.size() != want.size() && j.failures.empty() && (same_prefix || j.near_ties.empty()))
+    std::snprintf(buf, sizeof buf, "step %lld: got %d (margin %.4f), truth %d (margin %.4f)", static_cast<long long>(i), got[i],
+                  static_cast<size_t>(i) < got_margins.size() ? got_margins[i] : -1.0, want[i], want_margins[i]);
+    return std::string(buf);
+  };
+  for (int64_t i : t.near_tie_steps) j.near_ties.push_back(describe(i));
+  for (int64_t i : t.failed_steps) j.failures.push_back(describe(i));
+  if (t.length_differs)
     j.failures.push_back("got " + std::to_string(got.size()) + " tokens, truth has " + std::to_string(want.size()));
   return j;
 }

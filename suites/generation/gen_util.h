@@ -10,8 +10,13 @@
 
 namespace mlaconf::gentest {
 
-// A divergence where the ground truth's top-1 minus top-2 logit margin is below this is a near-tie.
-inline constexpr double kNearTieMargin = 0.05;  // logit units
+// A divergence where the ground truth's top-1 minus top-2 logit margin is at most this is a near-tie
+// (logit units; the rule is the judge's, fx::judge_tokens). The reference (float32) is held to the
+// judge's exact_ids class margin at f32 (fixtures/tolerances.h: 1e-3; measured on greedy200x24: 24 of 24
+// steps equal, |margin - HF margin| <= 5.7e-6). The CUDA pipeline keeps 0.05: the judge's f16 class
+// margin (0.1) would loosen it, and its divergences are not measured here (no GPU).
+double reference_near_tie_margin();
+inline constexpr double kCudaNearTieMargin = 0.05;
 
 std::string shared_dir();
 std::string tiny_model();   // ../shared/models/glm-dsa-tiny.gguf
@@ -29,15 +34,17 @@ GreedyCase read_greedy_case(const std::string& oracle, const std::string& group)
 struct Judgement {
   int64_t compared = 0;              // steps compared
   int64_t equal = 0;                 // of which the tokens are equal
-  std::vector<std::string> near_ties;  // divergences at truth margin < kNearTieMargin (recorded)
+  std::vector<std::string> near_ties;  // divergences at truth margin <= the near-tie margin (recorded)
   std::vector<std::string> failures;   // divergences elsewhere
   bool failed() const { return !failures.empty(); }
   std::string summary() const;
 };
 // same_prefix: every step saw the truth's prefix (teacher forced), so every step is compared. Otherwise
 // (free-running generation) the comparison ends at the first divergence: the contexts differ after it.
+// Judged by fx::judge_tokens at `near_tie_margin`.
 Judgement judge(const std::vector<int32_t>& got, const std::vector<double>& got_margins,
-                const std::vector<int32_t>& want, const std::vector<double>& want_margins, bool same_prefix);
+                const std::vector<int32_t>& want, const std::vector<double>& want_margins, bool same_prefix,
+                double near_tie_margin);
 
 // Runs argv[0] with argv (no shell); returns the exit code (-1: killed) and stdout / stderr.
 int run_process(const std::vector<std::string>& argv, std::string* out, std::string* err);
