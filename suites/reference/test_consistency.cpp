@@ -32,6 +32,13 @@ std::vector<int32_t> prompt200() {
   return h.read_i32("/prompt200/input_ids");
 }
 
+// The tiny model, its config and the oracle's prompt200 ids: what most cases below start from.
+struct Tiny {
+  GgufFile f = GgufFile::open(kModel);
+  ModelConfig c = ModelConfig::from_gguf(f);
+  std::vector<int32_t> ids = prompt200();
+};
+
 // Decode tolerance: the same math in another order of accumulation (GEMM blocking depends on T).
 // Tighter than the judge's classes (f64 3e-14, f32 activation 3e-11 NMSE: bounds for another
 // implementation): one implementation against itself shows 3e-30 (f64) and 1.0e-12 to 1.7e-12 (f32).
@@ -41,9 +48,8 @@ constexpr double kSame = sizeof(S) == 8 ? 1e-24 : 1e-11;  // NMSE
 template <class S>
 void decode_equals_recompute() {
   if (!std::filesystem::exists(kOracle)) GTEST_SKIP() << "skipped: shared data absent (" << kOracle << ")";
-  GgufFile f = GgufFile::open(kModel);
-  ModelConfig c = ModelConfig::from_gguf(f);
-  std::vector<int32_t> ids = prompt200();
+  Tiny t;
+  auto& [f, c, ids] = t;
   ids.resize(100);  // 100 > top_k = 64: the later rows are really sparse
   ref::Model<S> full(f, c);
   Capture cap_full({op::kIndexerTopk, op::kRouterIds});
@@ -85,9 +91,8 @@ void decode_equals_recompute() {
 template <class S>
 void absorbed_equals_naive() {
   if (!std::filesystem::exists(kOracle)) GTEST_SKIP() << "skipped: shared data absent (" << kOracle << ")";
-  GgufFile f = GgufFile::open(kModel);
-  ModelConfig c = ModelConfig::from_gguf(f);
-  std::vector<int32_t> ids = prompt200();
+  Tiny t;
+  auto& [f, c, ids] = t;
   ref::ModelOptions naive;
   naive.mla_form = ref::MlaForm::Naive;
   ref::Model<S> a(f, c), n(f, c, naive);
@@ -108,9 +113,8 @@ void absorbed_equals_naive() {
 
 void expert_cache_budget() {
   if (!std::filesystem::exists(kOracle)) GTEST_SKIP() << "skipped: shared data absent (" << kOracle << ")";
-  GgufFile f = GgufFile::open(kModel);
-  ModelConfig c = ModelConfig::from_gguf(f);
-  std::vector<int32_t> ids = prompt200();
+  Tiny t;
+  auto& [f, c, ids] = t;
   ids.resize(60);
   const size_t one = sizeof(float) * 3 * static_cast<size_t>(c.n_ff_exp * c.n_embd);
   ref::ModelOptions tight;
@@ -155,9 +159,8 @@ void bad_inputs() {
 // forward_layers on a sub-range reproduces the same layers of a full forward.
 void forward_layers_subrange() {
   if (!std::filesystem::exists(kOracle)) GTEST_SKIP() << "skipped: shared data absent (" << kOracle << ")";
-  GgufFile f = GgufFile::open(kModel);
-  ModelConfig c = ModelConfig::from_gguf(f);
-  std::vector<int32_t> ids = prompt200();
+  Tiny t;
+  auto& [f, c, ids] = t;
   ids.resize(90);
   ref::Model<double> full(f, c), part(f, c);
   Capture cf({op::kInputHidden, op::kOutputHidden});
