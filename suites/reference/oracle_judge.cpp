@@ -22,11 +22,7 @@ const char* precision_name() {
 }
 
 fx::Array ids_array(const std::vector<int32_t>& ids) {
-  fx::Array a;
-  a.dtype = fx::Dtype::I32;
-  a.shape = {static_cast<int64_t>(ids.size())};
-  a.v.assign(ids.begin(), ids.end());
-  return a;
+  return fx::Array{fx::Dtype::I32, {static_cast<int64_t>(ids.size())}, {ids.begin(), ids.end()}};
 }
 
 // The last row of record `i` of (layer, name), appended to `out`.
@@ -36,14 +32,6 @@ void append_last_row(const Capture& cap, int layer, const char* name, size_t i, 
   const fx::Array a = array_of((*rs)[i]);
   const int64_t w = a.shape.empty() || a.shape[0] == 0 ? 0 : a.size() / a.shape[0];
   out.insert(out.end(), a.v.end() - w, a.v.end());
-}
-
-fx::Array stacked(fx::Dtype dt, std::vector<int64_t> shape, std::vector<double> v) {
-  fx::Array a;
-  a.dtype = dt;
-  a.shape = std::move(shape);
-  a.v = std::move(v);
-  return a;
 }
 
 // A full forward: every record, at its path in a case group ("layers/2/attn_out", "logits").
@@ -71,7 +59,7 @@ fx::CaseData greedy_case(const Capture& cap, const ref::GenerateResult& g, const
   d.attrs[fx::attr::kPrecision] = precision;
   d.datasets["input_ids"] = ids_array(ids);
   d.datasets["tokens"] = ids_array(g.tokens);
-  d.datasets["margins"] = stacked(fx::Dtype::F64, {n}, g.margins);
+  d.datasets["margins"] = fx::Array{fx::Dtype::F64, {n}, g.margins};
   std::vector<double> logits, topk, rid, rw;
   std::vector<int64_t> moe;
   for (int64_t l = 0; l < c.n_layer_run(); ++l)
@@ -85,13 +73,13 @@ fx::CaseData greedy_case(const Capture& cap, const ref::GenerateResult& g, const
       append_last_row(cap, static_cast<int>(l), op::kRouterWeights, s, rw);
     }
   }
-  d.datasets["step_logits"] = stacked(fx::Dtype::F64, {n, c.n_vocab}, logits);
+  d.datasets["step_logits"] = fx::Array{fx::Dtype::F64, {n, c.n_vocab}, logits};
   const int64_t K = n && idx_layers ? static_cast<int64_t>(topk.size()) / (n * idx_layers) : 0;
-  d.datasets["step_indexer_topk"] = stacked(fx::Dtype::I32, {n, idx_layers, K}, topk);
+  d.datasets["step_indexer_topk"] = fx::Array{fx::Dtype::I32, {n, idx_layers, K}, topk};
   if (!moe.empty()) {
     const int64_t U = static_cast<int64_t>(rid.size()) / (n * static_cast<int64_t>(moe.size()));
-    d.datasets["step_router_ids"] = stacked(fx::Dtype::I32, {n, static_cast<int64_t>(moe.size()), U}, rid);
-    d.datasets["step_router_weights"] = stacked(fx::Dtype::F64, {n, static_cast<int64_t>(moe.size()), U}, rw);
+    d.datasets["step_router_ids"] = fx::Array{fx::Dtype::I32, {n, static_cast<int64_t>(moe.size()), U}, rid};
+    d.datasets["step_router_weights"] = fx::Array{fx::Dtype::F64, {n, static_cast<int64_t>(moe.size()), U}, rw};
   }
   return d;
 }
