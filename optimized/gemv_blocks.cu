@@ -299,8 +299,10 @@ bool gemv_blocks_covers(GgmlType t) {
 bool gemv_blocks(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_ids, int64_t w_count,
                  int64_t w_stride, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride, int64_t batch) {
   if (!gemv_blocks_covers(t) || n_rows <= 0 || batch <= 0 || w_count <= 0) return false;
-  if ((reinterpret_cast<uintptr_t>(d_w) % 16) || w_stride % 16 || (reinterpret_cast<uintptr_t>(d_x) % 16) ||
-      x_stride % 4)
+  // A matrix may start anywhere (w_stride need not be a multiple of 16): each row's loads already start
+  // at its 16-byte-aligned address below, and the bytes before it belong to the previous matrix (or row),
+  // which a 16-byte-aligned d_w keeps inside the allocation.
+  if ((reinterpret_cast<uintptr_t>(d_w) % 16) || (reinterpret_cast<uintptr_t>(d_x) % 16) || x_stride % 4)
     return false;
   const auto& tr = traits(t);
   if (ncols % tr.block_size) return false;

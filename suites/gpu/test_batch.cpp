@@ -111,7 +111,7 @@ std::vector<SeqLogits> batched(const GgufFile& f, const ModelConfig& c, int64_t 
   cuda::Pipeline p(f, c, o);
   const int decoy = p.open_sequence();
   {
-    std::vector<int32_t> ids(50);
+    std::vector<int32_t> ids((size_t)std::min<int64_t>(50, ctx));  // within max_ctx at small B too
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = (int32_t)((i * 7919) % (size_t)c.n_vocab);
     p.prefill(decoy, ids);
   }
