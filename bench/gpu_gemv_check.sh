@@ -21,11 +21,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B="${1:-build}"
-if [ -x "$B/mlaconf_gpu_tests" ]; then G="$B/mlaconf_gpu_tests" K="$B/mlaconf_kernel_bench"
-else G="$B/suites/gpu/mlaconf_gpu_tests" K="$B/optimized/mlaconf_kernel_bench"; fi
-for x in "$G" "$K"; do
-  [ -x "$x" ] || { echo "missing $x: build the default (CUDA) preset first (bash ci/build.sh)"; exit 2; }
-done
+. bench/bins.sh
+G=$(bench_bin "$B" suites/gpu/mlaconf_gpu_tests) || exit 2
+K=$(bench_bin "$B" optimized/mlaconf_kernel_bench) || exit 2
 OUT="${OUT:-$(mktemp -d)}"
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"

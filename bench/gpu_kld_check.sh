@@ -23,10 +23,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 B="${1:-build}"
 M="${MLACONF_CLI:-}"
-if [ -z "$M" ]; then
-  if [ -x "$B/mlaconf" ]; then M="$B/mlaconf"; else M="$B/tools/mlaconf"; fi
-fi
-[ -x "$M" ] || { echo "missing $M: build the default (CUDA) preset first (bash ci/build.sh), or set MLACONF_CLI"; exit 2; }
+. bench/bins.sh
+if [ -z "$M" ]; then M=$(bench_bin "$B" tools/mlaconf) || { echo "(or set MLACONF_CLI)"; exit 2; }; fi
+[ -x "$M" ] || { echo "missing $M (MLACONF_CLI)"; exit 2; }
 TINY="${MLACONF_SHARED_DIR:-../shared}/models/glm-dsa-tiny.gguf"
 [ -s "$TINY" ] || { echo "missing $TINY (set MLACONF_SHARED_DIR): the suite's bound is for this model"; exit 2; }
 CORPUS=data/corpus/plain-prose.txt

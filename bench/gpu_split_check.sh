@@ -25,11 +25,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B="${1:-build}"
-if [ -x "$B/mlaconf" ]; then M="$B/mlaconf" G="$B/mlaconf_gpu_tests"
-else M="$B/tools/mlaconf" G="$B/suites/gpu/mlaconf_gpu_tests"; fi
-for x in "$M" "$G"; do
-  [ -x "$x" ] || { echo "missing $x: build the default (CUDA) preset first (bash ci/build.sh)"; exit 2; }
-done
+. bench/bins.sh
+M=$(bench_bin "$B" tools/mlaconf) || exit 2
+G=$(bench_bin "$B" suites/gpu/mlaconf_gpu_tests) || exit 2
 W="$(mktemp -d)"
 OUT="${OUT:-$W}"
 mkdir -p "$OUT"

@@ -17,9 +17,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B="${1:-build}"
-if [ -x "$B/mlaconf_gpu_tests" ]; then G="$B/mlaconf_gpu_tests" M="$B/mlaconf"
-else G="$B/suites/gpu/mlaconf_gpu_tests" M="$B/tools/mlaconf"; fi
-[ -x "$G" ] || { echo "missing $G: build the default (CUDA) preset first (bash ci/build.sh --target mlaconf_gpu_tests)"; exit 2; }
+. bench/bins.sh
+G=$(bench_bin "$B" suites/gpu/mlaconf_gpu_tests) || exit 2
+M=$(bench_bin "$B" tools/mlaconf 2>/dev/null) || M="$B/tools/mlaconf"  # optional: synthesizes a tiny model if ../shared lacks one
 G="$(realpath "$G")"
 W="$(mktemp -d)"
 OUT="${OUT:-$W}"

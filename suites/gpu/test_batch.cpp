@@ -177,22 +177,33 @@ void expect_equal_to_alone(const std::vector<SeqLogits>& got, const std::vector<
 }
 
 
-void check_model(const std::string& model, const std::vector<int64_t>& Bs) {
-  GgufFile f = GgufFile::open(model);
-  ModelConfig c = ModelConfig::from_gguf(f);
-  const int64_t Bmax = *std::max_element(Bs.begin(), Bs.end());
-  const int64_t ctx = max_len(Bmax, c.n_vocab, c.indexer_top_k);
+// Each of the first max(Bs) sequences decoded alone (the expectation of every batched run of a model).
+struct AloneRefs {
+  GgufFile f;
+  ModelConfig c;
+  int64_t ctx = 0;
   std::vector<SeqLogits> ref;
-  for (int64_t b = 0; b < Bmax; ++b) ref.push_back(alone(f, c, seq_input(b, c.n_vocab, c.indexer_top_k), ctx));
+  std::vector<SeqLogits> first(int64_t B) const { return {ref.begin(), ref.begin() + B}; }
+};
+AloneRefs alone_refs(const std::string& model, const std::vector<int64_t>& Bs) {
+  AloneRefs r{GgufFile::open(model), {}, 0, {}};
+  r.c = ModelConfig::from_gguf(r.f);
+  const int64_t Bmax = *std::max_element(Bs.begin(), Bs.end());
+  r.ctx = max_len(Bmax, r.c.n_vocab, r.c.indexer_top_k);
+  for (int64_t b = 0; b < Bmax; ++b) r.ref.push_back(alone(r.f, r.c, seq_input(b, r.c.n_vocab, r.c.indexer_top_k), r.ctx));
+  return r;
+}
+
+void check_model(const std::string& model, const std::vector<int64_t>& Bs) {
+  const AloneRefs a = alone_refs(model, Bs);
   for (int64_t B : Bs) {
     BatchRun run;
     run.reverse_order = B % 2 == 1;
-    const std::vector<SeqLogits> got = batched(f, c, B, ctx, run);
-    expect_equal_to_alone(got, std::vector<SeqLogits>(ref.begin(), ref.begin() + B),
-                          std::filesystem::path(model).filename().string() + " B=" + std::to_string(B));
+    const std::vector<SeqLogits> got = batched(a.f, a.c, B, a.ctx, run);
+    expect_equal_to_alone(got, a.first(B), std::filesystem::path(model).filename().string() + " B=" + std::to_string(B));
     // Negative control: sequence 0's steps against sequence 1's (another sequence must differ).
     if (B >= 2) {
-      EXPECT_GT(n_differ(got[0].steps[0], ref[1].steps[0]), got[0].steps[0].size() / 2);
+      EXPECT_GT(n_differ(got[0].steps[0], a.ref[1].steps[0]), got[0].steps[0].size() / 2);
     }
   }
 }
@@ -250,20 +261,14 @@ void check_split(const std::string& model, int64_t B, int stages) {
 // Every step equals decoding alone (forward()) bit for bit, hence the direct batched path too; the
 // graph must have run every step after the first (kSteps - 1 launches per B).
 void check_graph(const std::string& model, const std::vector<int64_t>& Bs) {
-  GgufFile f = GgufFile::open(model);
-  ModelConfig c = ModelConfig::from_gguf(f);
-  const int64_t Bmax = *std::max_element(Bs.begin(), Bs.end());
-  const int64_t ctx = max_len(Bmax, c.n_vocab, c.indexer_top_k);
-  std::vector<SeqLogits> ref;
-  for (int64_t b = 0; b < Bmax; ++b) ref.push_back(alone(f, c, seq_input(b, c.n_vocab, c.indexer_top_k), ctx));
+  const AloneRefs a = alone_refs(model, Bs);
   for (int64_t B : Bs) {
     int64_t replays = 0;
     BatchRun run;
     run.graph = true;
     run.replays = &replays;
-    const std::vector<SeqLogits> got = batched(f, c, B, ctx, run);
-    expect_equal_to_alone(got, std::vector<SeqLogits>(ref.begin(), ref.begin() + B),
-                          std::filesystem::path(model).filename().string() + " graph B=" + std::to_string(B));
+    const std::vector<SeqLogits> got = batched(a.f, a.c, B, a.ctx, run);
+    expect_equal_to_alone(got, a.first(B), std::filesystem::path(model).filename().string() + " graph B=" + std::to_string(B));
     EXPECT_EQ(replays, kSteps - 1) << "the decode graph did not run every step after the first";
   }
 }
