@@ -25,7 +25,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B="${1:-build}"
-. bench/bins.sh
+. bench/common.sh
 M=$(bench_bin "$B" tools/mlaconf) || exit 2
 G=$(bench_bin "$B" suites/gpu/mlaconf_gpu_tests) || exit 2
 W="$(mktemp -d)"
@@ -36,14 +36,7 @@ fail=0
 t0=$(date +%s)
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv >"$OUT/gpu.csv" 2>/dev/null || true
 
-SHARED="$(realpath ../shared 2>/dev/null || true)"
-TINY="$SHARED/models/glm-dsa-tiny.gguf"
-if [ -z "$SHARED" ] || [ ! -s "$TINY" ]; then
-  SHARED="$W/shared"
-  TINY="$SHARED/models/glm-dsa-tiny.gguf"
-  mkdir -p "$SHARED/models"
-  "$M" synth --seed 1 -o "$TINY" >/dev/null || exit 2
-fi
+bench_tiny_model "$M" "$W" || exit 2
 
 echo "== gtest batch.*"
 MLACONF_CLI="$(realpath "$M")" MLACONF_SHARED_DIR="$SHARED" "$G" --gtest_filter='batch.*' 2>&1 | tee "$OUT/gtest-batch.log" |

@@ -21,7 +21,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B="${1:-build}"
-. bench/bins.sh
+. bench/common.sh
 G=$(bench_bin "$B" suites/gpu/mlaconf_gpu_tests) || exit 2
 K=$(bench_bin "$B" optimized/mlaconf_kernel_bench) || exit 2
 OUT="${OUT:-$(mktemp -d)}"

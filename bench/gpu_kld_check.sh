@@ -23,7 +23,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 B="${1:-build}"
 M="${MLACONF_CLI:-}"
-. bench/bins.sh
+. bench/common.sh
 if [ -z "$M" ]; then M=$(bench_bin "$B" tools/mlaconf) || { echo "(or set MLACONF_CLI)"; exit 2; }; fi
 [ -x "$M" ] || { echo "missing $M (MLACONF_CLI)"; exit 2; }
 TINY="${MLACONF_SHARED_DIR:-../shared}/models/glm-dsa-tiny.gguf"

@@ -25,7 +25,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B="${1:-build}"
-. bench/bins.sh
+. bench/common.sh
 M=$(bench_bin "$B" tools/mlaconf) || exit 2
 G=$(bench_bin "$B" suites/gpu/mlaconf_gpu_tests) || exit 2
 W="$(mktemp -d)"
@@ -35,14 +35,7 @@ trap 'rm -rf "$W"/*.gguf "$W"/*.h5 "$W"/shared' EXIT  # keeps the logs
 fail=0
 t0=$(date +%s)
 
-SHARED="$(realpath ../shared 2>/dev/null || true)"
-TINY="$SHARED/models/glm-dsa-tiny.gguf"
-if [ -z "$SHARED" ] || [ ! -s "$TINY" ]; then
-  SHARED="$W/shared"
-  TINY="$SHARED/models/glm-dsa-tiny.gguf"
-  mkdir -p "$SHARED/models"
-  "$M" synth --seed 1 -o "$TINY" >/dev/null || exit 2
-fi
+bench_tiny_model "$M" "$W" || exit 2
 BIG="$W/glm5-dims-4layers-32experts.gguf"
 echo "== synthesizing the several-GB model ($BIG)"
 s0=$(date +%s)

@@ -17,7 +17,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B="${1:-build}"
-. bench/bins.sh
+. bench/common.sh
 G=$(bench_bin "$B" suites/gpu/mlaconf_gpu_tests) || exit 2
 M=$(bench_bin "$B" tools/mlaconf 2>/dev/null) || M="$B/tools/mlaconf"  # optional: synthesizes a tiny model if ../shared lacks one
 G="$(realpath "$G")"
