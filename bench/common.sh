@@ -24,3 +24,13 @@ bench_tiny_model() {
     "$cli" synth --seed 1 -o "$TINY" >/dev/null || return 2
   fi
 }
+
+# The scratch folder W (its models and fixtures removed at exit, the logs kept), OUT (default W), fail=0, t0.
+bench_workdir() {
+  W="$(mktemp -d)"
+  OUT="${OUT:-$W}"
+  mkdir -p "$OUT"
+  trap 'rm -rf "$W"/*.gguf "$W"/*.h5 "$W"/shared' EXIT
+  fail=0
+  t0=$(date +%s)
+}

@@ -28,12 +28,7 @@ B="${1:-build}"
 . bench/common.sh
 M=$(bench_bin "$B" tools/mlaconf) || exit 2
 G=$(bench_bin "$B" suites/gpu/mlaconf_gpu_tests) || exit 2
-W="$(mktemp -d)"
-OUT="${OUT:-$W}"
-mkdir -p "$OUT"
-trap 'rm -rf "$W"/*.gguf "$W"/*.h5 "$W"/shared' EXIT  # keeps the logs
-fail=0
-t0=$(date +%s)
+bench_workdir
 
 bench_tiny_model "$M" "$W" || exit 2
 BIG="$W/glm5-dims-4layers-32experts.gguf"
