@@ -24,10 +24,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -41,6 +39,7 @@
 #include "tools/backend/backend.h"
 #include "tools/cli_devices.h"
 #include "tools/command.h"
+#include "tools/text_file.h"
 #include "tools/validate.h"
 
 namespace mlaconf::cli {
@@ -59,15 +58,6 @@ struct KldArgs {
 int64_t default_ctx(const ModelConfig& c) {
   const int64_t want = std::max<int64_t>(512, 2 * c.indexer_top_k);
   return c.n_ctx_train > 0 ? std::min(want, c.n_ctx_train) : want;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot read the text file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw InputError(path + ": read error");
-  return ss.str();
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -151,7 +141,7 @@ void run(const KldArgs& a) {
                      "): the positions beyond it are where sparse attention drops keys");
   if (c.n_ctx_train > 0 && ctx > c.n_ctx_train)
     throw InputError("kld: --ctx " + std::to_string(ctx) + " exceeds the model's context length " + std::to_string(c.n_ctx_train));
-  const std::string text = read_text(a.text_file);
+  const std::string text = read_text_file(a.text_file, "--text-file");
   const std::vector<int32_t> corpus = tk.encode(text, {.add_bos = false, .parse_special = false});
   if (corpus.empty()) throw InputError(a.text_file + ": the text encodes to no tokens (empty corpus)");
   const int64_t whole = static_cast<int64_t>(corpus.size()) / ctx;

@@ -5,16 +5,15 @@
 //   mlaconf tokenize --model M.gguf --text "Hello" --add-bos       -> bos id first
 //   mlaconf tokenize --model M.gguf --ids "9707 1879" [--json]     -> the decoded text
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
 #include "core/json.h"
 #include "tools/command.h"
+#include "tools/text_file.h"
 #include "tools/validate.h"
 
 namespace mlaconf::cli {
@@ -98,14 +97,7 @@ void run(const TokenizeOpts& o) {
     return;
   }
   std::string text = o.text;
-  if (!o.text_file.empty()) {
-    require_regular_file(o.text_file, "--text-file");
-    std::ifstream in(o.text_file, std::ios::binary);
-    if (!in) throw InputError(o.text_file + ": cannot read the text file");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
-  }
+  if (!o.text_file.empty()) text = read_text_file(o.text_file, "--text-file");
   std::vector<int32_t> ids = t.encode(text, {.add_bos = o.add_bos, .parse_special = !o.no_special});
   if (o.json) {
     Json j = {{"ids", ids}};
