@@ -847,6 +847,7 @@ Pipeline::~Pipeline() = default;
 Pipeline::Pipeline(Pipeline&&) noexcept = default;
 int64_t Pipeline::n_past() const { return impl_->n_past; }
 const ModelConfig& Pipeline::config() const { return impl_->c; }
+const PipelineOptions& Pipeline::options() const { return impl_->opt; }
 std::string Pipeline::split_summary() const {
   const Impl& m = *impl_;
   if (m.opt.devices.empty()) return "";

@@ -108,6 +108,8 @@ class Pipeline {
   std::map<std::string, OpTensor> replay_op(int layer, const std::string& op, const std::map<std::string, OpTensor>& in,
                                             int64_t pos0);
   const ModelConfig& config() const;
+  // The options in force: those given, with the MLACONF_CUDA_* environment overrides applied.
+  const PipelineOptions& options() const;
   // The split, e.g. "devices 0,0: layers 0-1 | 2-3" ("" without a split).
   std::string split_summary() const;
 

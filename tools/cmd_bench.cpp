@@ -56,8 +56,8 @@ struct BenchArgs {
   std::string devices;  // layer split (cuda)
   std::string batch;    // batched decode: list of B (cuda)
   int64_t context = 0;  // synthetic context rows per sequence (--batch)
-  double floor_gbs = 4229;
-  bool graph = false;       // --batch: decode steps as CUDA graphs  // bandwidth of the floor (the H200's copy bandwidth measured in docs/PERF_H200.md)
+  double floor_gbs = 4229;  // bandwidth of the floor (the H200's copy bandwidth measured in docs/PERF_H200.md)
+  bool graph = false;       // --batch: decode steps as CUDA graphs
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -127,8 +127,8 @@ void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c
   Json rows = Json::array();
   if (!a.json) {
     std::printf("backend   cuda%s, batched decode (overflow check off, CUDA graph %s, batch-invariant plan %s)\nmodel     %s\n",
-                p.split_summary().empty() ? "" : (" (" + p.split_summary() + ")").c_str(), a.graph ? "on" : "off",
-                std::getenv("MLACONF_CUDA_BATCH_INVARIANT") && std::string(std::getenv("MLACONF_CUDA_BATCH_INVARIANT")) == "0" ? "off" : "on",
+                p.split_summary().empty() ? "" : (" (" + p.split_summary() + ")").c_str(), p.options().decode_graph ? "on" : "off",
+                p.options().batch_invariant ? "on" : "off",
                 a.model.c_str());
     std::printf("context   %lld synthetic rows + %lld prompt tokens per sequence, %lld decode steps; floor at %.0f GB/s\n",
                 (long long)a.context, (long long)a.prompt_tokens, (long long)a.decode_steps, a.floor_gbs);
@@ -180,7 +180,7 @@ void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c
                   floor_ms, floor_tps, step_ms > 0 ? 100.0 * floor_ms / step_ms : 0.0);
   }
   if (a.json) {
-    const Json j = {{"backend", "cuda"}, {"mode", "batched_decode"}, {"graph", a.graph}, {"devices", a.devices}, {"model", a.model},
+    const Json j = {{"backend", "cuda"}, {"mode", "batched_decode"}, {"graph", p.options().decode_graph}, {"batch_invariant", p.options().batch_invariant}, {"devices", a.devices}, {"model", a.model},
                     {"context", a.context}, {"prompt_tokens", a.prompt_tokens}, {"decode_steps", a.decode_steps},
                     {"floor_gbs", a.floor_gbs}, {"overflow_check", false}, {"batches", rows}};
     std::printf("%s\n", json_text(j, -1).c_str());
