@@ -27,22 +27,55 @@ constexpr int kRows = 32;            // listed rows per step (one per lane in th
 constexpr int kMaxDv = 2 * kThreads;  // each thread owns 2 output columns
 constexpr int kMaxDqk = 1024;
 
-struct Params {
+// What both kernels take from SparseMlaArgs: the query's list, its split, and the fp32 partials of the
+// splits (filled by list_params, so that the two launchers cannot pack them differently).
+struct ListParams {
   const __half* q;       // [T, H, dqk]
   const __half* cache;   // [L, dqk]
   int64_t L;
   const int32_t* idx;    // [T, top_k]
   const int32_t* q_pos;  // [T] or null (dense fault only)
   const int32_t* row_base;  // [T] or null (dense fault only)
-  int T, H, dqk, dv, top_k;
+  int T, H, top_k;
   int entries;           // list length per query (top_k, or L for the dense fault)
-  int split;             // entries per split (multiple of kRows)
+  int split;             // entries per split (a multiple of the kernel's tile rows)
   int n_splits;
   bool dense;
   float scale_log2;      // scale * log2(e)
   float* o_part;         // [T, n_splits, H, dv]
   float* m_part;         // [T, n_splits, H]
   float* l_part;         // [T, n_splits, H]
+};
+
+// partials: allocate the split partials (scratch slots 0-2) for d_v values per head.
+ListParams list_params(const SparseMlaArgs& a, bool dense, int64_t entries, int64_t split, int64_t n_splits, bool partials,
+                       int64_t d_v) {
+  ListParams p{};
+  p.q = reinterpret_cast<const __half*>(a.q);
+  p.cache = reinterpret_cast<const __half*>(a.cache);
+  p.L = a.L;
+  p.idx = a.idx;
+  p.q_pos = a.q_pos;
+  p.row_base = a.row_base;
+  p.T = (int)a.T;
+  p.H = (int)a.H;
+  p.top_k = (int)a.top_k;
+  p.entries = (int)entries;
+  p.split = (int)split;
+  p.n_splits = (int)n_splits;
+  p.dense = dense;
+  p.scale_log2 = a.scale * 1.4426950408889634f;
+  if (partials) {
+    const size_t n_part = (size_t)a.T * n_splits * a.H;
+    p.o_part = static_cast<float*>(scratch(0, n_part * d_v * 4));
+    p.m_part = static_cast<float*>(scratch(1, n_part * 4));
+    p.l_part = static_cast<float*>(scratch(2, n_part * 4));
+  }
+  return p;
+}
+
+struct Params : ListParams {
+  int dqk, dv;
 };
 
 __global__ void __launch_bounds__(kThreads) sparse_mla_partial(Params p) {
@@ -213,20 +246,9 @@ constexpr int kChunks = kMmaDqk / 8;    // 16-byte chunks per row
 constexpr int kFusedMaxSplits = 4;      // up to this many splits the last CTA merges (it reads them all)
 constexpr int kMaxAutoSplits = 16;
 
-struct MmaParams {
-  const __half* q;
-  const __half* cache;
-  int64_t L;
-  const int32_t* idx;
-  const int32_t* q_pos;
-  const int32_t* row_base;
-  int T, H, top_k, entries, split, n_splits;
-  bool dense, plain_sum;
-  float scale_log2;
+struct MmaParams : ListParams {
+  bool plain_sum;
   float* out;     // [T, H, dv]
-  float* o_part;  // [T, n_splits, H, dv]
-  float* m_part;  // [T, n_splits, H]
-  float* l_part;
   int* tickets;   // [T, head blocks], zero between launches (the merging CTA resets its own)
   bool fused_merge;  // the last CTA of a (query, head block) merges; else sparse_mla_mma_merge does
 };
@@ -515,27 +537,10 @@ void launch_mma(const SparseMlaArgs& a, bool dense, int64_t entries) {
   split = std::max<int64_t>(kTileRows, ((split + kTileRows - 1) / kTileRows) * kTileRows);
   const int64_t n_splits = entries == 0 ? 1 : (entries + split - 1) / split;
   MmaParams p{};
-  p.q = reinterpret_cast<const __half*>(a.q);
-  p.cache = reinterpret_cast<const __half*>(a.cache);
-  p.L = a.L;
-  p.idx = a.idx;
-  p.q_pos = a.q_pos;
-  p.row_base = a.row_base;
-  p.T = (int)a.T;
-  p.H = (int)a.H;
-  p.top_k = (int)a.top_k;
-  p.entries = (int)entries;
-  p.split = (int)split;
-  p.n_splits = (int)n_splits;
-  p.dense = dense;
+  static_cast<ListParams&>(p) = list_params(a, dense, entries, split, n_splits, n_splits > 1, kMmaDv);
   p.plain_sum = active_fault() == Fault::NoLseMerge;
-  p.scale_log2 = a.scale * 1.4426950408889634f;
   p.out = a.out;
   if (n_splits > 1) {
-    const size_t n_part = (size_t)a.T * n_splits * a.H;
-    p.o_part = static_cast<float*>(scratch(0, n_part * kMmaDv * 4));
-    p.m_part = static_cast<float*>(scratch(1, n_part * 4));
-    p.l_part = static_cast<float*>(scratch(2, n_part * 4));
     p.fused_merge = n_splits <= kFusedMaxSplits;
     if (p.fused_merge) p.tickets = tickets((size_t)(head_blocks * a.T));  // one per (query, head block) launched
   }
@@ -587,27 +592,10 @@ void sparse_mla(const SparseMlaArgs& a) {
   int64_t split = a.split > 0 ? a.split : std::max<int64_t>(kRows, (entries + std::max<int64_t>(1, 264 / ctas) - 1) / std::max<int64_t>(1, 264 / ctas));
   split = ((split + kRows - 1) / kRows) * kRows;
   const int n_splits = entries == 0 ? 1 : (int)((entries + split - 1) / split);
-  const size_t n_part = (size_t)a.T * n_splits * a.H;
   Params p{};
-  p.q = reinterpret_cast<const __half*>(a.q);
-  p.cache = reinterpret_cast<const __half*>(a.cache);
-  p.L = a.L;
-  p.idx = a.idx;
-  p.q_pos = a.q_pos;
-  p.row_base = a.row_base;
-  p.T = (int)a.T;
-  p.H = (int)a.H;
+  static_cast<ListParams&>(p) = list_params(a, dense, entries, split, n_splits, true, a.d_v);
   p.dqk = (int)a.d_qk;
   p.dv = (int)a.d_v;
-  p.top_k = (int)a.top_k;
-  p.entries = (int)entries;
-  p.split = (int)split;
-  p.n_splits = n_splits;
-  p.dense = dense;
-  p.scale_log2 = a.scale * 1.4426950408889634f;
-  p.o_part = static_cast<float*>(scratch(0, n_part * a.d_v * 4));
-  p.m_part = static_cast<float*>(scratch(1, n_part * 4));
-  p.l_part = static_cast<float*>(scratch(2, n_part * 4));
   const int ldk = p.dqk + 2;
   const size_t smem = (size_t)(kHeads + kRows) * ldk * 2 + (kHeads * kRows + 3 * kHeads) * 4 + kRows * 8;
   MLACONF_CUDA_CHECK(cudaFuncSetAttribute(sparse_mla_partial, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
