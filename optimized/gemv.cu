@@ -12,6 +12,7 @@
 #include "optimized/dequant_elem.cuh"
 #include "optimized/faults.h"
 #include "optimized/gemv_blocks.cuh"
+#include "optimized/gemv_float.cuh"
 #include "optimized/iq_grids.cuh"
 
 namespace mlaconf::cuda {
@@ -200,6 +201,8 @@ void gemv_impl(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const
   // needs each row's bits independent of it).
   if (t == GgmlType::Q4_K && gemv_q4k(d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch))
     return;
+  // F32, F16, BF16 (the router): the float GEMV (gemv_float.cu), rows split over a whole CTA.
+  if (gemv_float(t, d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch)) return;
   // Q8_0, Q6_K, Q5_K and the other 32/256-value block types: the block-streaming kernel (gemv_blocks.cu),
   // which decodes each weight once for all batch entries that share its matrix.
   if (gemv_blocks(t, d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch)) return;
