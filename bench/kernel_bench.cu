@@ -372,6 +372,34 @@ void gemv_block_cases() {
   }
 }
 
+// ---- float GEMV (optimized/gemv_float.cu): the MoE router's F32 6144 x 256 matrix ------------------
+// n random floats in [-1, 1) on the device.
+DeviceBuffer random_f32(int64_t n, uint64_t seed) {
+  std::vector<float> h((size_t)n);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& v : h) v = u(rng);
+  return to_device(h);
+}
+// Bytes: the matrix once, B x vectors, B y vectors (B x share the matrix, as a batch's router does).
+void gemv_float_case(int64_t rows, int64_t cols, int B) {
+  const std::string name = "gemv(type=F32,rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) + ",b=" +
+                           std::to_string(B) + ")";
+  if (failed("gemv") || !wanted(name)) return;
+  const double mat_bytes = (double)rows * cols * 4;
+  const int64_t pool = std::max<int64_t>(1, (int64_t)std::ceil(220e6 / mat_bytes));
+  DeviceBuffer w = random_f32(pool * rows * cols, 13), x = random_f32((int64_t)B * cols, 5), y((size_t)B * rows * 4);
+  const float* wp = w.as<float>();
+  const double us = time_us([&](int i) {
+    gemv(GgmlType::F32, wp + (size_t)(i % pool) * rows * cols, rows, cols, x.as<float>(), y.as<float>(), B, 0, cols, rows);
+  });
+  report({name, "gemv_float", "rotating " + std::to_string(pool) + " matrices, " + std::to_string(B) + " x on one matrix",
+          us, mat_bytes + B * (cols + rows) * 4.0, 2.0 * rows * cols * B});
+}
+void gemv_float_cases() {
+  for (int B : {1, 8}) gemv_float_case(256, 6144, B);  // GLM-5's router (ffn_gate_inp)
+}
+
 
 // ---- correctness gate (runs first: a fast wrong kernel is worth nothing) --------------------------
 double nmse_vs(const std::vector<float>& got, const std::vector<double>& want) {
@@ -500,6 +528,24 @@ void check_gemv() {
   }
 }
 
+// The float GEMV (off-alignment rows and columns): 3 x on one matrix against float64, and each row's
+// bits at B = 3 equal to B = 1 (batch invariance).
+void check_gemv_float() {
+  const int64_t rows = 257, cols = 6147;
+  DeviceBuffer w = random_f32(rows * cols, 23), x = random_f32(3 * cols, 24), yb((size_t)3 * rows * 4), y1((size_t)rows * 4);
+  const std::vector<float> W = to_host<float>(w, rows * cols), hx = to_host<float>(x, 3 * cols);
+  gemv(GgmlType::F32, w.get(), rows, cols, x.as<float>(), yb.as<float>(), 3, 0, cols, rows);
+  gemv(GgmlType::F32, w.get(), rows, cols, x.as<float>() + cols, y1.as<float>());
+  const std::vector<float> gb = to_host<float>(yb, 3 * rows), g1 = to_host<float>(y1, rows);
+  std::vector<double> want(3 * rows, 0.0);
+  for (int j = 0; j < 3; ++j)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) want[j * rows + r] += (double)W[r * cols + c] * hx[j * cols + c];
+  check_row("gemv(type=F32,rows=257,cols=6147,b=3)", nmse_vs(gb, want), 1e-10);
+  check_row("gemv(type=F32,rows=257,cols=6147,b=3 vs b=1 bits)", std::memcmp(gb.data() + rows, g1.data(), rows * 4) == 0 ? 0.0 : 1.0,
+            0.0);
+}
+
 // Indexer: the tensor-core fp16 scores against the fp32 kernel on the same (fp16-valued) inputs; then
 // the selections of the fp16 path against the fp32 indexer on fp32 inputs (q, keys rounded to fp16 for
 // the first): the flips that fp16 storage costs (reported, not gated: the pipeline keeps fp32).
@@ -546,6 +592,7 @@ bool family_wanted(const std::string& f) {
 void checks() {
   if (family_wanted("indexer")) check_indexer();
   if (family_wanted("gemv")) check_gemv();
+  if (family_wanted("gemv")) check_gemv_float();
   if (!family_wanted("sparse_mla")) return;
   check_sparse_mla(1, 0, 0);
   check_sparse_mla(3, 16, 0);
@@ -605,6 +652,7 @@ int main(int argc, char** argv) {
     indexer_case<uint16_t>(16, 131072, true);
     gemv_cases();
     gemv_block_cases();
+    gemv_float_cases();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kernel_bench: error: %s\n", e.what());
     return 1;

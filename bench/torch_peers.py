@@ -185,6 +185,24 @@ class Bench:
                 del W, fns
                 torch.cuda.empty_cache()
 
+    # The float GEMV case of kernel_bench (gemv_float.cu): the F32 router 256 x 6144, F.linear in fp32
+    # (TF32 off) on the same bytes, B x vectors at once.
+    def gemv_float(self):
+        rows, cols = 256, 6144
+        for B in (1, 8):
+            name = f"gemv(type=F32,rows={rows},cols={cols},b={B})"
+            if not self.wanted(name):
+                continue
+            mat = rows * cols * 4.0
+            pool = max(1, math.ceil(220e6 / mat))
+            W = torch.randn(pool, rows, cols, dtype=torch.float32, device="cuda")
+            x = torch.randn(B, cols, dtype=torch.float32, device="cuda")
+            fns = [graph(lambda i=i: F.linear(x, W[i])) for i in range(pool)]
+            self.report(name, "F.linear fp32", f"fp32 weights, rotating {pool}, {B} x", timed(fns, self.reps),
+                        mat + B * (cols + rows) * 4.0, 2.0 * rows * cols * B)
+            del W, fns
+            torch.cuda.empty_cache()
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -206,6 +224,7 @@ def main():
     b.indexer(16, 131072, True)
     b.gemv()
     b.gemv_blocks()
+    b.gemv_float()
     with open(a.json, "w") as f:
         json.dump(dict(source="torch", device=torch.cuda.get_device_name(), torch=torch.__version__, copy_gbs=b.copy_gbs,
                        fp16_tflops=b.tflops, rows=b.rows), f, indent=1)
