@@ -189,6 +189,9 @@ void split_half(const float* d_x, int64_t n, uint16_t* d_hi, uint16_t* d_lo);
 // ---- small ops (optimized/ops.cu) ---------------------------------------------------------------
 // y[t] = w * x[t] / sqrt(mean(x[t]^2) + eps).  x, y [T, D] f32 (row stride ld for x and y), w [D] f32.
 void rmsnorm(const float* d_x, const float* d_w, int64_t T, int64_t D, int64_t ld, float eps, float* d_y);
+// The residual add and the RMSNorm after it in one launch: h += delta, then y = rmsnorm(h) (h, delta,
+// y [T, D]); the same bits as add_inplace then rmsnorm.
+void add_rmsnorm(float* d_h, const float* d_delta, const float* d_w, int64_t T, int64_t D, float eps, float* d_y);
 // LayerNorm with bias, biased variance.
 void layernorm(const float* d_x, const float* d_w, const float* d_b, int64_t T, int64_t D, float eps, float* d_y);
 // In-place RoPE on x [T, n_vec, stride] f32: values [col0, col0 + dim) of each vector, position pos[t].
@@ -209,7 +212,9 @@ void gather_rows(const float* d_src, int64_t ld_src, const int32_t* d_idx, int64
 void scatter_rows(const float* d_src, int64_t ld_src, const int32_t* d_idx, int64_t n, int64_t cols, float* d_dst,
                   int64_t ld_dst);
 // out[t] = sum_j w[t,j] * x[t,j,:] (+ add[t] when add is not null).  x [T, k, E], w [T, k] (device).
-void weighted_combine(const float* d_x, const float* d_w, int64_t T, int64_t k, int64_t E, const float* d_add, float* d_out);
+// residual (optional, [T, E]): residual += out as well (the layer's residual add, same bits, no launch).
+void weighted_combine(const float* d_x, const float* d_w, int64_t T, int64_t k, int64_t E, const float* d_add, float* d_out,
+                      float* d_residual = nullptr);
 // Device-to-device 2-D copy: rows of `width_bytes` bytes (cudaMemcpy2D).
 void copy2d(void* d_dst, size_t dst_pitch, const void* d_src, size_t src_pitch, size_t width_bytes, size_t rows);
 // Counts non-finite values of x[0..n) (returns the count; synchronizes).

@@ -20,17 +20,61 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
   return s;
 }
 
-// One CTA per row.
-__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t D, int64_t ld, float eps, float* y) {
+// RMSNorm, one CTA per row, optionally fused with the residual add before it (x += delta, written back,
+// then normalized: the same bits as add_inplace then rmsnorm). Why not 256 threads over scalars: a
+// decode step normalizes one row, and a CTA looping 24 times over dependent scalar loads waited ~13 us
+// on memory latency. Here each thread takes whole 4-value chunks (16-byte loads where VEC), about one
+// per thread, so a row costs two round trips. The sum of squares runs per thread over its chunks in
+// order, then block_sum: an order fixed by D alone (norm_threads), never by T or the alignment (the
+// scalar variant reads the same chunks element by element, zero-padding the last one).
+template <bool VEC>
+__device__ __forceinline__ float4 ld_chunk(const float* p, int64_t c0, int64_t D) {
+  if constexpr (VEC) return *reinterpret_cast<const float4*>(p + c0);
+  float4 v;
+  v.x = c0 < D ? p[c0] : 0.f, v.y = c0 + 1 < D ? p[c0 + 1] : 0.f, v.z = c0 + 2 < D ? p[c0 + 2] : 0.f;
+  v.w = c0 + 3 < D ? p[c0 + 3] : 0.f;
+  return v;
+}
+template <bool VEC>
+__device__ __forceinline__ void st_chunk(float* p, int64_t c0, int64_t D, float4 v) {
+  if constexpr (VEC) {
+    *reinterpret_cast<float4*>(p + c0) = v;
+  } else {
+    if (c0 < D) p[c0] = v.x;
+    if (c0 + 1 < D) p[c0 + 1] = v.y;
+    if (c0 + 2 < D) p[c0 + 2] = v.z;
+    if (c0 + 3 < D) p[c0 + 3] = v.w;
+  }
+}
+template <bool VEC>
+__global__ void rmsnorm_kernel(float* x, const float* delta, const float* w, int64_t D, int64_t ld, float eps, float* y) {
   __shared__ float red[32];
-  const float* xr = x + blockIdx.x * ld;
+  float* xr = x + blockIdx.x * ld;
   float* yr = y + blockIdx.x * ld;
+  const int64_t chunks = (D + 3) / 4;
   float ss = 0.f;
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+#pragma unroll 4
+  for (int64_t j = threadIdx.x; j < chunks; j += blockDim.x) {
+    float4 v = ld_chunk<VEC>(xr, 4 * j, D);
+    if (delta) {
+      const float4 d = ld_chunk<VEC>(delta + blockIdx.x * ld, 4 * j, D);
+      v.x += d.x, v.y += d.y, v.z += d.z, v.w += d.w;
+      st_chunk<VEC>(xr, 4 * j, D, v);
+    }
+    ss = fmaf(v.x, v.x, ss), ss = fmaf(v.y, v.y, ss), ss = fmaf(v.z, v.z, ss), ss = fmaf(v.w, v.w, ss);
+  }
   const float tot = block_sum(ss, red);
   const float r = rsqrtf(tot / (float)D + eps);
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = w[i] * (xr[i] * r);
+#pragma unroll 4
+  for (int64_t j = threadIdx.x; j < chunks; j += blockDim.x) {
+    const float4 v = ld_chunk<VEC>(xr, 4 * j, D), g = ld_chunk<VEC>(w, 4 * j, D);
+    st_chunk<VEC>(yr, 4 * j, D, make_float4(g.x * (v.x * r), g.y * (v.y * r), g.z * (v.z * r), g.w * (v.w * r)));
+  }
 }
+// Threads of a norm CTA, from the row length alone (it fixes the summation order): one 4-value chunk
+// per thread up to 1024 threads.
+int norm_threads(int64_t D) { return (int)std::min<int64_t>(1024, std::max<int64_t>(32, ((D + 3) / 4 + 31) / 32 * 32)); }
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 __global__ void layernorm_kernel(const float* x, const float* w, const float* b, int64_t D, float eps, float* y) {
   __shared__ float red[32];
@@ -63,16 +107,35 @@ __global__ void rope_kernel(float* x, int64_t T, int64_t n_vec, int64_t stride, 
   }
 }
 
+// Elementwise ops: 4 values per thread (16-byte loads where every pointer is aligned), the same
+// per-element arithmetic as one value per thread.
+__device__ __forceinline__ float silu_mul(float x, float u) { return x / (1.f + expf(-x)) * u; }
 __global__ void silu_gate_kernel(const float* g, const float* u, int64_t n, float* out) {
-  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-    const float x = g[e];
-    out[e] = x / (1.f + expf(-x)) * u[e];
+  const int64_t n4 = n / 4;
+  const bool vec = ((reinterpret_cast<uintptr_t>(g) | reinterpret_cast<uintptr_t>(u) | reinterpret_cast<uintptr_t>(out)) & 15) == 0;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < (n + 3) / 4; e += (int64_t)gridDim.x * blockDim.x) {
+    if (vec && e < n4) {
+      const float4 a = reinterpret_cast<const float4*>(g)[e], b = reinterpret_cast<const float4*>(u)[e];
+      reinterpret_cast<float4*>(out)[e] = make_float4(silu_mul(a.x, b.x), silu_mul(a.y, b.y), silu_mul(a.z, b.z), silu_mul(a.w, b.w));
+    } else {
+      for (int64_t i = 4 * e; i < std::min<int64_t>(4 * e + 4, n); ++i) out[i] = silu_mul(g[i], u[i]);
+    }
   }
 }
 
+// 4 values per thread: a 16-byte load and an 8-byte store where x and y are aligned.
 __global__ void to_half_kernel(const float* x, int64_t n, __half* y) {
-  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x)
-    y[e] = __float2half_rn(x[e]);
+  const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0 && (reinterpret_cast<uintptr_t>(y) & 7) == 0;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < (n + 3) / 4; e += (int64_t)gridDim.x * blockDim.x) {
+    if (vec && e < n / 4) {
+      const float4 v = reinterpret_cast<const float4*>(x)[e];
+      __half2* o = reinterpret_cast<__half2*>(y + 4 * e);
+      o[0] = __halves2half2(__float2half_rn(v.x), __float2half_rn(v.y));
+      o[1] = __halves2half2(__float2half_rn(v.z), __float2half_rn(v.w));
+    } else {
+      for (int64_t i = 4 * e; i < std::min<int64_t>(4 * e + 4, n); ++i) y[i] = __float2half_rn(x[i]);
+    }
+  }
 }
 
 __global__ void split_half_kernel(const float* x, int64_t n, __half* hi, __half* lo) {
@@ -97,36 +160,89 @@ __global__ void fill_pattern_kernel(uint16_t* x, int64_t rows, int64_t cols, uin
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
-  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) y[e] += x[e];
+  const bool vec = ((reinterpret_cast<uintptr_t>(y) | reinterpret_cast<uintptr_t>(x)) & 15) == 0;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < (n + 3) / 4; e += (int64_t)gridDim.x * blockDim.x) {
+    if (vec && e < n / 4) {
+      float4 a = reinterpret_cast<float4*>(y)[e];
+      const float4 b = reinterpret_cast<const float4*>(x)[e];
+      a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+      reinterpret_cast<float4*>(y)[e] = a;
+    } else {
+      for (int64_t i = 4 * e; i < std::min<int64_t>(4 * e + 4, n); ++i) y[i] += x[i];
+    }
+  }
 }
 __global__ void scale_kernel(float* x, int64_t n, float s) {
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) x[e] *= s;
 }
-// grid.x = rows; scatter = false: dst[r] = src[idx[r]]; true: dst[idx[r]] = src[r].
+// grid (rows, column blocks); scatter = false: dst[r] = src[idx[r]]; true: dst[idx[r]] = src[r]. Why a
+// 2-D grid of 16-byte copies: one 256-thread CTA per row looped over 6144 scalars (~10 us per call).
+// VEC: both rows 16-byte aligned (cols, ld_src, ld_dst multiples of 4 and aligned bases).
+template <bool VEC>
 __global__ void move_rows_kernel(const float* src, int64_t ld_src, const int32_t* idx, int64_t cols, float* dst,
                                  int64_t ld_dst, bool scatter) {
   const int64_t r = blockIdx.x;
   const int64_t from = scatter ? r : idx[r], to = scatter ? idx[r] : r;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) dst[to * ld_dst + c] = src[from * ld_src + c];
-}
-__global__ void combine_kernel(const float* x, const float* w, int64_t k, int64_t E, const float* add, float* out) {
-  const int64_t t = blockIdx.x;
-  for (int64_t c = threadIdx.x; c < E; c += blockDim.x) {
-    float acc = add ? add[t * E + c] : 0.f;
-    for (int64_t j = 0; j < k; ++j) acc = fmaf(w[t * k + j], x[(t * k + j) * E + c], acc);
-    out[t * E + c] = acc;
+  const int64_t c = 4 * (blockIdx.y * (int64_t)blockDim.x + threadIdx.x);
+  const float* s = src + from * ld_src;
+  float* d = dst + to * ld_dst;
+  if constexpr (VEC) {
+    if (c < cols) *reinterpret_cast<float4*>(d + c) = *reinterpret_cast<const float4*>(s + c);
+  } else {
+    for (int64_t i = c; i < std::min<int64_t>(c + 4, cols); ++i) d[i] = s[i];
   }
+}
+// out[t] = add[t] + sum_j w[t, j] x[t, j] in the order j = 0..k-1 (fmaf); res (optional) += out.
+// grid (T, column blocks), one column per thread, the k loads of a column issued 8 at a time before
+// their fmas. (One CTA per token looping over 6144 columns with one load in flight took ~40 us.)
+__global__ void combine_kernel(const float* x, const float* w, int64_t k, int64_t E, const float* add, float* out, float* res) {
+  const int64_t t = blockIdx.x;
+  const int64_t c = blockIdx.y * (int64_t)blockDim.x + threadIdx.x;
+  if (c >= E) return;
+  float acc = add ? add[t * E + c] : 0.f;
+  for (int64_t j0 = 0; j0 < k; j0 += 8) {
+    float wv[8], xv[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      if (j0 + i < k) wv[i] = w[t * k + j0 + i], xv[i] = x[(t * k + j0 + i) * E + c];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      if (j0 + i < k) acc = fmaf(wv[i], xv[i], acc);
+  }
+  out[t * E + c] = acc;
+  if (res) res[t * E + c] += acc;
 }
 
 unsigned grid_for(int64_t n) { return (unsigned)std::min<int64_t>(ceil_div(std::max<int64_t>(n, 1), 256), 4096); }
+
+void rmsnorm_launch(float* d_x, const float* d_delta, const float* d_w, int64_t T, int64_t D, int64_t ld, float eps, float* d_y) {
+  const bool vec = D % 4 == 0 && ld % 4 == 0 && aligned16(d_x) && aligned16(d_w) && aligned16(d_y) && (!d_delta || aligned16(d_delta));
+  const int nt = norm_threads(D);
+  if (vec) rmsnorm_kernel<true><<<(unsigned)T, nt, 0, cur_stream()>>>(d_x, d_delta, d_w, D, ld, eps, d_y);
+  else rmsnorm_kernel<false><<<(unsigned)T, nt, 0, cur_stream()>>>(d_x, d_delta, d_w, D, ld, eps, d_y);
+  MLACONF_CUDA_LAUNCH_CHECK("rmsnorm_kernel");
+}
+void move_rows(const float* d_src, int64_t ld_src, const int32_t* d_idx, int64_t n, int64_t cols, float* d_dst, int64_t ld_dst,
+               bool scatter) {
+  if ((cols + 3) / 4 > 128 * 65535ll) throw InputError("cuda::move_rows: rows too long");
+  const bool vec = cols % 4 == 0 && ld_src % 4 == 0 && ld_dst % 4 == 0 && aligned16(d_src) && aligned16(d_dst);
+  const dim3 grid((unsigned)n, ceil_div((cols + 3) / 4, 128));
+  if (vec) move_rows_kernel<true><<<grid, 128, 0, cur_stream()>>>(d_src, ld_src, d_idx, cols, d_dst, ld_dst, scatter);
+  else move_rows_kernel<false><<<grid, 128, 0, cur_stream()>>>(d_src, ld_src, d_idx, cols, d_dst, ld_dst, scatter);
+  MLACONF_CUDA_LAUNCH_CHECK("move_rows_kernel");
+}
 
 }  // namespace
 
 void rmsnorm(const float* d_x, const float* d_w, int64_t T, int64_t D, int64_t ld, float eps, float* d_y) {
   if (D <= 0 || ld < D) throw InputError("cuda::rmsnorm: bad shape");
   if (T == 0) return;
-  rmsnorm_kernel<<<(unsigned)T, 256, 0, cur_stream()>>>(d_x, d_w, D, ld, eps, d_y);
-  MLACONF_CUDA_LAUNCH_CHECK("rmsnorm_kernel");
+  rmsnorm_launch(const_cast<float*>(d_x), nullptr, d_w, T, D, ld, eps, d_y);
+}
+void add_rmsnorm(float* d_h, const float* d_delta, const float* d_w, int64_t T, int64_t D, float eps, float* d_y) {
+  if (D <= 0) throw InputError("cuda::add_rmsnorm: bad shape");
+  if (T == 0) return;
+  rmsnorm_launch(d_h, d_delta, d_w, T, D, D, eps, d_y);
 }
 void layernorm(const float* d_x, const float* d_w, const float* d_b, int64_t T, int64_t D, float eps, float* d_y) {
   if (D <= 0) throw InputError("cuda::layernorm: bad shape");
@@ -143,12 +259,12 @@ void rope(float* d_x, int64_t T, int64_t n_vec, int64_t stride, int64_t col0, in
 }
 void silu_gate(const float* d_gate, const float* d_up, int64_t n, float* d_out) {
   if (n == 0) return;
-  silu_gate_kernel<<<grid_for(n), 256, 0, cur_stream()>>>(d_gate, d_up, n, d_out);
+  silu_gate_kernel<<<grid_for((n + 3) / 4), 256, 0, cur_stream()>>>(d_gate, d_up, n, d_out);
   MLACONF_CUDA_LAUNCH_CHECK("silu_gate_kernel");
 }
 void to_half(const float* d_x, int64_t n, uint16_t* d_y) {
   if (n == 0) return;
-  to_half_kernel<<<grid_for(n), 256, 0, cur_stream()>>>(d_x, n, reinterpret_cast<__half*>(d_y));
+  to_half_kernel<<<grid_for((n + 3) / 4), 256, 0, cur_stream()>>>(d_x, n, reinterpret_cast<__half*>(d_y));
   MLACONF_CUDA_LAUNCH_CHECK("to_half_kernel");
 }
 void fill_pattern_f16(uint16_t* d_x, int64_t rows, int64_t cols, uint64_t seed) {
@@ -158,7 +274,7 @@ void fill_pattern_f16(uint16_t* d_x, int64_t rows, int64_t cols, uint64_t seed) 
 }
 void add_inplace(float* d_y, const float* d_x, int64_t n) {
   if (n == 0) return;
-  add_kernel<<<grid_for(n), 256, 0, cur_stream()>>>(d_y, d_x, n);
+  add_kernel<<<grid_for((n + 3) / 4), 256, 0, cur_stream()>>>(d_y, d_x, n);
   MLACONF_CUDA_LAUNCH_CHECK("add_kernel");
 }
 void scale_inplace(float* d_x, int64_t n, float s) {
@@ -169,18 +285,18 @@ void scale_inplace(float* d_x, int64_t n, float s) {
 void gather_rows(const float* d_src, int64_t ld_src, const int32_t* d_idx, int64_t n, int64_t cols, float* d_dst,
                  int64_t ld_dst) {
   if (n == 0) return;
-  move_rows_kernel<<<(unsigned)n, 256, 0, cur_stream()>>>(d_src, ld_src, d_idx, cols, d_dst, ld_dst, false);
-  MLACONF_CUDA_LAUNCH_CHECK("move_rows_kernel");
+  move_rows(d_src, ld_src, d_idx, n, cols, d_dst, ld_dst, false);
 }
 void scatter_rows(const float* d_src, int64_t ld_src, const int32_t* d_idx, int64_t n, int64_t cols, float* d_dst,
                   int64_t ld_dst) {
   if (n == 0) return;
-  move_rows_kernel<<<(unsigned)n, 256, 0, cur_stream()>>>(d_src, ld_src, d_idx, cols, d_dst, ld_dst, true);
-  MLACONF_CUDA_LAUNCH_CHECK("move_rows_kernel");
+  move_rows(d_src, ld_src, d_idx, n, cols, d_dst, ld_dst, true);
 }
-void weighted_combine(const float* d_x, const float* d_w, int64_t T, int64_t k, int64_t E, const float* d_add, float* d_out) {
+void weighted_combine(const float* d_x, const float* d_w, int64_t T, int64_t k, int64_t E, const float* d_add, float* d_out,
+                      float* d_residual) {
   if (T == 0) return;
-  combine_kernel<<<(unsigned)T, 256, 0, cur_stream()>>>(d_x, d_w, k, E, d_add, d_out);
+  if (E > 128 * 65535ll) throw InputError("cuda::weighted_combine: rows too long");
+  combine_kernel<<<dim3((unsigned)T, ceil_div(E, 128)), 128, 0, cur_stream()>>>(d_x, d_w, k, E, d_add, d_out, d_residual);
   MLACONF_CUDA_LAUNCH_CHECK("combine_kernel");
 }
 void copy2d(void* d_dst, size_t dst_pitch, const void* d_src, size_t src_pitch, size_t width_bytes, size_t rows) {
