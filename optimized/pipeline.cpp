@@ -234,7 +234,8 @@ struct Pipeline::Impl {
   }
 
   void layer(int64_t l, float* h, int64_t T, const int32_t* d_pos, std::vector<DeviceBuffer>& topk_by_layer);
-  void moe(int64_t l, const float* y, int64_t T, float* out);
+  // residual (optional): residual += out in the combine launch (the layer's residual add).
+  void moe(int64_t l, const float* y, int64_t T, float* out, float* residual = nullptr);
   void record_topk_extras(int64_t l, const float* d_scores, int64_t T, int64_t Lkv, int64_t K);
   void check_ids(std::span<const int32_t> ids) const;
   std::vector<float> run_pass(std::span<const int32_t> ids, const std::vector<int32_t>& pos);
@@ -401,6 +402,10 @@ struct Pipeline::Impl {
   void ffn_norm(int64_t l, const float* a, int64_t T, float* y) {
     rmsnorm(a, L(l, wname::kFfnNorm).buf.as<float>(), T, c.n_embd, c.n_embd, (float)c.rms_eps, y);
   }
+  // h += attn_out, then ffn_norm, in one launch (the same bits as add_inplace then ffn_norm).
+  void add_ffn_norm(int64_t l, float* h, const float* ao, int64_t T, float* y) {
+    add_rmsnorm(h, ao, L(l, wname::kFfnNorm).buf.as<float>(), T, c.n_embd, (float)c.rms_eps, y);
+  }
   void dense_mlp(int64_t l, const float* y, int64_t T, float* m) {
     const int64_t F = c.n_ff;
     auto g = fbuf(T * F), u = fbuf(T * F);
@@ -432,9 +437,9 @@ struct Pipeline::Impl {
     linear(L(l, wname::kDownShexp), g.as<float>(), T, sh);
   }
   // out [T, E] = sum_j wts[t, j] eo[t, j] (+ sh when not null).
-  void combine(const float* eo, const std::vector<float>& wts, const float* sh, int64_t T, float* out) {
+  void combine(const float* eo, const std::vector<float>& wts, const float* sh, int64_t T, float* out, float* residual = nullptr) {
     auto d_w = to_device(wts);
-    weighted_combine(eo, d_w.as<float>(), T, c.n_expert_used, c.n_embd, sh, out);
+    weighted_combine(eo, d_w.as<float>(), T, c.n_expert_used, c.n_embd, sh, out, residual);
   }
 
   // Op replay (Pipeline::replay_op): one op of layer l on host inputs, with the ops above.
@@ -595,19 +600,21 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
   auto ao = fbuf(T * E);
   o_proj(l, vout.as<float>(), T, ao.as<float>());
   done(l, op::kAttnOut, ao.as<float>(), {T, E});
-  add_inplace(h, ao.as<float>(), T * E);
 
-  // FFN.
+  // FFN (the residual add of the attention output fused into its norm).
   auto y = fbuf(T * E);
-  ffn_norm(l, h, T, y.as<float>());
+  add_ffn_norm(l, h, ao.as<float>(), T, y.as<float>());
   done(l, op::kFfnNormOut, y.as<float>(), {T, E});
   auto m = fbuf(T * E);
+  // A MoE layer adds its output to h in its combine launch; not with the overflow check on, which must
+  // see mlp_out before h changes.
+  float* fused_res = c.is_moe_layer(l) && !opt.overflow_check ? h : nullptr;
   if (!c.is_moe_layer(l))
     dense_mlp(l, y.as<float>(), T, m.as<float>());
   else
-    moe(l, y.as<float>(), T, m.as<float>());
+    moe(l, y.as<float>(), T, m.as<float>(), fused_res);
   done(l, op::kMlpOut, m.as<float>(), {T, E});
-  add_inplace(h, m.as<float>(), T * E);
+  if (!fused_res) add_inplace(h, m.as<float>(), T * E);
   done(l, op::kOutputHidden, h, {T, E});
 }
 
@@ -727,7 +734,7 @@ void Pipeline::Impl::experts(int64_t l, const float* y, int64_t T, const std::ve
 }
 
 // Router in fp32 (GPU logits, host selection), tokens grouped per expert, expert GEMMs, weighted combine.
-void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out) {
+void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out, float* residual) {
   const int64_t E = c.n_embd, nE = c.n_expert, k = c.n_expert_used;
   auto logits = fbuf(T * nE);
   router_logits(l, y, T, logits.as<float>());
@@ -751,7 +758,7 @@ void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out) {
       sh = fbuf(T * E);
       shared_expert(l, y, T, sh.as<float>());
     }
-    weighted_combine(eo.as<float>(), d_wts.as<float>(), T, k, E, sh.get() ? sh.as<float>() : nullptr, out);
+    weighted_combine(eo.as<float>(), d_wts.as<float>(), T, k, E, sh.get() ? sh.as<float>() : nullptr, out, residual);
     return;
   }
   std::vector<float> lg(T * nE);
@@ -782,7 +789,7 @@ void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out) {
     shared_expert(l, y, T, sh.as<float>());
     done(l, op::kSharedExpertOut, sh.as<float>(), {T, E});
   }
-  combine(eo.as<float>(), r.wts, sh.get() ? sh.as<float>() : nullptr, T, out);
+  combine(eo.as<float>(), r.wts, sh.get() ? sh.as<float>() : nullptr, T, out, residual);
 }
 
 Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt) : impl_(std::make_unique<Impl>(f, c, opt)) {
