@@ -6,9 +6,10 @@
 //
 // Off-alignment sizes: the generic GEMV takes 8 rows per CTA (one warp a row, lanes over columns), the
 // Q4_K GEMV 8, 16 or 32 rows per CTA (by how many CTAs fill the device) and 256 / R threads per row over
-// the 256-value blocks; rows and blocks run just below and above those multiples, plus primes.
-// Norms run one CTA of 256 (RMSNorm) / 128 (LayerNorm) threads per row; RoPE and SiLU a 256-thread
-// grid over elements.
+// the 256-value blocks, the float GEMV (F32 / F16 / BF16) 1, 2 or 4 rows per CTA with a row's 4- or
+// 8-value chunks over 256 threads; rows and blocks run just below and above those multiples, plus primes.
+// RMSNorm runs one CTA per row with one 4-value chunk per thread (up to 1024), LayerNorm 128 threads per
+// row; RoPE and SiLU a 256-thread grid over elements (SiLU 4 per thread).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -101,6 +102,49 @@ OpCheck gemv_experts_check(GgmlType t, int64_t pool, const std::vector<int32_t>&
 void gemv_experts_case(GgmlType t, int64_t pool, std::vector<int32_t> ids, int64_t rows, int64_t cols, bool shared_x) {
   MLACONF_REQUIRE_CUDA();
   OpCheck chk = gemv_experts_check(t, pool, ids, rows, cols, shared_x);
+  expect_pass(chk);
+}
+
+// A batch of B x through the float GEMV (F32 / F16 / BF16): on one matrix (ids empty: the router of a
+// batched decode step) or on the matrices ids picks from a pool (gemv_experts), x rows of stride
+// cols + x_pad (x_pad 1: misaligned rows, the kernel's scalar-load variant). Judged against ref::linear
+// per entry, and each entry's bits against the same x through the GEMV alone (batch invariance).
+void gemv_float_batch_case(GgmlType t, int64_t rows, int64_t cols, int64_t B, const std::vector<int32_t>& ids, int64_t x_pad) {
+  MLACONF_REQUIRE_CUDA();
+  const int64_t pool = ids.empty() ? 1 : *std::max_element(ids.begin(), ids.end()) + 1, xs = cols + x_pad;
+  const auto blocks = random_weights(t, pool * rows * cols, 91 + (uint32_t)t + (uint32_t)rows);
+  const std::vector<float> W = ref_dequant(t, blocks, pool * rows * cols);
+  std::mt19937_64 rng(12 + B + cols);
+  const auto x = random_floats(rng, B * xs);
+  const int64_t mb = rows * row_bytes(t, cols);
+  std::vector<double> want;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t m = ids.empty() ? 0 : ids[b];
+    const MatD y = ref::linear<double>(mat_of(x, 1, cols, b * xs), mat_of(W, rows, cols, m * rows * cols));
+    want.insert(want.end(), y.data(), y.data() + y.size());
+  }
+  auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
+  cuda::DeviceBuffer d_y(B * rows * 4), d_1(rows * 4);
+  if (ids.empty()) {
+    cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), B, 0, xs, rows);
+  } else {
+    auto d_ids = cuda::to_device(ids);
+    cuda::gemv_experts(t, d_w.get(), mb, d_ids.as<int32_t>(), B, rows, cols, d_x.as<float>(), xs, d_y.as<float>(), rows);
+  }
+  const auto got = cuda::to_host<float>(d_y, B * rows);
+  std::vector<float> alone(B * rows);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t m = ids.empty() ? 0 : ids[b];
+    cuda::gemv(t, d_w.as<uint8_t>() + m * mb, rows, cols, d_x.as<float>() + b * xs, d_1.as<float>());
+    const auto one = cuda::to_host<float>(d_1, rows);
+    std::copy(one.begin(), one.end(), alone.begin() + b * rows);
+  }
+  OpCheck chk;
+  chk.input("w_blocks", [blocks, pool, rows] { return u8_array({pool, rows, (int64_t)blocks.size() / (pool * rows)}, blocks); });
+  if (!ids.empty()) chk.input("ids", [ids] { return i32_array({(int64_t)ids.size()}, ids); });
+  chk.input("x", [x, B, xs] { return f32_array({B, xs}, x); });
+  chk.tensor("y", "f32", {B, rows}, want, as_f64(got));
+  chk.bits("y_vs_alone", {B, rows}, alone, got);
   expect_pass(chk);
 }
 
@@ -200,6 +244,80 @@ void norms_case(int64_t T, int64_t D, int64_t ld) {
   expect_pass(chk);
 }
 
+// The residual add fused into RMSNorm (add_rmsnorm): h += delta, y = rmsnorm(h). Judged against the
+// reference on the float sums, bit for bit against add_inplace then rmsnorm, and each row's bits
+// against the same row normalized alone (batch invariance).
+void add_rmsnorm_case(int64_t T, int64_t D) {
+  MLACONF_REQUIRE_CUDA();
+  const float eps = 1e-5f;
+  std::mt19937_64 rng(18 + D + T);
+  const auto h = random_floats(rng, T * D, 3.f), dl = random_floats(rng, T * D), w = random_floats(rng, D);
+  std::vector<float> sum(T * D);
+  for (int64_t i = 0; i < T * D; ++i) sum[i] = h[i] + dl[i];
+  auto d_h = cuda::to_device(h), d_d = cuda::to_device(dl), d_w = cuda::to_device(w), d_h2 = cuda::to_device(h);
+  cuda::DeviceBuffer d_y(T * D * 4), d_y2(T * D * 4), d_y1(D * 4);
+  cuda::add_rmsnorm(d_h.as<float>(), d_d.as<float>(), d_w.as<float>(), T, D, eps, d_y.as<float>());
+  cuda::add_inplace(d_h2.as<float>(), d_d.as<float>(), T * D);
+  cuda::rmsnorm(d_h2.as<float>(), d_w.as<float>(), T, D, D, eps, d_y2.as<float>());
+  const auto y = cuda::to_host<float>(d_y, T * D);
+  std::vector<float> alone(T * D);
+  for (int64_t t = 0; t < T; ++t) {
+    cuda::rmsnorm(d_h2.as<float>() + t * D, d_w.as<float>(), 1, D, D, eps, d_y1.as<float>());
+    const auto one = cuda::to_host<float>(d_y1, D);
+    std::copy(one.begin(), one.end(), alone.begin() + t * D);
+  }
+  OpCheck chk;
+  chk.input("h", [&] { return f32_array({T, D}, h); });
+  chk.input("delta", [&] { return f32_array({T, D}, dl); });
+  chk.input("w", [&] { return f32_array({D}, w); });
+  chk.tensor("y", "f32", {T, D}, flat(ref::rmsnorm<double>(mat_of(sum, T, D), vec_of(w), (double)eps)), as_f64(y));
+  chk.bits("h_sum", {T, D}, sum, cuda::to_host<float>(d_h, T * D));
+  chk.bits("y_vs_add_then_rmsnorm", {T, D}, cuda::to_host<float>(d_y2, T * D), y);
+  chk.bits("y_vs_alone", {T, D}, alone, y);
+  expect_pass(chk);
+}
+
+// The MoE's row moves and weighted combine: copies and an fmaf chain in slot order, so exact against
+// the host (std::fma rounds as fmaf does): gather_rows / scatter_rows of n rows of cols values (strides
+// cols + pad: pad 1 takes the scalar variant), weighted_combine with the shared expert added and the
+// residual updated in the same launch.
+void moe_moves_case(int64_t T, int64_t k, int64_t E, int64_t pad) {
+  MLACONF_REQUIRE_CUDA();
+  std::mt19937_64 rng(20 + T + E);
+  const int64_t n = T * k, ld = E + pad;
+  const auto src = random_floats(rng, T * ld), xs = random_floats(rng, n * E), wts = random_floats(rng, n),
+             sh = random_floats(rng, T * E), res = random_floats(rng, T * E);
+  std::vector<int32_t> tok(n), slot(n);
+  for (int64_t j = 0; j < n; ++j) tok[j] = (int32_t)(j / k), slot[j] = (int32_t)((j * 7 + 3) % n);
+  std::vector<float> gathered(n * ld, 0.f), scattered(n * ld, 0.f), out(T * E), res_want(res);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t c = 0; c < E; ++c) {
+      gathered[j * ld + c] = src[tok[j] * ld + c];
+      scattered[slot[j] * ld + c] = gathered[j * ld + c];
+    }
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c = 0; c < E; ++c) {
+      float acc = sh[t * E + c];
+      for (int64_t j = 0; j < k; ++j) acc = std::fma(wts[t * k + j], xs[(t * k + j) * E + c], acc);
+      out[t * E + c] = acc;
+      res_want[t * E + c] += acc;
+    }
+  auto d_src = cuda::to_device(src), d_tok = cuda::to_device(tok), d_slot = cuda::to_device(slot), d_xs = cuda::to_device(xs),
+       d_w = cuda::to_device(wts), d_sh = cuda::to_device(sh), d_res = cuda::to_device(res);
+  auto d_g = cuda::to_device(std::vector<float>(n * ld, 0.f)), d_s = cuda::to_device(std::vector<float>(n * ld, 0.f));
+  cuda::DeviceBuffer d_o(T * E * 4);
+  cuda::gather_rows(d_src.as<float>(), ld, d_tok.as<int32_t>(), n, E, d_g.as<float>(), ld);
+  cuda::scatter_rows(d_g.as<float>(), ld, d_slot.as<int32_t>(), n, E, d_s.as<float>(), ld);
+  cuda::weighted_combine(d_xs.as<float>(), d_w.as<float>(), T, k, E, d_sh.as<float>(), d_o.as<float>(), d_res.as<float>());
+  OpCheck chk;
+  chk.input("src", [&] { return f32_array({T, ld}, src); });
+  chk.bits("gathered", {n, ld}, gathered, cuda::to_host<float>(d_g, n * ld));
+  chk.bits("scattered", {n, ld}, scattered, cuda::to_host<float>(d_s, n * ld));
+  chk.bits("combined", {T, E}, out, cuda::to_host<float>(d_o, T * E));
+  chk.bits("residual", {T, E}, res_want, cuda::to_host<float>(d_res, T * E));
+  expect_pass(chk);
+}
+
 // In-place RoPE of x [T, n_vec, stride], values [col0, col0 + dim) of each vector.
 void rope_case(bool neox, int64_t T, int64_t nv, int64_t stride, int64_t col0, int64_t dim) {
   MLACONF_REQUIRE_CUDA();
@@ -241,16 +359,17 @@ void silu_case(int64_t n) {
 }
 
 // Negative control of the fault "gemv-drop-tail" (the GEMV grid drops the last n_rows % 8 rows), one
-// case per kernel path, each with n_rows % 8 != 0: a single GEMV (generic kernel, Q8_0, 1001 rows), a
-// grouped expert GEMV (Q4_K kernel, 77 rows per expert) and the per-head W_UV (the Q4_K kernel with a
-// matrix per head, b % H, 129 rows per head); each must fail, and the same op with n_rows % 8 == 0 must pass (the fault drops
-// nothing there). The failing check writes its reproducer (into a temporary folder: an expected failure).
+// case per kernel path, each with n_rows % 8 != 0: a single GEMV (block kernel, Q8_0, 1001 rows; the
+// float kernel, F32, 257 rows), a grouped expert GEMV (Q4_K kernel, 77 rows per expert) and the per-head
+// W_UV (the Q4_K kernel with a matrix per head, b % H, 129 rows per head); each must fail, and the same
+// op with n_rows % 8 == 0 must pass (the fault drops nothing there). The failing check writes its reproducer (into a temporary folder: an expected failure).
 void drop_tail_control_case(const std::string& op) {
   MLACONF_REQUIRE_CUDA();
   const std::string dir = testing::TempDir() + "/mlaconf_repro_drop_tail";
   cuda::ScopedFault f(cuda::Fault::GemvDropTail);
   const auto run = [&](bool aligned) {
     if (op == "gemv") return gemv_check(GgmlType::Q8_0, aligned ? 1000 : 1001, 768, 0, false, dir);
+    if (op == "gemv_float") return gemv_check(GgmlType::F32, aligned ? 256 : 257, 6144, 0, false, dir);
     if (op == "gemv_experts") return gemv_experts_check(GgmlType::Q4_K, 4, {2, 1}, aligned ? 80 : 77, 768, false, dir);
     return wuv_check(2, 7, 256, aligned ? 128 : 129, dir);
   };
@@ -290,6 +409,35 @@ const bool registered = [] {
   for (int64_t rows : {4223, 4225, 8447, 8449})
     register_case("gemv", gemv_name(GgmlType::Q4_K, rows, 512), [rows] { gemv_case(GgmlType::Q4_K, rows, 512); });
 
+  // The float GEMV (gemv_float.cu): F32 (the router, 256 x 6144 in GLM-5) and F16 / BF16; columns
+  // around its 4- / 8-value chunks and 256-thread column split, rows around its 1 / 2 / 4 rows per CTA.
+  for (int64_t cols : {1, 3, 5, 1021, 1024, 1027, 6144, 6147})
+    register_case("gemv", gemv_name(GgmlType::F32, 7, cols), [cols] { gemv_case(GgmlType::F32, 7, cols); });
+  for (int64_t rows : {1, 3, 255, 257, 263, 1025})
+    register_case("gemv", gemv_name(GgmlType::F32, rows, 6144), [rows] { gemv_case(GgmlType::F32, rows, 6144); });
+  register_case("gemv", "gemv(type=F32,rows=256,cols=6144,x=unaligned)", [] { gemv_case(GgmlType::F32, 256, 6144, 1); });
+  register_case("gemv", "gemv(type=BF16,rows=33,cols=1029,x=unaligned)", [] { gemv_case(GgmlType::BF16, 33, 1029, 1); });
+  register_case("gemv", gemv_name(GgmlType::F32, 256, 6144), [] { gemv_case(GgmlType::F32, 256, 6144, 0, true); });
+  {
+    struct Fb {
+      GgmlType t;
+      int64_t rows, cols, B;
+      std::vector<int32_t> ids;
+      int64_t x_pad;
+    };
+    std::vector<Fb> fbs;
+    for (int64_t B : {1, 3, 8, 17}) fbs.push_back({GgmlType::F32, 256, 6144, B, {}, 0});
+    fbs.push_back({GgmlType::F32, 257, 1027, 17, {}, 1});
+    fbs.push_back({GgmlType::F16, 65, 1032, 8, {}, 0});
+    fbs.push_back({GgmlType::BF16, 63, 776, 3, {}, 1});
+    fbs.push_back({GgmlType::F32, 33, 768, 8, {3, 0, 3, 1, 2, 2, 0, 3}, 0});
+    fbs.push_back({GgmlType::F16, 9, 1001, 3, {1, 1, 0}, 1});
+    for (const Fb& f : fbs)
+      register_case("gemv", CaseName("gemv_float_batch").p("type", type_name(f.t)).p("rows", f.rows).p("cols", f.cols).p("b", f.B)
+                                .p("ids", f.ids.empty() ? std::string("none") : ids_text(f.ids)).p("x_pad", f.x_pad).str(),
+                    [f] { gemv_float_batch_case(f.t, f.rows, f.cols, f.B, f.ids, f.x_pad); });
+  }
+
   const auto experts_name = [](GgmlType t, int64_t pool, const std::vector<int32_t>& ids, int64_t rows, int64_t cols, bool shared) {
     return CaseName("gemv_experts").p("type", type_name(t)).p("pool", pool).p("ids", ids_text(ids)).p("rows", rows).p("cols", cols)
         .p("x", shared ? "shared" : "per_expert").str();
@@ -309,7 +457,7 @@ const bool registered = [] {
                       Ex{GgmlType::Q8_0, 5, {4, 1, 1}, 9, 224, false}, Ex{GgmlType::IQ4_XS, 2, {1, 0}, 127, 768, true}})
     register_case("gemv", experts_name(e.t, e.pool, e.ids, e.rows, e.cols, e.shared),
                   [e] { gemv_experts_case(e.t, e.pool, e.ids, e.rows, e.cols, e.shared); });
-  for (const char* op : {"gemv", "gemv_experts", "apply_wuv"})
+  for (const char* op : {"gemv", "gemv_float", "gemv_experts", "apply_wuv"})
     register_case("gemv", CaseName("gemv_negative_control").p("fault", "gemv_drop_tail").p("op", op).str(),
                   [op = std::string(op)] { drop_tail_control_case(op); });
 
@@ -331,7 +479,8 @@ const bool registered = [] {
                   [p] { prefill_case(p.t, p.kind, p.T, p.rows, p.cols); });
 
   for (auto [T, D, ld] : {std::tuple<int64_t, int64_t, int64_t>{7, 1000, 1000}, {3, 255, 255}, {3, 257, 257}, {2, 127, 127},
-                          {2, 129, 129}, {1, 1009, 1009}, {4, 6144, 6144}, {5, 257, 300}})
+                          {2, 129, 129}, {1, 1009, 1009}, {4, 6144, 6144}, {5, 257, 300}, {3, 512, 576},
+                          {1, 16384, 16384}, {2, 16388, 16388}, {64, 6144, 6144}})
     register_case("ops", CaseName("norms").p("t", T).p("d", D).p("ld", ld).p("rms_eps", "0.00001").p("ln_eps", "0.000001").str(),
                   [T = T, D = D, ld = ld] { norms_case(T, D, ld); });
   for (bool neox : {false, true}) {
@@ -342,6 +491,13 @@ const bool registered = [] {
                                .p("dim", dim).p("theta", "1e6").str(),
                     [neox, T = T, nv = nv, stride = stride, col0 = col0, dim = dim] { rope_case(neox, T, nv, stride, col0, dim); });
   }
+  for (auto [T, D] : {std::pair<int64_t, int64_t>{1, 6144}, {3, 6144}, {17, 6144}, {2, 1021}, {5, 576}, {1, 16384}})
+    register_case("ops", CaseName("add_rmsnorm").p("t", T).p("d", D).p("eps", "0.00001").str(),
+                  [T = T, D = D] { add_rmsnorm_case(T, D); });
+  for (auto [T, k, E, pad] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 8, 6144, 0}, {3, 8, 6144, 0}, {17, 2, 1021, 1},
+                              {2, 3, 130, 1}, {64, 1, 512, 0}})
+    register_case("ops", CaseName("moe_moves").p("t", T).p("k", k).p("e", E).p("pad", pad).str(),
+                  [T = T, k = k, E = E, pad = pad] { moe_moves_case(T, k, E, pad); });
   for (int64_t n : {1, 255, 257, 4099})
     register_case("ops", CaseName("silu_gate").p("n", n).str(), [n] { silu_case(n); });
   return true;
