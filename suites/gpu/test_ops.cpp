@@ -274,6 +274,14 @@ void add_rmsnorm_case(int64_t T, int64_t D) {
   chk.bits("h_sum", {T, D}, sum, cuda::to_host<float>(d_h, T * D));
   chk.bits("y_vs_add_then_rmsnorm", {T, D}, cuda::to_host<float>(d_y2, T * D), y);
   chk.bits("y_vs_alone", {T, D}, alone, y);
+  // Row 0 again from a misaligned copy (scalar loads): the same bits as the aligned row.
+  std::vector<float> row0(D + 1);
+  std::copy(sum.begin(), sum.begin() + D, row0.begin() + 1);
+  auto d_r = cuda::to_device(row0);
+  cuda::DeviceBuffer d_ym((D + 1) * 4);
+  cuda::rmsnorm(d_r.as<float>() + 1, d_w.as<float>(), 1, D, D, eps, d_ym.as<float>() + 1);
+  const auto ym = cuda::to_host<float>(d_ym, D + 1);
+  chk.bits("y_misaligned_row", {D}, std::vector<float>(alone.begin(), alone.begin() + D), std::vector<float>(ym.begin() + 1, ym.end()));
   expect_pass(chk);
 }
 
@@ -428,6 +436,7 @@ const bool registered = [] {
     std::vector<Fb> fbs;
     for (int64_t B : {1, 3, 8, 17}) fbs.push_back({GgmlType::F32, 256, 6144, B, {}, 0});
     fbs.push_back({GgmlType::F32, 257, 1027, 17, {}, 1});
+    fbs.push_back({GgmlType::F32, 257, 1028, 17, {}, 1});  // entry 0 alone: 16-byte loads; in the batch: scalar
     fbs.push_back({GgmlType::F16, 65, 1032, 8, {}, 0});
     fbs.push_back({GgmlType::BF16, 63, 776, 3, {}, 1});
     fbs.push_back({GgmlType::F32, 33, 768, 8, {3, 0, 3, 1, 2, 2, 0, 3}, 0});
