@@ -689,10 +689,19 @@ void Pipeline::Impl::route_weights(Route& r, int64_t T) const {
 void Pipeline::Impl::expert_pairs(int64_t l, const float* y, int64_t T, const int32_t* d_ids, const int32_t* d_tok, float* eo) {
   const int64_t E = c.n_embd, k = c.n_expert_used, F = c.n_ff_exp, n = T * k;
   const DevTensor &gw = L(l, wname::kGateExps), &uw = L(l, wname::kUpExps), &dw = L(l, wname::kDownExps);
-  auto xe = fbuf(n * E), ge = fbuf(n * F), ue = fbuf(n * F);
-  gather_rows(y, E, d_tok, n, E, xe.as<float>(), E);
-  gemv_experts(gw.type, gw.buf.get(), gw.ne1 * gw.row_bytes, d_ids, n, gw.ne1, gw.ne0, xe.as<float>(), E, ge.as<float>(), F);
-  gemv_experts(uw.type, uw.buf.get(), uw.ne1 * uw.row_bytes, d_ids, n, uw.ne1, uw.ne0, xe.as<float>(), E, ue.as<float>(), F);
+  auto ge = fbuf(n * F), ue = fbuf(n * F);
+  // One token: every pair's x is y itself, read in place (x stride 0) instead of gathered into k copies;
+  // the GEMVs read the same values (their arithmetic does not depend on where x lies), so the same bits.
+  DeviceBuffer xe;
+  const float* xp = y;
+  int64_t xs = 0;
+  if (T > 1) {
+    xe = fbuf(n * E);
+    gather_rows(y, E, d_tok, n, E, xe.as<float>(), E);
+    xp = xe.as<float>(), xs = E;
+  }
+  gemv_experts(gw.type, gw.buf.get(), gw.ne1 * gw.row_bytes, d_ids, n, gw.ne1, gw.ne0, xp, xs, ge.as<float>(), F);
+  gemv_experts(uw.type, uw.buf.get(), uw.ne1 * uw.row_bytes, d_ids, n, uw.ne1, uw.ne0, xp, xs, ue.as<float>(), F);
   silu_gate(ge.as<float>(), ue.as<float>(), n * F, ge.as<float>());
   gemv_experts(dw.type, dw.buf.get(), dw.ne1 * dw.row_bytes, d_ids, n, dw.ne1, dw.ne0, ge.as<float>(), F, eo, E);
 }
