@@ -92,6 +92,202 @@ void launch_scores(const In* q, const In* k, int64_t k_stride, const float* w, c
   MLACONF_CUDA_LAUNCH_CHECK("indexer_scores_kernel");
 }
 
+// ---- fp32 scores, register-tiled (the pipeline's indexer) ---------------------------------------
+// The same arithmetic as indexer_scores_kernel<float>, bit for bit, at the rate of the FFMA pipes:
+//  - dot(q[h], k[s]) is one fmaf chain over the dims in ascending order, starting from 0;
+//  - per key, lane group g (g = 0..3) sums w[h] * relu(dot) over its heads h = g, g + 4, g + 8, ...
+//    (ascending, one fmaf chain from 0), and the four partial sums meet by xor shuffles 2 then 1:
+//    score = (p0 + p2) + (p1 + p3).
+// Padded heads (Hi rounded up to 4 * NH) have q = 0 and w = 0: they add an exact zero. So the score
+// of (query, key) depends on that query's q and w and that key only, never on the batch, the tile or
+// the launch shape (batch-invariant), and every fp32 entry point gives the same bits.
+// A warp takes 32-key tiles (grid-stride over the row): lane (kg = lane / 4, hg = lane % 4) keeps the
+// 4 x NH dot products of keys kg + 8j (j < 4) and heads hg + 4i (i < NH) in registers. The keys stream
+// through warp-private shared memory in chunks of 32 dims (16-byte cp.async, 3 stages, about 8 KB in
+// flight per warp); q [Hi][Di] sits in shared memory once per CTA. Per 4 dims a lane issues 4 + NH
+// 16-byte shared loads (conflict-free: pitches of an odd number of 16-byte words) for 16 NH FFMA.
+// Keys above q_pos are not read (their tiles write -inf; a partial tile reads its last valid key again).
+constexpr int kF32Warps = 4;
+constexpr int kF32Keys = 32;                 // keys per warp tile
+constexpr int kF32Chunk = 32;                // dims per pipeline stage
+constexpr int kF32Pitch = kF32Chunk + 4;     // floats per staged key: 9 16-byte words
+constexpr int kF32Stages = 3;
+constexpr int kF32StageFloats = kF32Keys * kF32Pitch;
+
+// q's row pitch in floats: Di + 4 or Di + 8, whichever is an odd number of 16-byte words.
+__host__ __device__ constexpr int f32_q_pitch(int Di) { return (Di / 4 + 1) % 2 ? Di + 4 : Di + 8; }
+size_t f32_tiled_smem(int NH, int Di) {
+  return ((size_t)4 * NH * f32_q_pitch(Di) + 4 * NH + (size_t)kF32Warps * kF32Stages * kF32StageFloats) * 4;
+}
+
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
+}
+
+// grid (CTAs per row, T). Di % 4 == 0.
+template <int NH>
+__global__ void __launch_bounds__(kF32Warps * 32, 3)
+    indexer_scores_f32_tiled(const float* __restrict__ q, const float* __restrict__ k, const int64_t* __restrict__ k_off,
+                             const float* __restrict__ w, const int32_t* __restrict__ q_pos, int Hi, int Di, int64_t L,
+                             float* __restrict__ scores) {
+  extern __shared__ __align__(16) float fsm[];
+  constexpr int Hp = 4 * NH;
+  const int qp = f32_q_pitch(Di);
+  float* q_s = fsm;             // [Hp][qp]
+  float* w_s = q_s + Hp * qp;   // [Hp]
+  float* k_s = w_s + Hp;        // [warps][stages][32 keys][kF32Pitch]
+  const int64_t t = blockIdx.y;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, kg = lane >> 2, hg = lane & 3;
+  if (k_off) k += k_off[t];
+  const int64_t last = min((int64_t)q_pos[t], L - 1);  // causal: keys 0..last
+  for (int i = tid; i < Hp * Di; i += kF32Warps * 32) {
+    const int h = i / Di, c = i - h * Di;
+    q_s[h * qp + c] = h < Hi ? q[(t * Hi + h) * Di + c] : 0.f;
+  }
+  for (int i = tid; i < Hp; i += kF32Warps * 32) w_s[i] = i < Hi ? w[t * Hi + i] : 0.f;
+  __syncthreads();
+
+  const int64_t tiles = (L + kF32Keys - 1) / kF32Keys;
+  const int64_t first = (int64_t)blockIdx.x * kF32Warps + warp, stride = (int64_t)gridDim.x * kF32Warps;
+  const int n_chunks = (Di + kF32Chunk - 1) / kF32Chunk;
+  const int64_t n_steps = (first < tiles ? (tiles - 1 - first) / stride + 1 : 0) * n_chunks;  // (tile, chunk) pairs
+  float* kw = k_s + warp * (kF32Stages * kF32StageFloats);
+  const uint32_t kw_addr = (uint32_t)__cvta_generic_to_shared(kw);
+  const bool aligned16 = (reinterpret_cast<uintptr_t>(k) & 15) == 0;  // else 4-byte copies (same values)
+
+  auto issue = [&](int64_t st) {
+    if (st < n_steps) {
+      const int64_t s0 = (first + (st / n_chunks) * stride) * kF32Keys;
+      if (s0 <= last) {
+        const int d0 = (int)(st % n_chunks) * kF32Chunk, parts = min(kF32Chunk, Di - d0) / 4;
+        const uint32_t buf = kw_addr + (uint32_t)((st % kF32Stages) * kF32StageFloats * 4);
+#pragma unroll
+        for (int c = lane; c < kF32Keys * (kF32Chunk / 4); c += 32) {
+          const int r = c / (kF32Chunk / 4), p = c % (kF32Chunk / 4);
+          if (p < parts) {
+            const float* src = k + min(s0 + r, last) * Di + d0 + 4 * p;
+            const uint32_t dst = buf + (uint32_t)((r * kF32Pitch + 4 * p) * 4);
+            if (aligned16) {
+              cp_async_16(dst, src, 16);
+            } else {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) cp_async_4(dst + 4 * e, src + e);
+            }
+          }
+        }
+      }
+    }
+    cp_async_commit();  // possibly empty: keeps the wait count uniform
+  };
+
+#pragma unroll
+  for (int s = 0; s < kF32Stages - 1; ++s) issue(s);
+  float acc[4][NH];
+  for (int64_t st = 0; st < n_steps; ++st) {
+    issue(st + kF32Stages - 1);
+    cp_async_wait<kF32Stages - 1>();
+    __syncwarp();  // every lane's copies of stage st are visible to the warp
+    const int chunk = (int)(st % n_chunks);
+    const int64_t s0 = (first + (st / n_chunks) * stride) * kF32Keys;
+    if (chunk == 0) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int i = 0; i < NH; ++i) acc[j][i] = 0.f;
+    }
+    if (s0 <= last) {
+      const float* kb = kw + (st % kF32Stages) * kF32StageFloats + kg * kF32Pitch;
+      const float* qb = q_s + hg * qp + chunk * kF32Chunk;
+      const int parts = min(kF32Chunk, Di - chunk * kF32Chunk) / 4;
+#pragma unroll 1
+      for (int p = 0; p < parts; ++p) {
+        float4 a[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) a[j] = *reinterpret_cast<const float4*>(kb + j * 8 * kF32Pitch + 4 * p);
+#pragma unroll
+        for (int i = 0; i < NH; ++i) {
+          const float4 b = *reinterpret_cast<const float4*>(qb + 4 * i * qp + 4 * p);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            acc[j][i] = fmaf(b.x, a[j].x, acc[j][i]);
+            acc[j][i] = fmaf(b.y, a[j].y, acc[j][i]);
+            acc[j][i] = fmaf(b.z, a[j].z, acc[j][i]);
+            acc[j][i] = fmaf(b.w, a[j].w, acc[j][i]);
+          }
+        }
+      }
+    }
+    if (chunk == n_chunks - 1) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        float total = 0.f;
+#pragma unroll
+        for (int i = 0; i < NH; ++i) total = fmaf(w_s[hg + 4 * i], fmaxf(acc[j][i], 0.f), total);
+        total += __shfl_xor_sync(0xffffffffu, total, 2);
+        total += __shfl_xor_sync(0xffffffffu, total, 1);
+        const int64_t s = s0 + kg + 8 * j;
+        if (hg == 0 && s < L) scores[t * L + s] = s <= last ? total : -INFINITY;
+      }
+    }
+    __syncwarp();  // every lane is done with stage st before the next issue overwrites it
+  }
+  cp_async_wait<0>();
+}
+
+// True when the tiled kernel ran: fp32, Di % 4 == 0, Hi <= 64, shared memory <= 99 KB.
+// (The other shapes run indexer_scores_kernel<float>, which computes the same bits.)
+bool launch_scores_f32_tiled(const float* q, const float* k, const int64_t* k_off, const float* w, const int32_t* qpos,
+                             int64_t T, int64_t Hi, int64_t Di, int64_t L, float* scores) {
+  if (Di <= 0 || Di % 4 || Hi <= 0 || Hi > 64) return false;
+  const int NH = Hi <= 8 ? 2 : Hi <= 16 ? 4 : Hi <= 32 ? 8 : 16;
+  const size_t smem = f32_tiled_smem(NH, (int)Di);
+  if (smem > 99 * 1024) return false;
+  const void* fn = NH == 2 ? (const void*)indexer_scores_f32_tiled<2>
+                   : NH == 4 ? (const void*)indexer_scores_f32_tiled<4>
+                   : NH == 8 ? (const void*)indexer_scores_f32_tiled<8>
+                             : (const void*)indexer_scores_f32_tiled<16>;
+  if (T == 0 || L == 0) return true;
+  // Per device and head tile: the largest allowance set, and the resident CTAs per SM at the size last
+  // asked for (no attribute call once set: a captured step makes none; the occupancy query is no
+  // stream operation).
+  struct Cfg {
+    size_t allowed = 0, occ_smem = 0;
+    int ctas = 0;
+  };
+  static Cfg cfg[64][4];
+  const int dev = current_device() & 63, slot = NH == 2 ? 0 : NH == 4 ? 1 : NH == 8 ? 2 : 3;
+  Cfg& c = cfg[dev][slot];
+  if (smem > c.allowed) {
+    MLACONF_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    c.allowed = smem;
+  }
+  if (smem != c.occ_smem) {
+    int per_sm = 0, sms = 0;
+    MLACONF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kF32Warps * 32, smem));
+    MLACONF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, current_device()));
+    c.occ_smem = smem;
+    c.ctas = std::max(1, per_sm) * sms;
+  }
+  const int64_t tiles = (L + kF32Keys - 1) / kF32Keys;
+  for (int64_t t0 = 0; t0 < T; t0 += 65535) {
+    const int64_t nt = std::min<int64_t>(65535, T - t0);
+    // One wave of resident CTAs over all rows, at least one tile per warp.
+    const int64_t per_row = std::max<int64_t>(1, std::min<int64_t>((tiles + kF32Warps - 1) / kF32Warps, (c.ctas + nt - 1) / nt));
+    const dim3 grid((unsigned)per_row, (unsigned)nt);
+    const float* qr = q + t0 * Hi * Di;
+    const int64_t* ko = k_off ? k_off + t0 : nullptr;
+    const float* wr = w + t0 * Hi;
+    const int32_t* pr = qpos + t0;
+    float* sr = scores + t0 * L;
+    if (NH == 2) indexer_scores_f32_tiled<2><<<grid, kF32Warps * 32, smem, cur_stream()>>>(qr, k, ko, wr, pr, (int)Hi, (int)Di, L, sr);
+    else if (NH == 4) indexer_scores_f32_tiled<4><<<grid, kF32Warps * 32, smem, cur_stream()>>>(qr, k, ko, wr, pr, (int)Hi, (int)Di, L, sr);
+    else if (NH == 8) indexer_scores_f32_tiled<8><<<grid, kF32Warps * 32, smem, cur_stream()>>>(qr, k, ko, wr, pr, (int)Hi, (int)Di, L, sr);
+    else indexer_scores_f32_tiled<16><<<grid, kF32Warps * 32, smem, cur_stream()>>>(qr, k, ko, wr, pr, (int)Hi, (int)Di, L, sr);
+    MLACONF_CUDA_LAUNCH_CHECK("indexer_scores_f32_tiled");
+  }
+  return true;
+}
+
 // ---- tensor-core scores for fp16 q and keys, Di = 128, Hi = 8 * NT ----------------------------------
 // S[key, head] = k[key] . q[head] with mma.sync m16n8k16 (fp16 in, fp32 accumulate), straight from
 // global memory: no shared memory, no barrier. The dot product does not care in which order its 128
@@ -556,11 +752,13 @@ void indexer_scores(const uint16_t* d_q, const uint16_t* d_k, const float* d_w, 
 }
 void indexer_scores_f32(const float* d_q, const float* d_k, const float* d_w, const int32_t* d_qpos, int64_t T, int64_t Hi,
                         int64_t Di, int64_t L, float* d_scores) {
+  if (launch_scores_f32_tiled(d_q, d_k, nullptr, d_w, d_qpos, T, Hi, Di, L, d_scores)) return;
   launch_scores(d_q, d_k, 0, d_w, d_qpos, T, Hi, Di, L, d_scores);
 }
 
 void indexer_scores_f32_rows(const float* d_q, const float* d_k, const int64_t* d_k_off, const float* d_w, const int32_t* d_qpos,
                              int64_t T, int64_t Hi, int64_t Di, int64_t L, float* d_scores) {
+  if (launch_scores_f32_tiled(d_q, d_k, d_k_off, d_w, d_qpos, T, Hi, Di, L, d_scores)) return;
   launch_scores(d_q, d_k, 0, d_w, d_qpos, T, Hi, Di, L, d_scores, d_k_off);
 }
 
