@@ -485,17 +485,20 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const float* scores,
 }
 
 // ---- top-k of long rows over many CTAs ----------------------------------------------------------
-// Two histogram passes (grid: chunks x rows): per-CTA histograms of 11 bits of the order keys (bits
-// 31..21, then bits 20..10 of the keys in the chosen top bin), added into a global one; the last CTA of
-// a row (ticket) finds the bin that holds the k-th largest key and the count above it. Then the collect
-// pass: every CTA marks the elements above the chosen 22-bit prefix in a selection bitmap of the row and
-// appends those equal to it to a candidate list; the last CTA selects among the candidates in shared
-// memory (one radix pass over the last 10 key bits, then up to three over the index for the ties:
-// lowest index first), marks them, and writes the row's bitmap out in index order (ascending, -1
-// padded). Where more than kTopkCap candidates share the prefix (heavy ties), that CTA runs the one-CTA
-// algorithm on the whole row instead. Every counter, histogram and bitmap is left zero for the next call.
+// Two launches (grid: chunks x rows). topk_hist: per-CTA histograms of bits 31..21 of the order keys
+// (sign, exponent, 2 mantissa bits), added into a global one; the last CTA of a row (ticket) finds the
+// bin b1 that holds the k-th largest key and the count above it. topk_collect: every CTA marks the
+// elements above bin b1 in a selection bitmap of the row and appends those in it to the row's candidate
+// list in global memory (up to kTopkCand: a bin is a quarter octave, so the k-th largest key's bin holds
+// a small share of a long row); the last CTA selects among the candidates (histograms of key bits
+// 20..10, then 9..0, over the list in L2; then up to three over the index for the ties: lowest index
+// first), marks them, and writes the row's bitmap out in index order (ascending, -1 padded). Where more
+// than kTopkCand elements fall in bin b1 (heavy ties, or scores packed in a quarter octave), that CTA
+// runs the one-CTA algorithm on the whole row instead. Every counter, histogram and bitmap is left zero
+// for the next call.
 constexpr int kBins = 2048;
-constexpr int kTopkCap = 3072;
+constexpr int kTopkCap = 3072;          // largest k of the multi-CTA path
+constexpr int kTopkCand = 16384;        // candidates per row (bin b1's elements)
 constexpr int kTopkChunk = 8192;        // elements per CTA
 constexpr int64_t kTopkMultiMinL = 16384;
 
@@ -505,9 +508,9 @@ struct TopkWork {
   int* ticket1;      // [T]
   int* ticket2;      // [T]
   int* ncand;        // [T]
-  int* state;        // [T][8]: b1, count above bin b1, keff, b2, count above the prefix (b1, b2)
-  uint32_t* ckey;    // [T][kTopkCap]
-  int32_t* cidx;     // [T][kTopkCap]
+  int* state;        // [T][8]: b1, count above bin b1, keff
+  uint32_t* ckey;    // [T][kTopkCand]
+  int32_t* cidx;     // [T][kTopkCand]
   uint32_t* bitmap;  // [T][words]
   int64_t words;
 };
@@ -536,16 +539,14 @@ __device__ __forceinline__ void zero_hist(int* hist) {
   __syncthreads();
 }
 
-// level 0: bits 31..21 of every finite key; level 1: bits 20..10 of the keys whose bits 31..21 are b1.
-__global__ void __launch_bounds__(kTopkThreads) topk_hist(const float* scores, int64_t L, int k, TopkWork w, int level) {
+// Bits 31..21 of every finite key; the row's last CTA leaves b1, the count above it and keff in state.
+__global__ void __launch_bounds__(kTopkThreads) topk_hist(const float* scores, int64_t L, int k, TopkWork w) {
   __shared__ int hist[kBins];
   __shared__ TkScan::TempStorage tmp;
   __shared__ int s_valid, s_last, s_bin, s_rest;
   const int tid = threadIdx.x;
   const int64_t t = blockIdx.y, beg = (int64_t)blockIdx.x * kTopkChunk, end = min(L, beg + kTopkChunk);
   const float* row = scores + t * L;
-  const int b1 = level == 0 ? 0 : w.state[t * 8 + 0];
-  if (b1 < 0) return;  // level 1 of a row with nothing to select: every CTA of the row leaves
   if (tid == 0) s_valid = 0;
   zero_hist(hist);
   int nv = 0;
@@ -555,10 +556,8 @@ __global__ void __launch_bounds__(kTopkThreads) topk_hist(const float* scores, i
     if (i < end) {
       const float f = row[i];
       if (isfinite(f)) {
-        const uint32_t key = order_key(f);
         ++nv;
-        if (level == 0) bucket = (int)(key >> 21);
-        else if ((int)(key >> 21) == b1) bucket = (int)((key >> 10) & 2047);
+        bucket = (int)(order_key(f) >> 21);
       }
     }
     const unsigned peers = __match_any_sync(0xffffffffu, bucket);
@@ -570,7 +569,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_hist(const float* scores, i
   __syncthreads();
   for (int b = tid; b < kBins; b += kTopkThreads)
     if (hist[b]) atomicAdd(&w.hist[t * kBins + b], hist[b]);
-  if (tid == 0 && level == 0) atomicAdd(&w.valid[t], s_valid);
+  if (tid == 0) atomicAdd(&w.valid[t], s_valid);
   __threadfence();
   __syncthreads();
   if (tid == 0) s_last = atomicAdd(&w.ticket1[t], 1) == (int)gridDim.x - 1;
@@ -581,32 +580,24 @@ __global__ void __launch_bounds__(kTopkThreads) topk_hist(const float* scores, i
     hist[b] = __ldcg(&w.hist[t * kBins + b]);
     w.hist[t * kBins + b] = 0;
   }
-  const int keff = level == 0 ? min(k, __ldcg(&w.valid[t])) : w.state[t * 8 + 2];
-  const int need = level == 0 ? keff : keff - w.state[t * 8 + 1];
+  const int keff = min(k, __ldcg(&w.valid[t]));
   __syncthreads();
-  if (need > 0) {
-    find_bin(hist, need, true, tmp, &s_bin, &s_rest);
+  if (keff > 0) {
+    find_bin(hist, keff, true, tmp, &s_bin, &s_rest);
   } else if (tid == 0) {
     s_bin = -1, s_rest = 0;
   }
   __syncthreads();
   if (tid == 0) {
-    if (level == 0) {
-      w.state[t * 8 + 0] = s_bin;
-      w.state[t * 8 + 1] = keff - s_rest;
-      w.state[t * 8 + 2] = keff;
-      w.valid[t] = 0;
-    } else {
-      w.state[t * 8 + 3] = s_bin;
-      w.state[t * 8 + 4] = keff - s_rest;
-    }
+    w.state[t * 8 + 0] = s_bin;
+    w.state[t * 8 + 1] = keff - s_rest;
+    w.state[t * 8 + 2] = keff;
+    w.valid[t] = 0;
     w.ticket1[t] = 0;
   }
 }
 
 __global__ void __launch_bounds__(kTopkThreads) topk_collect(const float* scores, int64_t L, int k, TopkWork w, int32_t* out) {
-  __shared__ uint32_t ckey[kTopkCap];
-  __shared__ int32_t cidx[kTopkCap];
   __shared__ int hist[kBins];
   __shared__ TkScan::TempStorage tmp;
   __shared__ int s_last, s_bin, s_rest;
@@ -614,20 +605,18 @@ __global__ void __launch_bounds__(kTopkThreads) topk_collect(const float* scores
   const int64_t t = blockIdx.y, beg = (int64_t)blockIdx.x * kTopkChunk, end = min(L, beg + kTopkChunk);
   const float* row = scores + t * L;
   uint32_t* bm = w.bitmap + t * w.words;
-  const int b1 = w.state[t * 8 + 0], keff = w.state[t * 8 + 2];
-  const int b2 = b1 >= 0 ? w.state[t * 8 + 3] : -1, above = b1 >= 0 ? w.state[t * 8 + 4] : 0;
-  const int64_t prefix = ((int64_t)b1 << 11) | b2;  // bits 31..10 of the k-th largest key
+  const int b1 = w.state[t * 8 + 0], above = w.state[t * 8 + 1], keff = w.state[t * 8 + 2];
   if (b1 >= 0) {
     for (int64_t i = beg + tid; i < end; i += kTopkThreads) {
       const float f = row[i];
       if (!isfinite(f)) continue;
       const uint32_t key = order_key(f);
-      const int64_t top = key >> 10;
-      if (top > prefix) {
+      const int top = (int)(key >> 21);
+      if (top > b1) {
         atomicOr(&bm[i >> 5], 1u << (i & 31));
-      } else if (top == prefix) {
+      } else if (top == b1) {
         const int pos = atomicAdd(&w.ncand[t], 1);
-        if (pos < kTopkCap) w.ckey[t * kTopkCap + pos] = key, w.cidx[t * kTopkCap + pos] = (int32_t)i;
+        if (pos < kTopkCand) w.ckey[t * kTopkCand + pos] = key, w.cidx[t * kTopkCand + pos] = (int32_t)i;
       }
     }
   }
@@ -638,44 +627,59 @@ __global__ void __launch_bounds__(kTopkThreads) topk_collect(const float* scores
   if (!s_last) return;
   __threadfence();
   const int n_cand = __ldcg(&w.ncand[t]);
+  const uint32_t* ckey = w.ckey + t * kTopkCand;
+  const int32_t* cidx = w.cidx + t * kTopkCand;
   int32_t* orow = out + t * k;
-  if (keff > 0 && n_cand > kTopkCap) {  // heavy ties: the exact one-CTA algorithm over the whole row
+  if (keff > 0 && n_cand > kTopkCand) {  // too many in bin b1: the exact one-CTA algorithm over the whole row
     for (int64_t j = tid; j < w.words; j += kTopkThreads) bm[j] = 0;
     topk_row_block(row, L, k, false, orow);
   } else {
     if (keff > 0) {
-      const int need = keff - above;  // >= 1, all among the candidates
-      for (int j = tid; j < n_cand; j += kTopkThreads) ckey[j] = __ldcg(&w.ckey[t * kTopkCap + j]), cidx[j] = __ldcg(&w.cidx[t * kTopkCap + j]);
-      zero_hist(hist);  // (its barrier also publishes the candidates)
-      for (int j = tid; j < n_cand; j += kTopkThreads) atomicAdd(&hist[ckey[j] & 1023], 1);
-      __syncthreads();
-      find_bin(hist, need, true, tmp, &s_bin, &s_rest);
-      const uint32_t kstar = ((uint32_t)prefix << 10) | (uint32_t)s_bin;
-      const int take_eq = s_rest, n_eq = hist[s_bin];
-      __syncthreads();  // everyone has read hist and s_bin before they change
+      // The need = keff - above largest candidates (all in bin b1, so need <= n_cand): key bits 20..10,
+      // then 9..0, read from the list (L2) once per pass.
+      uint32_t kstar = (uint32_t)b1 << 21;
+      int rest = keff - above;
+      for (int pass = 0; pass < 2; ++pass) {
+        const int shift = pass == 0 ? 10 : 0;
+        const uint32_t bits = pass == 0 ? 2047u : 1023u;
+        zero_hist(hist);  // its barrier: everyone is done with the previous pass's histogram and s_bin
+        for (int j = tid; j < n_cand; j += kTopkThreads) {
+          const uint32_t key = __ldcg(&ckey[j]);
+          if (pass == 0 || (key >> 10) == (kstar >> 10)) atomicAdd(&hist[(key >> shift) & bits], 1);
+        }
+        __syncthreads();
+        find_bin(hist, rest, true, tmp, &s_bin, &s_rest);
+        kstar |= (uint32_t)s_bin << shift;
+        rest = s_rest;
+      }
+      const int take_eq = rest, n_eq = hist[kstar & 1023u];
+      __syncthreads();  // everyone has read hist before it changes
       // Ties at kstar: the take_eq lowest indices (indices < 2^31: 11 + 10 + 10 bits).
       int32_t cut = INT32_MAX;
       if (take_eq < n_eq) {
         uint32_t pre = 0;
-        int rest = take_eq;
+        int left = take_eq;
         for (int pass = 0; pass < 3; ++pass) {
           const int shift = pass == 0 ? 20 : (pass == 1 ? 10 : 0);
           const uint32_t bits = pass == 0 ? 2047u : 1023u;
           const int hi_shift = pass == 1 ? 20 : 10;  // the index bits above this pass must equal pre
-          zero_hist(hist);  // its barrier: everyone is done with the previous pass's histogram
+          zero_hist(hist);
           for (int j = tid; j < n_cand; j += kTopkThreads) {
-            const uint32_t ix = (uint32_t)cidx[j];
-            if (ckey[j] == kstar && (pass == 0 || (ix >> hi_shift) == pre)) atomicAdd(&hist[(ix >> shift) & bits], 1);
+            const uint32_t ix = (uint32_t)__ldcg(&cidx[j]);
+            if (__ldcg(&ckey[j]) == kstar && (pass == 0 || (ix >> hi_shift) == pre)) atomicAdd(&hist[(ix >> shift) & bits], 1);
           }
           __syncthreads();
-          find_bin(hist, rest, false, tmp, &s_bin, &s_rest);
+          find_bin(hist, left, false, tmp, &s_bin, &s_rest);
           pre = (pre << (pass == 0 ? 11 : 10)) | (uint32_t)s_bin;
-          rest = s_rest;
+          left = s_rest;
         }
         cut = (int32_t)pre;
       }
-      for (int j = tid; j < n_cand; j += kTopkThreads)
-        if (ckey[j] > kstar || (ckey[j] == kstar && cidx[j] <= cut)) atomicOr(&bm[cidx[j] >> 5], 1u << (cidx[j] & 31));
+      for (int j = tid; j < n_cand; j += kTopkThreads) {
+        const uint32_t key = __ldcg(&ckey[j]);
+        const int32_t ix = __ldcg(&cidx[j]);
+        if (key > kstar || (key == kstar && ix <= cut)) atomicOr(&bm[ix >> 5], 1u << (ix & 31));
+      }
     }
     __syncthreads();
     // The bitmap in index order: each thread a run of words, positions by a block scan of the counts.
@@ -715,7 +719,7 @@ TopkWork topk_work(int64_t T, int64_t L) {
   const int64_t words = (L + 31) / 32;
   if (T > cap_T || words > cap_words) {
     cap_T = std::max(T, cap_T), cap_words = std::max(words, cap_words);
-    const size_t ints = (size_t)cap_T * (kBins + 4 + 8 + 2 * kTopkCap) + (size_t)cap_T * cap_words;
+    const size_t ints = (size_t)cap_T * (kBins + 4 + 8 + 2 * kTopkCand) + (size_t)cap_T * cap_words;
     buf = DeviceBuffer();
     buf = DeviceBuffer(ints * 4);
     buf.fill(0);
@@ -729,8 +733,8 @@ TopkWork topk_work(int64_t T, int64_t L) {
   w.ticket2 = p, p += cap_T;
   w.ncand = p, p += cap_T;
   w.state = p, p += cap_T * 8;
-  w.ckey = reinterpret_cast<uint32_t*>(p), p += cap_T * kTopkCap;
-  w.cidx = p, p += cap_T * kTopkCap;
+  w.ckey = reinterpret_cast<uint32_t*>(p), p += cap_T * kTopkCand;
+  w.cidx = p, p += cap_T * kTopkCand;
   w.bitmap = reinterpret_cast<uint32_t*>(p);
   w.words = words;
   return w;
@@ -769,10 +773,8 @@ void topk_rows(const float* d_scores, int64_t T, int64_t L, int64_t k, int32_t* 
   if (L >= kTopkMultiMinL && k <= kTopkCap && !upper_tie && T <= 65535 && L <= INT32_MAX) {
     const TopkWork w = topk_work(T, L);
     const dim3 grid(ceil_div(L, kTopkChunk), (unsigned)T);
-    for (int level = 0; level < 2; ++level) {
-      topk_hist<<<grid, kTopkThreads, 0, cur_stream()>>>(d_scores, L, (int)k, w, level);
-      MLACONF_CUDA_LAUNCH_CHECK("topk_hist");
-    }
+    topk_hist<<<grid, kTopkThreads, 0, cur_stream()>>>(d_scores, L, (int)k, w);
+    MLACONF_CUDA_LAUNCH_CHECK("topk_hist");
     topk_collect<<<grid, kTopkThreads, 0, cur_stream()>>>(d_scores, L, (int)k, w, d_out);
     MLACONF_CUDA_LAUNCH_CHECK("topk_collect");
     return;
