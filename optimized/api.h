@@ -315,13 +315,18 @@ void indexer_scores(const uint16_t* d_q, const uint16_t* d_k, const float* d_w, 
 // Di = 128 and Hi = 32 or 64 runs on tensor cores (mma.sync, fp32 accumulate).
 void indexer_scores_batched(const uint16_t* d_q, const uint16_t* d_k, int64_t k_stride, const float* d_w,
                             const int32_t* d_qpos, int64_t T, int64_t Hi, int64_t Di, int64_t L, float* d_scores);
-// The same with fp32 q [T, Hi, Di] and keys [L, Di] (the pipeline's indexer).
+// The same with fp32 q [T, Hi, Di] and keys [L, Di] (the pipeline's indexer). Each score is fp32
+// products and sums in a fixed order (optimized/indexer.cu): bit-identical whatever T, L or the rows.
 void indexer_scores_f32(const float* d_q, const float* d_k, const float* d_w, const int32_t* d_qpos, int64_t T, int64_t Hi,
                         int64_t Di, int64_t L, float* d_scores);
 // The same per query row t with its own keys at d_k + k_off[t] (elements; device array [T]): B
 // sequences of a batched decode, each scoring its own key region (L keys, q_pos masking the rest).
 // Each score is computed exactly as by indexer_scores_f32 on that region alone.
 void indexer_scores_f32_rows(const float* d_q, const float* d_k, const int64_t* d_k_off, const float* d_w, const int32_t* d_qpos,
+                             int64_t T, int64_t Hi, int64_t Di, int64_t L, float* d_scores);
+// The SIMT kernel the fp32 entry points fall back to (Di % 4 != 0, Hi > 64), forced for every shape: the
+// tiled kernel they run otherwise must give the same bits (suites/gpu, kernel_bench's check). T <= 65535.
+void indexer_scores_f32_simt(const float* d_q, const float* d_k, const int64_t* d_k_off, const float* d_w, const int32_t* d_qpos,
                              int64_t T, int64_t Hi, int64_t Di, int64_t L, float* d_scores);
 // Per row of scores [T, L]: the k largest finite entries (ties to the lower index), written ascending,
 // -1 padded when a row has fewer than k finite entries. Radix select, no sort. out [T, k] i32.

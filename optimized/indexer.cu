@@ -766,6 +766,12 @@ void indexer_scores_f32_rows(const float* d_q, const float* d_k, const int64_t* 
   launch_scores(d_q, d_k, 0, d_w, d_qpos, T, Hi, Di, L, d_scores, d_k_off);
 }
 
+void indexer_scores_f32_simt(const float* d_q, const float* d_k, const int64_t* d_k_off, const float* d_w, const int32_t* d_qpos,
+                             int64_t T, int64_t Hi, int64_t Di, int64_t L, float* d_scores) {
+  if (T > 65535) throw InputError("cuda::indexer_scores_f32_simt: not supported: more than 65535 rows");
+  launch_scores(d_q, d_k, 0, d_w, d_qpos, T, Hi, Di, L, d_scores, d_k_off);
+}
+
 void topk_rows(const float* d_scores, int64_t T, int64_t L, int64_t k, int32_t* d_out) {
   if (k <= 0 || k > INT32_MAX || L < 0) throw InputError("cuda::topk_rows: bad k or L");
   if (T == 0) return;
