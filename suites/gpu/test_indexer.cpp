@@ -7,8 +7,10 @@
 // The reference applies the (Hi Di)^-1/2 scale itself; the kernels take w already scaled.
 //
 // Tiles: the tensor-core scores (Hi 32 or 64, Di 128) take 16 keys per warp, 8 warps per CTA; the SIMT
-// scores 64 keys per CTA (4 threads per key); the top-k runs one CTA per row, or for L >= 16384 and
-// k <= 3072 CTAs of 8192 scores. Off-alignment cases run L, T, top_k, heads and dims around those.
+// scores 64 keys per CTA (4 threads per key); the tiled fp32 scores (Di % 4 == 0, Hi <= 64) 32 keys per
+// warp, 4 warps per CTA, heads padded to 8, 16, 32 or 64, dims in chunks of 32; the top-k runs one CTA
+// per row, or for L >= 16384 and k <= 3072 CTAs of 8192 scores with up to 16384 candidates per row.
+// Off-alignment cases run L, T, top_k, heads and dims around those.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -132,6 +134,162 @@ void indexer_f32_case(int64_t T, int64_t Hi, int64_t Di, int64_t L) {
   expect_pass(chk);
 }
 
+// The fp32 entry points (the pipeline's indexer) on T sequences with their own keys at k_off[t] =
+// t * (L * Di + skew) (skew 1: key regions off 16 bytes, the tiled kernel's 4-byte copy path), positions
+// L - 1 - 37 t (partial and wholly future tiles). Judged: (1) against the reference (scores class, f32);
+// (2) bit for bit against the SIMT kernel (indexer_scores_f32_simt: one arithmetic for every shape);
+// (3) batch invariance: each row bit for bit equal to the same row scored alone (T = 1), with the shared-
+// key entry point (indexer_scores_f32).
+void indexer_f32_rows_case(int64_t T, int64_t Hi, int64_t Di, int64_t L, int64_t skew) {
+  MLACONF_REQUIRE_CUDA();
+  std::mt19937_64 rng(13 + L + Hi * 7 + Di);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const int64_t region = L * Di + skew;
+  std::vector<float> q(T * Hi * Di), k(T * region), w(T * Hi);
+  for (auto& v : q) v = u(rng);
+  for (auto& v : k) v = u(rng);
+  for (auto& v : w) v = u(rng) / std::sqrt((float)(Hi * Di));
+  std::vector<int32_t> pos(T);
+  std::vector<int64_t> off(T);
+  for (int64_t t = 0; t < T; ++t) pos[t] = (int32_t)std::max<int64_t>(0, L - 1 - 37 * t), off[t] = t * region + skew;
+  auto d_q = cuda::to_device(q), d_k = cuda::to_device(k), d_w = cuda::to_device(w), d_pos = cuda::to_device(pos),
+       d_off = cuda::to_device(off);
+  cuda::DeviceBuffer d_s(T * L * 4), d_simt(T * L * 4), d_one(L * 4);
+  cuda::indexer_scores_f32_rows(d_q.as<float>(), d_k.as<float>(), d_off.as<int64_t>(), d_w.as<float>(), d_pos.as<int32_t>(), T, Hi,
+                                Di, L, d_s.as<float>());
+  cuda::indexer_scores_f32_simt(d_q.as<float>(), d_k.as<float>(), d_off.as<int64_t>(), d_w.as<float>(), d_pos.as<int32_t>(), T, Hi,
+                                Di, L, d_simt.as<float>());
+  std::vector<float> alone(T * L);
+  for (int64_t t = 0; t < T; ++t) {
+    cuda::indexer_scores_f32(d_q.as<float>() + t * Hi * Di, d_k.as<float>() + off[t], d_w.as<float>() + t * Hi,
+                             d_pos.as<int32_t>() + t, 1, Hi, Di, L, d_one.as<float>());
+    const std::vector<float> r = cuda::to_host<float>(d_one, L);
+    std::copy(r.begin(), r.end(), alone.begin() + t * L);
+  }
+  const std::vector<float> got = cuda::to_host<float>(d_s, T * L), simt = cuda::to_host<float>(d_simt, T * L);
+  MatD want(T, L);
+  for (int64_t t = 0; t < T; ++t)
+    want.row(t) = ref::indexer_scores<double>(mat_of(q, 1, Hi * Di, t * Hi * Di), mat_of(k, L, Di, off[t]),
+                                              mat_of(w, 1, Hi, t * Hi) * std::sqrt((double)(Hi * Di)), Hi, pos[t]);
+  OpCheck chk;
+  chk.input("q", [&] { return f32_array({T, Hi, Di}, q); });
+  chk.input("k", [&] { return f32_array({T * region}, k); });
+  chk.input("w", [&] { return f32_array({T, Hi}, w); });
+  chk.input("q_pos", [&] { return i32_array({T}, pos); });
+  chk.tensor("indexer_scores", "f32", {T, L}, flat(want), as_f64(got));
+  chk.bits("scores_vs_simt_kernel", {T, L}, simt, got);
+  chk.bits("scores_vs_each_row_alone", {T, L}, alone, got);
+  expect_pass(chk);
+}
+
+// More than 65535 query rows (the launch's grid.y limit): the tiled kernel launches the rows in
+// pieces. Shared keys; rows 0..65534 bit for bit against the SIMT kernel, and the rows around the piece
+// boundary (65534..T-1) against each scored alone.
+void indexer_f32_many_rows_case() {
+  MLACONF_REQUIRE_CUDA();
+  const int64_t T = 65537, Hi = 8, Di = 32, L = 33;
+  std::mt19937_64 rng(31);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> q(T * Hi * Di), k(L * Di), w(T * Hi);
+  for (auto& v : q) v = u(rng);
+  for (auto& v : k) v = u(rng);
+  for (auto& v : w) v = u(rng) / 16;
+  std::vector<int32_t> pos(T);
+  for (int64_t t = 0; t < T; ++t) pos[t] = (int32_t)(t % L);
+  auto d_q = cuda::to_device(q), d_k = cuda::to_device(k), d_w = cuda::to_device(w), d_pos = cuda::to_device(pos);
+  cuda::DeviceBuffer d_s(T * L * 4), d_simt(65535 * L * 4), d_one(L * 4);
+  cuda::indexer_scores_f32(d_q.as<float>(), d_k.as<float>(), d_w.as<float>(), d_pos.as<int32_t>(), T, Hi, Di, L, d_s.as<float>());
+  cuda::indexer_scores_f32_simt(d_q.as<float>(), d_k.as<float>(), nullptr, d_w.as<float>(), d_pos.as<int32_t>(), 65535, Hi, Di, L,
+                                d_simt.as<float>());
+  const std::vector<float> got = cuda::to_host<float>(d_s, T * L), simt = cuda::to_host<float>(d_simt, 65535 * L);
+  std::vector<float> tail_alone, tail_got;
+  for (int64_t t = 65534; t < T; ++t) {
+    cuda::indexer_scores_f32(d_q.as<float>() + t * Hi * Di, d_k.as<float>(), d_w.as<float>() + t * Hi, d_pos.as<int32_t>() + t, 1,
+                             Hi, Di, L, d_one.as<float>());
+    const std::vector<float> r = cuda::to_host<float>(d_one, L);
+    tail_alone.insert(tail_alone.end(), r.begin(), r.end());
+    tail_got.insert(tail_got.end(), got.begin() + t * L, got.begin() + (t + 1) * L);
+  }
+  OpCheck chk;
+  chk.bits("scores_vs_simt_kernel_rows_0_to_65534", {65535, L}, simt, std::vector<float>(got.begin(), got.begin() + 65535 * L));
+  chk.bits("scores_vs_each_row_alone_rows_65534_up", {T - 65534, L}, tail_alone, tail_got);
+  expect_pass(chk);
+}
+
+// fp32 keys over 2^31 elements (16.8M keys x 128 f32 = 8.6 GB, filled on the device): the tiled kernel's
+// key offsets in 64 bits, by both fp32 entry points. Two queries over all keys (shared keys; scores of 4096
+// keys around the 2^31-element mark, the last ones and a random spread judged against the reference), and
+// one query over the last 70000 keys through k_off (an offset past 2^31 elements): bit for bit the same
+// scores as the first query's over those keys (same q, w; every key causal).
+void huge_keys_f32_case() {
+  MLACONF_REQUIRE_CUDA();
+  const int64_t T = 2, Hi = 32, Di = 128, L = ((int64_t)1 << 31) / Di + 50'000, L2 = 70'000;
+  ASSERT_GT((L - L2) * Di, (int64_t)1 << 31);
+  cuda::DeviceBuffer d_k((size_t)(L * Di) * 4);
+  const uint64_t seed = 19;
+  cuda::fill_pattern_f32(d_k.as<float>(), L, Di, seed);
+  std::mt19937_64 rng(23);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> q(T * Hi * Di), w(T * Hi);
+  for (auto& v : q) v = u(rng);
+  for (auto& v : w) v = (float)(u(rng) / std::sqrt((double)(Hi * Di)));
+  const std::vector<int32_t> pos = {(int32_t)(L - 1), (int32_t)(L - 2)}, pos2 = {(int32_t)(L2 - 1)};
+  const std::vector<int64_t> off2 = {(L - L2) * Di};
+  auto d_q = cuda::to_device(q), d_w = cuda::to_device(w), d_pos = cuda::to_device(pos), d_pos2 = cuda::to_device(pos2),
+       d_off2 = cuda::to_device(off2);
+  cuda::DeviceBuffer d_s((size_t)(T * L) * 4), d_s2((size_t)L2 * 4);
+  cuda::indexer_scores_f32(d_q.as<float>(), d_k.as<float>(), d_w.as<float>(), d_pos.as<int32_t>(), T, Hi, Di, L, d_s.as<float>());
+  cuda::indexer_scores_f32_rows(d_q.as<float>(), d_k.as<float>(), d_off2.as<int64_t>(), d_w.as<float>(), d_pos2.as<int32_t>(), 1, Hi,
+                                Di, L2, d_s2.as<float>());
+  const int64_t first_high = ((int64_t)1 << 31) / Di;
+  std::vector<int64_t> keys;
+  for (int64_t r = L - 1025; r <= L - 2; ++r) keys.push_back(r);
+  for (int64_t r = first_high - 512; r < first_high + 512; ++r) keys.push_back(r);
+  while ((int64_t)keys.size() < 4096) keys.push_back((int64_t)(rng() % (L - 1)));
+  MatD K(keys.size(), Di);
+  for (size_t j = 0; j < keys.size(); ++j)
+    for (int64_t x = 0; x < Di; ++x) K(j, x) = cuda::half_bits_to_float_host(cuda::pattern_half_bits(seed, keys[j], x));
+  const std::vector<float> all = cuda::to_host<float>(d_s, T * L), tail = cuda::to_host<float>(d_s2, L2);
+  std::vector<double> got, want;
+  for (int64_t t = 0; t < T; ++t) {
+    const MatD s = ref::indexer_scores<double>(mat_of(q, 1, Hi * Di, t * Hi * Di), K, mat_of(w, 1, Hi, t * Hi) * std::sqrt((double)(Hi * Di)),
+                                               Hi, (int64_t)keys.size());
+    for (size_t j = 0; j < keys.size(); ++j) want.push_back(s(0, j)), got.push_back(all[t * L + keys[j]]);
+  }
+  OpCheck chk;
+  chk.input("q", [&] { return f32_array({T, Hi, Di}, q); });
+  chk.input("w", [&] { return f32_array({T, Hi}, w); });
+  chk.input("judged_keys", [&] { return f64_array({(int64_t)keys.size()}, std::vector<double>(keys.begin(), keys.end())); });
+  chk.input("key_pattern_seed", [&] { return i32_array({1}, {(int32_t)seed}); });
+  chk.tensor("indexer_scores", "f32", {T, (int64_t)keys.size()}, want, as_f64(got));
+  chk.bits("scores_by_k_off_past_2p31", {L2}, std::vector<float>(all.begin() + (L - L2), all.begin() + L), tail);
+  expect_pass(chk);
+}
+
+// The multi-CTA top-k's candidate list (the k-th largest key's 11-bit bin, up to 16384 per row): every
+// finite score in [1, 1.25), one bin, so the list holds all L of them: L = 16384 fills it exactly, 16385
+// overflows it (the one-CTA fallback). Row 0: 4096 levels (about 4 copies of each: ties by index); row 1:
+// 2^21 levels (nearly distinct: the key-bit passes decide).
+void topk_one_bin_case(int64_t L, int64_t k) {
+  MLACONF_REQUIRE_CUDA();
+  std::mt19937_64 rng(L * 3 + k);
+  const int64_t T = 2;
+  std::vector<float> s(T * L);
+  for (int64_t i = 0; i < L; ++i) {
+    s[i] = 1.0f + (float)(rng() % 4096) / 16384.0f;
+    s[L + i] = 1.0f + (float)(rng() % (1u << 21)) / (float)(1u << 23);
+  }
+  auto d_s = cuda::to_device(s);
+  cuda::DeviceBuffer d_top(T * k * 4);
+  cuda::topk_rows(d_s.as<float>(), T, L, k, d_top.as<int32_t>());
+  ref::Mat<float> sm(T, L);
+  std::copy(s.begin(), s.end(), sm.data());
+  OpCheck chk;
+  chk.input("scores", [&] { return f32_array({T, L}, s); });
+  chk.exact("topk", {T, k}, ids_of(ref::topk_lower_index<float>(sm, k).idx), cuda::to_host<int32_t>(d_top, T * k));
+  expect_pass(chk);
+}
+
 // Keys over 2^31 elements (L x 128 f16, filled on the device): scores read past the 2^31-element mark
 // with 64-bit offsets. Two queries at the last positions; the scores of 4096 keys (the last ones, those
 // around the mark, a random spread) are judged against the reference on those keys. (The top-k of such a
@@ -245,6 +403,20 @@ const bool registered = [] {
     register_case("indexer", CaseName("indexer_scores").p("t", T).p("hi", Hi).p("di", Di).p("L", L).p("dtype", "f32").str(),
                   [T = T, Hi = Hi, Di = Di, L = L] { indexer_f32_case(T, Hi, Di, L); });
   register_case("indexer", "indexer_scores(t=2,hi=32,di=128,L=16827216,keys=gt2^31elems,dtype=f16)", huge_keys_case);
+  // The tiled fp32 scores (32-key warp tiles, 4 warps per CTA, heads padded to 8 / 16 / 32 / 64, dims in
+  // chunks of 32): L around 32 and 128, heads around each padding, dims around the chunk and off 16 bytes
+  // (Di % 4 != 0 and Hi > 64: the SIMT kernel), key regions off 16 bytes, the GLM-5 shape.
+  for (auto [T, Hi, Di, L, skew] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>>{
+           {3, 32, 128, 31, 0}, {3, 32, 128, 33, 0}, {3, 32, 128, 127, 0}, {5, 32, 128, 129, 0}, {4, 32, 128, 4097, 0},
+           {3, 7, 32, 65, 0}, {3, 9, 36, 65, 0}, {3, 31, 28, 129, 0}, {3, 33, 124, 129, 0}, {2, 63, 132, 97, 0},
+           {2, 64, 128, 1001, 0}, {2, 65, 128, 129, 0}, {3, 7, 66, 63, 0}, {3, 32, 128, 1001, 1}, {1, 1, 4, 1, 0}})
+    register_case("indexer",
+                  CaseName("indexer_scores").p("t", T).p("hi", Hi).p("di", Di).p("L", L).p("keys", skew ? "per_sequence_unaligned" : "per_sequence")
+                      .p("dtype", "f32").str(),
+                  [T = T, Hi = Hi, Di = Di, L = L, skew = skew] { indexer_f32_rows_case(T, Hi, Di, L, skew); });
+  register_case("indexer", "indexer_scores(t=65537,hi=8,di=32,L=33,dtype=f32)", indexer_f32_many_rows_case);
+  register_case("indexer", "indexer_scores(t=2,hi=32,di=128,L=16827216,keys=gt2^31elems,dtype=f32)", huge_keys_f32_case);
+  for (int64_t L : {16384, 16385}) register_case("indexer", CaseName("topk_exact").p("L", L).p("k", 2048).p("ties", "one_bin").str(), [L] { topk_one_bin_case(L, 2048); });
   register_case("indexer", "topk_negative_control(fault=topk_upper_tie,L=4096,k=2048)", [] { topk_exact_case(4096, 2048, true); });
   return true;
 }();
