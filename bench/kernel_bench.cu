@@ -179,9 +179,11 @@ void sparse_mla_case(int64_t B, int64_t ctx, int heads_per_cta = 0, int64_t spli
 }
 
 // ---- indexer -------------------------------------------------------------------------------------
-// One query (32 heads x 128) over L keys: scores + top-2048. fp16 keys (the tensor-core path) and fp32
-// keys (the pipeline's current choice). B > 1: B sequences with their own keys, one scores launch
-// (indexer_scores_batched) and one top-k launch (one CTA per row).
+// B queries of B sequences (32 heads x 128, each over its own L keys): scores + top-2048. fp16 keys (the
+// tensor-core path, indexer_scores_batched) and fp32 keys (the pipeline's choice: indexer_scores_f32_rows,
+// one launch for all B, key regions by device offsets, as a batched decode step calls it). One top-k
+// launch for all rows. Byte model: keys + q + w + the top-k written (the scores stay in L2 between the two
+// kernels at B = 1; at B = 16 and L = 128K they are 8 MB, also L2-resident).
 template <class In>
 void indexer_case(int64_t B, int64_t L, bool f16) {
   const int64_t Hi = 32, Di = 128, topk = 2048;
@@ -197,21 +199,17 @@ void indexer_case(int64_t B, int64_t L, bool f16) {
     fill_pattern_f16(k.as<uint16_t>(), nk * L, Di, 21);
     fill_pattern_f16(q.as<uint16_t>(), nk * Hi, Di, 22);
   } else {
-    std::vector<float> hk(L * Di);  // f32 keys: the f16 pattern widened, per key set
-    DeviceBuffer tmp((size_t)L * Di * 2);
-    for (int64_t s = 0; s < nk; ++s) {
-      fill_pattern_f16(tmp.as<uint16_t>(), L, Di, 21 + s);
-      std::vector<uint16_t> hb(L * Di);
-      tmp.download(hb.data(), hb.size() * 2);
-      for (size_t i = 0; i < hk.size(); ++i) hk[i] = half_bits_to_float_host(hb[i]);
-      k.upload(hk.data(), hk.size() * 4, (size_t)s * L * Di * 4);
-    }
+    for (int64_t s = 0; s < nk; ++s) fill_pattern_f32(k.as<float>() + s * L * Di, L, Di, 21 + s);  // f16 pattern values
     std::vector<float> hq(nk * Hi * Di);
     std::mt19937_64 rng(3);
     std::uniform_real_distribution<float> u(-1, 1);
     for (auto& v : hq) v = u(rng);
     q.upload(hq.data(), hq.size() * 4);
   }
+  // Key offsets of set s's B sequences (elements), one device array per set (the fp32 rows entry point).
+  std::vector<int64_t> hoff(nk);
+  for (int64_t i = 0; i < nk; ++i) hoff[i] = i * L * Di;
+  DeviceBuffer koff = to_device(hoff);
   std::vector<float> hw(nk * Hi);
   std::mt19937_64 rng(4);
   std::uniform_real_distribution<float> u(0.01f, 0.2f);
@@ -219,24 +217,17 @@ void indexer_case(int64_t B, int64_t L, bool f16) {
   w.upload(hw.data(), hw.size() * 4);
   const std::vector<int32_t> lasts(B, (int32_t)(L - 1));
   pos = to_device(lasts);
-  auto scores_call = [&](int i, int64_t b) {
-    const int64_t s = (int64_t)(i % n_sets) * B + b;
-    const In* kp = k.as<In>() + s * L * Di;
-    const In* qp = q.as<In>() + s * Hi * Di;
+  auto all_scores = [&](int i) {
+    const int64_t s = (int64_t)(i % n_sets) * B;  // the set's first sequence
     if constexpr (sizeof(In) == 2)
-      indexer_scores_batched(reinterpret_cast<const uint16_t*>(qp), reinterpret_cast<const uint16_t*>(kp), L * Di,
-                             w.as<float>() + s * Hi, pos.as<int32_t>(), B, Hi, Di, L, scores.as<float>());
+      indexer_scores_batched(reinterpret_cast<const uint16_t*>(q.as<In>() + s * Hi * Di), reinterpret_cast<const uint16_t*>(k.as<In>() + s * L * Di),
+                             L * Di, w.as<float>() + s * Hi, pos.as<int32_t>(), B, Hi, Di, L, scores.as<float>());
     else
-      indexer_scores_f32(qp, kp, w.as<float>() + s * Hi, pos.as<int32_t>(), 1, Hi, Di, L, scores.as<float>() + b * L);
+      indexer_scores_f32_rows(q.as<float>() + s * Hi * Di, k.as<float>(), koff.as<int64_t>() + s, w.as<float>() + s * Hi,
+                              pos.as<int32_t>(), B, Hi, Di, L, scores.as<float>());
   };
   const double flops = (double)B * L * Hi * Di * 2.0;
   const double bytes = B * (key_bytes + Hi * Di * sizeof(In) + Hi * 4.0 + topk * 4.0);
-  // fp16: one batched launch for all B; fp32 (single-query API): B launches.
-  auto all_scores = [&](int i) {
-    if constexpr (sizeof(In) == 2) scores_call(i, 0);
-    else
-      for (int64_t b = 0; b < B; ++b) scores_call(i, b);
-  };
   const std::string tag = "rotating " + std::to_string(n_sets) + " key sets";
   const double us_all = time_us([&](int i) {
     all_scores(i);
@@ -565,6 +556,14 @@ void check_indexer() {
   indexer_scores(dqh.as<uint16_t>(), dkh.as<uint16_t>(), dw.as<float>(), dpos.as<int32_t>(), 1, Hi, Di, L, s16.as<float>());
   indexer_scores_f32(dqr.as<float>(), dkr.as<float>(), dw.as<float>(), dpos.as<int32_t>(), 1, Hi, Di, L, sref.as<float>());
   indexer_scores_f32(dq.as<float>(), dk.as<float>(), dw.as<float>(), dpos.as<int32_t>(), 1, Hi, Di, L, s32.as<float>());
+  {  // the tiled fp32 kernel (what indexer_scores_f32 runs here) against the SIMT kernel: the same bits
+    DeviceBuffer simt(L * 4);
+    indexer_scores_f32_simt(dq.as<float>(), dk.as<float>(), nullptr, dw.as<float>(), dpos.as<int32_t>(), 1, Hi, Di, L, simt.as<float>());
+    const std::vector<float> x = to_host<float>(s32, L), y = to_host<float>(simt, L);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < L; ++i) differ += std::memcmp(&x[i], &y[i], 4) != 0;
+    check_row("indexer_scores_f32 (tiled) vs the SIMT kernel, L=131072 (scores that differ in any bit)", (double)differ, 0.0);
+  }
   std::vector<float> a = to_host<float>(s16, L), b = to_host<float>(sref, L);
   check_row("indexer_scores(f16 tensor cores vs f32 kernel, same inputs, L=131072)", nmse_vs(a, std::vector<double>(b.begin(), b.end())), 1e-10);
   topk_rows(s16.as<float>(), 1, L, topk, o16.as<int32_t>());
@@ -648,8 +647,10 @@ int main(int argc, char** argv) {
     sparse_mla_case(8, 32768);
     sparse_mla_case(32, 32768);
     indexer_case<uint16_t>(1, 131072, true);
-    indexer_case<float>(1, 131072, false);
     indexer_case<uint16_t>(16, 131072, true);
+    // fp32 keys (the pipeline's indexer): one query and B = 16, at the 32K context of the GLM-5 stack and 128K
+    for (int64_t L : {32768, 131072})
+      for (int64_t B : {1, 16}) indexer_case<float>(B, L, false);
     gemv_cases();
     gemv_block_cases();
     gemv_float_cases();
