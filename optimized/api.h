@@ -324,6 +324,12 @@ void indexer_scores_f32(const float* d_q, const float* d_k, const float* d_w, co
 // Each score is computed exactly as by indexer_scores_f32 on that region alone.
 void indexer_scores_f32_rows(const float* d_q, const float* d_k, const int64_t* d_k_off, const float* d_w, const int32_t* d_qpos,
                              int64_t T, int64_t Hi, int64_t Di, int64_t L, float* d_scores);
+// indexer_scores_f32_rows (d_k_off set; nullptr: indexer_scores_f32, keys shared by all rows) and then
+// topk_rows of those scores into d_out [T, k], with the same scores and selection; where the multi-CTA
+// top-k runs (L >= 16384, k <= 3072), its first histogram pass is fused into the scores kernel (two
+// launches in all instead of three).
+void indexer_topk_f32_rows(const float* d_q, const float* d_k, const int64_t* d_k_off, const float* d_w, const int32_t* d_qpos,
+                           int64_t T, int64_t Hi, int64_t Di, int64_t L, int64_t k, float* d_scores, int32_t* d_out);
 // The SIMT kernel the fp32 entry points fall back to (Di % 4 != 0, Hi > 64), forced for every shape: the
 // tiled kernel they run otherwise must give the same bits (suites/gpu, kernel_bench's check). T <= 65535.
 void indexer_scores_f32_simt(const float* d_q, const float* d_k, const int64_t* d_k_off, const float* d_w, const int32_t* d_qpos,

@@ -92,6 +92,66 @@ void launch_scores(const In* q, const In* k, int64_t k_stride, const float* w, c
   MLACONF_CUDA_LAUNCH_CHECK("indexer_scores_kernel");
 }
 
+// Order-preserving unsigned key of a float (larger float, larger key; -0 < +0).
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+constexpr int kBins = 2048;  // the multi-CTA top-k's first histogram: bits 31..21 of the order keys
+
+// The multi-CTA top-k's first pass, fused into the scores kernel (indexer_topk_f32_rows): its
+// per-row global histogram, count of finite scores, ticket and state (the TopkWork of topk_rows).
+// hist == nullptr: the scores kernel leaves it alone.
+struct ScoreHist {
+  int* hist = nullptr;  // [T][kBins]
+  int* valid = nullptr;  // [T]
+  int* ticket = nullptr;  // [T]
+  int* state = nullptr;  // [T][8]: b1, count above bin b1, keff
+  int k = 0;
+};
+
+// Run by the last CTA of row t (NT threads), after every CTA of the row added its scores to h: the bin
+// b1 of bits 31..21 that holds the k-th largest finite score, the count above it and keff = min(k,
+// finite count) into h.state (what topk_hist leaves for topk_collect); the row's histogram, count and
+// ticket left zero.
+template <int NT>
+__device__ void pick_first_bin(const ScoreHist& h, int64_t t) {
+  using Scan = cub::BlockScan<int, NT>;
+  __shared__ typename Scan::TempStorage tmp;
+  __shared__ int s_bin, s_rest;
+  constexpr int per = kBins / NT;
+  const int tid = threadIdx.x;
+  int v[per], sum = 0;
+#pragma unroll
+  for (int j = 0; j < per; ++j) {  // thread tid: bins in descending order, positions per * tid + j
+    int* cell = &h.hist[t * kBins + kBins - 1 - (per * tid + j)];
+    v[j] = __ldcg(cell);
+    *cell = 0;
+    sum += v[j];
+  }
+  int ex, total;
+  Scan(tmp).ExclusiveSum(sum, ex, total);
+  const int keff = min(h.k, __ldcg(&h.valid[t]));
+  if (tid == 0) s_bin = -1, s_rest = 0;
+  __syncthreads();
+  if (keff > 0 && ex < keff && keff <= ex + sum) {
+    int c = ex;
+#pragma unroll
+    for (int j = 0; j < per; ++j) {
+      if (c < keff && keff <= c + v[j]) s_bin = kBins - 1 - (per * tid + j), s_rest = keff - c;
+      c += v[j];
+    }
+  }
+  __syncthreads();
+  if (tid == 0) {
+    h.state[t * 8 + 0] = s_bin;
+    h.state[t * 8 + 1] = keff - s_rest;
+    h.state[t * 8 + 2] = keff;
+    h.valid[t] = 0;
+    h.ticket[t] = 0;
+  }
+}
+
 // ---- fp32 scores, register-tiled (the pipeline's indexer) ---------------------------------------
 // The same arithmetic as indexer_scores_kernel<float>, bit for bit, at the rate of the FFMA pipes:
 //  - dot(q[h], k[s]) is one fmaf chain over the dims in ascending order, starting from 0;
@@ -125,11 +185,12 @@ __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src) {
 }
 
 // grid (CTAs per row, T). Di % 4 == 0.
-template <int NH>
+// HIST: also the multi-CTA top-k's first histogram of the row's finite scores (ScoreHist).
+template <int NH, bool HIST>
 __global__ void __launch_bounds__(kF32Warps * 32, 3)
     indexer_scores_f32_tiled(const float* __restrict__ q, const float* __restrict__ k, const int64_t* __restrict__ k_off,
                              const float* __restrict__ w, const int32_t* __restrict__ q_pos, int Hi, int Di, int64_t L,
-                             float* __restrict__ scores) {
+                             float* __restrict__ scores, ScoreHist hs) {
   extern __shared__ __align__(16) float fsm[];
   constexpr int Hp = 4 * NH;
   const int qp = f32_q_pitch(Di);
@@ -183,6 +244,7 @@ __global__ void __launch_bounds__(kF32Warps * 32, 3)
 #pragma unroll
   for (int s = 0; s < kF32Stages - 1; ++s) issue(s);
   float acc[4][NH];
+  int n_finite = 0;  // (HIST) this lane's finite scores
   for (int64_t st = 0; st < n_steps; ++st) {
     issue(st + kF32Stages - 1);
     cp_async_wait<kF32Stages - 1>();
@@ -227,36 +289,59 @@ __global__ void __launch_bounds__(kF32Warps * 32, 3)
         total += __shfl_xor_sync(0xffffffffu, total, 1);
         const int64_t s = s0 + kg + 8 * j;
         if (hg == 0 && s < L) scores[t * L + s] = s <= last ? total : -INFINITY;
+        if constexpr (HIST) {  // the written score's bin when finite; adds aggregated per warp and bin
+          int bucket = -1;
+          if (hg == 0 && s <= last && isfinite(total)) bucket = (int)(order_key(total) >> 21), ++n_finite;
+          const unsigned peers = __match_any_sync(0xffffffffu, bucket);
+          if (bucket >= 0 && lane == __ffs(peers) - 1) atomicAdd(&hs.hist[t * kBins + bucket], __popc(peers));
+        }
       }
     }
     __syncwarp();  // every lane is done with stage st before the next issue overwrites it
   }
   cp_async_wait<0>();
+  if constexpr (HIST) {
+    __shared__ int s_last;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) n_finite += __shfl_xor_sync(0xffffffffu, n_finite, o);
+    if (lane == 0 && n_finite) atomicAdd(&hs.valid[t], n_finite);
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) s_last = atomicAdd(&hs.ticket[t], 1) == (int)gridDim.x - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    pick_first_bin<kF32Warps * 32>(hs, t);
+  }
 }
 
-// True when the tiled kernel ran: fp32, Di % 4 == 0, Hi <= 64, shared memory <= 99 KB.
-// (The other shapes run indexer_scores_kernel<float>, which computes the same bits.)
-bool launch_scores_f32_tiled(const float* q, const float* k, const int64_t* k_off, const float* w, const int32_t* qpos,
-                             int64_t T, int64_t Hi, int64_t Di, int64_t L, float* scores) {
+bool f32_tiled_supported(int64_t Hi, int64_t Di) {
   if (Di <= 0 || Di % 4 || Hi <= 0 || Hi > 64) return false;
-  const int NH = Hi <= 8 ? 2 : Hi <= 16 ? 4 : Hi <= 32 ? 8 : 16;
+  return f32_tiled_smem(Hi <= 8 ? 2 : Hi <= 16 ? 4 : Hi <= 32 ? 8 : 16, (int)Di) <= 99 * 1024;
+}
+
+template <int NH, bool HIST>
+void launch_f32_tiled(dim3 grid, size_t smem, const float* q, const float* k, const int64_t* k_off, const float* w,
+                      const int32_t* qpos, int64_t Hi, int64_t Di, int64_t L, float* scores, const ScoreHist& hs) {
+  indexer_scores_f32_tiled<NH, HIST><<<grid, kF32Warps * 32, smem, cur_stream()>>>(q, k, k_off, w, qpos, (int)Hi, (int)Di, L, scores, hs);
+  MLACONF_CUDA_LAUNCH_CHECK("indexer_scores_f32_tiled");
+}
+
+// The tiled kernel (f32_tiled_supported shapes). hs.hist set (T <= 65535): also the top-k's first pass.
+template <int NH, bool HIST>
+void run_f32_tiled(const float* q, const float* k, const int64_t* k_off, const float* w, const int32_t* qpos, int64_t T,
+                   int64_t Hi, int64_t Di, int64_t L, float* scores, const ScoreHist& hs) {
   const size_t smem = f32_tiled_smem(NH, (int)Di);
-  if (smem > 99 * 1024) return false;
-  const void* fn = NH == 2 ? (const void*)indexer_scores_f32_tiled<2>
-                   : NH == 4 ? (const void*)indexer_scores_f32_tiled<4>
-                   : NH == 8 ? (const void*)indexer_scores_f32_tiled<8>
-                             : (const void*)indexer_scores_f32_tiled<16>;
-  if (T == 0 || L == 0) return true;
-  // Per device and head tile: the largest allowance set, and the resident CTAs per SM at the size last
+  const auto fn = indexer_scores_f32_tiled<NH, HIST>;
+  // Per device and kernel: the largest allowance set, and the resident CTAs per SM at the size last
   // asked for (no attribute call once set: a captured step makes none; the occupancy query is no
   // stream operation).
   struct Cfg {
     size_t allowed = 0, occ_smem = 0;
     int ctas = 0;
   };
-  static Cfg cfg[64][4];
-  const int dev = current_device() & 63, slot = NH == 2 ? 0 : NH == 4 ? 1 : NH == 8 ? 2 : 3;
-  Cfg& c = cfg[dev][slot];
+  static Cfg cfg[64];
+  Cfg& c = cfg[current_device() & 63];
   if (smem > c.allowed) {
     MLACONF_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     c.allowed = smem;
@@ -273,18 +358,22 @@ bool launch_scores_f32_tiled(const float* q, const float* k, const int64_t* k_of
     const int64_t nt = std::min<int64_t>(65535, T - t0);
     // One wave of resident CTAs over all rows, at least one tile per warp.
     const int64_t per_row = std::max<int64_t>(1, std::min<int64_t>((tiles + kF32Warps - 1) / kF32Warps, (c.ctas + nt - 1) / nt));
-    const dim3 grid((unsigned)per_row, (unsigned)nt);
-    const float* qr = q + t0 * Hi * Di;
-    const int64_t* ko = k_off ? k_off + t0 : nullptr;
-    const float* wr = w + t0 * Hi;
-    const int32_t* pr = qpos + t0;
-    float* sr = scores + t0 * L;
-    if (NH == 2) indexer_scores_f32_tiled<2><<<grid, kF32Warps * 32, smem, cur_stream()>>>(qr, k, ko, wr, pr, (int)Hi, (int)Di, L, sr);
-    else if (NH == 4) indexer_scores_f32_tiled<4><<<grid, kF32Warps * 32, smem, cur_stream()>>>(qr, k, ko, wr, pr, (int)Hi, (int)Di, L, sr);
-    else if (NH == 8) indexer_scores_f32_tiled<8><<<grid, kF32Warps * 32, smem, cur_stream()>>>(qr, k, ko, wr, pr, (int)Hi, (int)Di, L, sr);
-    else indexer_scores_f32_tiled<16><<<grid, kF32Warps * 32, smem, cur_stream()>>>(qr, k, ko, wr, pr, (int)Hi, (int)Di, L, sr);
-    MLACONF_CUDA_LAUNCH_CHECK("indexer_scores_f32_tiled");
+    launch_f32_tiled<NH, HIST>(dim3((unsigned)per_row, (unsigned)nt), smem, q + t0 * Hi * Di, k, k_off ? k_off + t0 : nullptr,
+                               w + t0 * Hi, qpos + t0, Hi, Di, L, scores + t0 * L, hs);
   }
+}
+
+// True when the tiled kernel ran: fp32, f32_tiled_supported(Hi, Di). (The other shapes run
+// indexer_scores_kernel<float>, which computes the same bits.)
+bool launch_scores_f32_tiled(const float* q, const float* k, const int64_t* k_off, const float* w, const int32_t* qpos,
+                             int64_t T, int64_t Hi, int64_t Di, int64_t L, float* scores, const ScoreHist& hs = {}) {
+  if (!f32_tiled_supported(Hi, Di)) return false;
+  if (T == 0 || L == 0) return true;
+  const bool h = hs.hist != nullptr;
+  if (Hi <= 8) h ? run_f32_tiled<2, true>(q, k, k_off, w, qpos, T, Hi, Di, L, scores, hs) : run_f32_tiled<2, false>(q, k, k_off, w, qpos, T, Hi, Di, L, scores, hs);
+  else if (Hi <= 16) h ? run_f32_tiled<4, true>(q, k, k_off, w, qpos, T, Hi, Di, L, scores, hs) : run_f32_tiled<4, false>(q, k, k_off, w, qpos, T, Hi, Di, L, scores, hs);
+  else if (Hi <= 32) h ? run_f32_tiled<8, true>(q, k, k_off, w, qpos, T, Hi, Di, L, scores, hs) : run_f32_tiled<8, false>(q, k, k_off, w, qpos, T, Hi, Di, L, scores, hs);
+  else h ? run_f32_tiled<16, true>(q, k, k_off, w, qpos, T, Hi, Di, L, scores, hs) : run_f32_tiled<16, false>(q, k, k_off, w, qpos, T, Hi, Di, L, scores, hs);
   return true;
 }
 
@@ -382,11 +471,6 @@ bool launch_scores_mma(const __half* q, const __half* k, int64_t k_stride, const
 }
 
 constexpr int kTopkThreads = 1024;
-
-__device__ __forceinline__ uint32_t order_key(float f) {
-  const uint32_t u = __float_as_uint(f);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
 
 // One CTA (kTopkThreads threads) for a whole row. Radix select of the k-th largest key (4 passes of 8
 // bits), then one ordered pass that keeps every key above it and the lowest-index (or, under the fault,
@@ -496,7 +580,6 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const float* scores,
 // than kTopkCand elements fall in bin b1 (heavy ties, or scores packed in a quarter octave), that CTA
 // runs the one-CTA algorithm on the whole row instead. Every counter, histogram and bitmap is left zero
 // for the next call.
-constexpr int kBins = 2048;
 constexpr int kTopkCap = 3072;          // largest k of the multi-CTA path
 constexpr int kTopkCand = 16384;        // candidates per row (bin b1's elements)
 constexpr int kTopkChunk = 8192;        // elements per CTA
@@ -704,6 +787,14 @@ __global__ void __launch_bounds__(kTopkThreads) topk_collect(const float* scores
   if (tid == 0) w.ncand[t] = 0, w.ticket2[t] = 0;
 }
 
+// Rows that take the multi-CTA top-k (the fault's tie rule lives in the one-CTA kernel only). It runs
+// kTopkRowsPerPass rows at a time, so that its work memory (about 140 KB per row) stays bounded for a
+// long prefill.
+constexpr int64_t kTopkRowsPerPass = 512;
+bool topk_multi(int64_t L, int64_t k) {
+  return L >= kTopkMultiMinL && k <= kTopkCap && active_fault() != Fault::TopkUpperTie && L <= INT32_MAX;
+}
+
 // Zeroed work memory for the multi-CTA top-k, grown on demand (every call leaves it zero); one per
 // device (the layer split runs stages on several devices).
 TopkWork topk_work(int64_t T, int64_t L) {
@@ -776,17 +867,37 @@ void topk_rows(const float* d_scores, int64_t T, int64_t L, int64_t k, int32_t* 
   if (k <= 0 || k > INT32_MAX || L < 0) throw InputError("cuda::topk_rows: bad k or L");
   if (T == 0) return;
   const bool upper_tie = active_fault() == Fault::TopkUpperTie;
-  if (L >= kTopkMultiMinL && k <= kTopkCap && !upper_tie && T <= 65535 && L <= INT32_MAX) {
-    const TopkWork w = topk_work(T, L);
-    const dim3 grid(ceil_div(L, kTopkChunk), (unsigned)T);
-    topk_hist<<<grid, kTopkThreads, 0, cur_stream()>>>(d_scores, L, (int)k, w);
-    MLACONF_CUDA_LAUNCH_CHECK("topk_hist");
-    topk_collect<<<grid, kTopkThreads, 0, cur_stream()>>>(d_scores, L, (int)k, w, d_out);
-    MLACONF_CUDA_LAUNCH_CHECK("topk_collect");
+  if (topk_multi(L, k)) {
+    for (int64_t t0 = 0; t0 < T; t0 += kTopkRowsPerPass) {
+      const int64_t nt = std::min(kTopkRowsPerPass, T - t0);
+      const TopkWork w = topk_work(nt, L);
+      const dim3 grid(ceil_div(L, kTopkChunk), (unsigned)nt);
+      topk_hist<<<grid, kTopkThreads, 0, cur_stream()>>>(d_scores + t0 * L, L, (int)k, w);
+      MLACONF_CUDA_LAUNCH_CHECK("topk_hist");
+      topk_collect<<<grid, kTopkThreads, 0, cur_stream()>>>(d_scores + t0 * L, L, (int)k, w, d_out + t0 * k);
+      MLACONF_CUDA_LAUNCH_CHECK("topk_collect");
+    }
     return;
   }
   topk_kernel<<<(unsigned)T, kTopkThreads, 0, cur_stream()>>>(d_scores, L, (int)k, upper_tie, d_out);
   MLACONF_CUDA_LAUNCH_CHECK("topk_kernel");
+}
+
+void indexer_topk_f32_rows(const float* d_q, const float* d_k, const int64_t* d_k_off, const float* d_w, const int32_t* d_qpos,
+                           int64_t T, int64_t Hi, int64_t Di, int64_t L, int64_t k, float* d_scores, int32_t* d_out) {
+  if (k <= 0 || k > INT32_MAX || L < 0) throw InputError("cuda::topk_rows: bad k or L");
+  if (T > 0 && T <= kTopkRowsPerPass && f32_tiled_supported(Hi, Di) && topk_multi(L, k)) {
+    const TopkWork w = topk_work(T, L);
+    ScoreHist hs;
+    hs.hist = w.hist, hs.valid = w.valid, hs.ticket = w.ticket1, hs.state = w.state, hs.k = (int)k;
+    launch_scores_f32_tiled(d_q, d_k, d_k_off, d_w, d_qpos, T, Hi, Di, L, d_scores, hs);
+    topk_collect<<<dim3(ceil_div(L, kTopkChunk), (unsigned)T), kTopkThreads, 0, cur_stream()>>>(d_scores, L, (int)k, w, d_out);
+    MLACONF_CUDA_LAUNCH_CHECK("topk_collect");
+    return;
+  }
+  if (d_k_off) indexer_scores_f32_rows(d_q, d_k, d_k_off, d_w, d_qpos, T, Hi, Di, L, d_scores);
+  else indexer_scores_f32(d_q, d_k, d_w, d_qpos, T, Hi, Di, L, d_scores);
+  topk_rows(d_scores, T, L, k, d_out);
 }
 
 }  // namespace mlaconf::cuda
