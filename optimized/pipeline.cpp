@@ -349,6 +349,7 @@ struct Pipeline::Impl {
   }
   // The indexer of a pass over sequences: each group's rows score their own sequence's keys (exactly the
   // call forward() makes for that sequence alone), top-k positions, then absolute rows of the pool.
+  // Scores + top-k by indexer_topk_f32_rows (the top-k's first pass fused into the scores kernel).
   void indexer_select_seq(int64_t l, const float* qi, float* wts, const int32_t* d_pos, int64_t T, int32_t* top) {
     const int64_t Hi = c.indexer_n_head, Di = c.indexer_head_size, K = c.indexer_top_k;
     scale_indexer_weights(wts, T);
@@ -359,8 +360,7 @@ struct Pipeline::Impl {
       // (also at B = 1): over max_ctx keys, nothing of this step's host data in the launches.
       const int64_t Lmax = sr->graph_shape ? ctx : *std::max_element(sr->pos.begin(), sr->pos.end()) + 1;
       auto scores = fbuf(T * Lmax);
-      indexer_scores_f32_rows(qi, skeys[l].as<float>(), sr->key_off[(size_t)cur], wts, d_pos, T, Hi, Di, Lmax, scores.as<float>());
-      topk_rows(scores.as<float>(), T, Lmax, K, top);
+      indexer_topk_f32_rows(qi, skeys[l].as<float>(), sr->key_off[(size_t)cur], wts, d_pos, T, Hi, Di, Lmax, K, scores.as<float>(), top);
       paged_rows(top, T, K, sr->row_tab[(size_t)cur], sr->tab[(size_t)cur], max_pages, page_rows);
       return;
     }
@@ -370,8 +370,7 @@ struct Pipeline::Impl {
     for (const auto& [b, e] : sr->groups) {
       const int64_t Lg = sr->pos[(size_t)e - 1] + 1;  // the sequence's keys 0 .. its last row's position
       const float* keys = skeys[l].as<float>() + (int64_t)sr->slot[(size_t)b] * ctx * Di;
-      indexer_scores_f32(qi + b * Hi * Di, keys, wts + b * Hi, d_pos + b, e - b, Hi, Di, Lg, scores.as<float>());
-      topk_rows(scores.as<float>(), e - b, Lg, K, top + b * K);
+      indexer_topk_f32_rows(qi + b * Hi * Di, keys, nullptr, wts + b * Hi, d_pos + b, e - b, Hi, Di, Lg, K, scores.as<float>(), top + b * K);
     }
     paged_rows(top, T, K, sr->row_tab[(size_t)cur], sr->tab[(size_t)cur], max_pages, page_rows);
   }
@@ -553,9 +552,10 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
       indexer_select_seq(l, qi.as<float>(), wts.as<float>(), d_pos, T, topk_by_layer[l].as<int32_t>());
     } else {
       auto scores = fbuf(T * Lkv);
-      indexer_score_rows(qi.as<float>(), ikeys[l].as<float>(), wts.as<float>(), d_pos, T, Lkv, scores.as<float>());
+      scale_indexer_weights(wts.as<float>(), T);
+      indexer_topk_f32_rows(qi.as<float>(), ikeys[l].as<float>(), nullptr, wts.as<float>(), d_pos, T, Hi, Di, Lkv, K, scores.as<float>(),
+                            topk_by_layer[l].as<int32_t>());
       rec(l, op::kIndexerScores, scores.as<float>(), {T, Lkv});
-      topk_rows(scores.as<float>(), T, Lkv, K, topk_by_layer[l].as<int32_t>());
       if (tr) {  // our own selection, kept for the layers that share it (recorded under their names too)
         std::vector<int32_t>& top = own_topk[l];
         top.resize(T * K);
