@@ -182,6 +182,57 @@ void indexer_f32_rows_case(int64_t T, int64_t Hi, int64_t Di, int64_t L, int64_t
   expect_pass(chk);
 }
 
+// indexer_topk_f32_rows (the pipeline's decode call: scores + top-k, the top-k's first pass fused into
+// the scores kernel where the multi-CTA top-k runs) against the two separate calls on the same inputs:
+// scores bit for bit, selections equal, and the selection exactly the reference rule's on the kernel's
+// own scores; the scores against the reference. Run twice (the fused pass's work memory must be left
+// zero). Row 2's position is 100: fewer finite scores than k (-1 padding). shared: keys shared by all rows.
+void indexer_topk_f32_case(int64_t T, int64_t Hi, int64_t Di, int64_t L, int64_t k, bool shared) {
+  MLACONF_REQUIRE_CUDA();
+  std::mt19937_64 rng(41 + L + k);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const int64_t n_sets = shared ? 1 : T;
+  std::vector<float> q(T * Hi * Di), kk(n_sets * L * Di), w(T * Hi);
+  for (auto& v : q) v = u(rng);
+  for (auto& v : kk) v = u(rng);
+  for (auto& v : w) v = u(rng) / std::sqrt((float)(Hi * Di));
+  std::vector<int32_t> pos(T);
+  std::vector<int64_t> off(T);
+  for (int64_t t = 0; t < T; ++t) pos[t] = (int32_t)(t == 2 ? 100 : L - 1 - 37 * t), off[t] = shared ? 0 : t * L * Di;
+  auto d_q = cuda::to_device(q), d_k = cuda::to_device(kk), d_w = cuda::to_device(w), d_pos = cuda::to_device(pos),
+       d_off = cuda::to_device(off);
+  cuda::DeviceBuffer d_s(T * L * 4), d_s2(T * L * 4), d_top(T * k * 4), d_top2(T * k * 4);
+  const int64_t* ko = shared ? nullptr : d_off.as<int64_t>();
+  std::vector<float> first;
+  std::vector<int32_t> first_top;
+  for (int rep = 0; rep < 2; ++rep) {
+    cuda::indexer_topk_f32_rows(d_q.as<float>(), d_k.as<float>(), ko, d_w.as<float>(), d_pos.as<int32_t>(), T, Hi, Di, L, k,
+                                d_s.as<float>(), d_top.as<int32_t>());
+    if (rep == 0) first = cuda::to_host<float>(d_s, T * L), first_top = cuda::to_host<int32_t>(d_top, T * k);
+  }
+  if (shared) cuda::indexer_scores_f32(d_q.as<float>(), d_k.as<float>(), d_w.as<float>(), d_pos.as<int32_t>(), T, Hi, Di, L, d_s2.as<float>());
+  else cuda::indexer_scores_f32_rows(d_q.as<float>(), d_k.as<float>(), ko, d_w.as<float>(), d_pos.as<int32_t>(), T, Hi, Di, L, d_s2.as<float>());
+  cuda::topk_rows(d_s2.as<float>(), T, L, k, d_top2.as<int32_t>());
+  const std::vector<float> got = cuda::to_host<float>(d_s, T * L), sep = cuda::to_host<float>(d_s2, T * L);
+  const std::vector<int32_t> top = cuda::to_host<int32_t>(d_top, T * k), top2 = cuda::to_host<int32_t>(d_top2, T * k);
+  MatD want(T, L);
+  for (int64_t t = 0; t < T; ++t)
+    want.row(t) = ref::indexer_scores<double>(mat_of(q, 1, Hi * Di, t * Hi * Di), mat_of(kk, L, Di, off[t]),
+                                              mat_of(w, 1, Hi, t * Hi) * std::sqrt((double)(Hi * Di)), Hi, pos[t]);
+  OpCheck chk;
+  chk.input("q", [&] { return f32_array({T, Hi, Di}, q); });
+  chk.input("k", [&] { return f32_array({n_sets, L, Di}, kk); });
+  chk.input("w", [&] { return f32_array({T, Hi}, w); });
+  chk.input("q_pos", [&] { return i32_array({T}, pos); });
+  chk.tensor("indexer_scores", "f32", {T, L}, flat(want), as_f64(got));
+  chk.bits("scores_vs_separate_calls", {T, L}, sep, got);
+  chk.bits("scores_second_call", {T, L}, first, got);
+  judge_topk(chk, got, T, L, k, top);
+  chk.exact("topk_vs_separate_calls", {T, k}, top2, top);
+  chk.exact("topk_second_call", {T, k}, first_top, top);
+  expect_pass(chk);
+}
+
 // More than 65535 query rows (the launch's grid.y limit): the tiled kernel launches the rows in
 // pieces. Shared keys; rows 0..65534 bit for bit against the SIMT kernel, and the rows around the piece
 // boundary (65534..T-1) against each scored alone.
@@ -263,6 +314,25 @@ void huge_keys_f32_case() {
   chk.input("key_pattern_seed", [&] { return i32_array({1}, {(int32_t)seed}); });
   chk.tensor("indexer_scores", "f32", {T, (int64_t)keys.size()}, want, as_f64(got));
   chk.bits("scores_by_k_off_past_2p31", {L2}, std::vector<float>(all.begin() + (L - L2), all.begin() + L), tail);
+  expect_pass(chk);
+}
+
+// More rows than the multi-CTA top-k takes per pass (512): rows 512 and 513 run in a second pass over
+// the same work memory. Random scores with a few ties and -inf holes.
+void topk_many_rows_case() {
+  MLACONF_REQUIRE_CUDA();
+  const int64_t T = 514, L = 16385, k = 2048;
+  std::mt19937_64 rng(51);
+  std::vector<float> s(T * L);
+  for (int64_t i = 0; i < T * L; ++i) s[i] = i % 7 == 0 ? -INFINITY : (float)(int64_t)(rng() % 50000) / 64.0f - 300.0f;
+  auto d_s = cuda::to_device(s);
+  cuda::DeviceBuffer d_top(T * k * 4);
+  cuda::topk_rows(d_s.as<float>(), T, L, k, d_top.as<int32_t>());
+  ref::Mat<float> sm(T, L);
+  std::copy(s.begin(), s.end(), sm.data());
+  OpCheck chk;
+  chk.input("scores", [&] { return f32_array({T, L}, s); });
+  chk.exact("topk", {T, k}, ids_of(ref::topk_lower_index<float>(sm, k).idx), cuda::to_host<int32_t>(d_top, T * k));
   expect_pass(chk);
 }
 
@@ -415,7 +485,18 @@ const bool registered = [] {
                       .p("dtype", "f32").str(),
                   [T = T, Hi = Hi, Di = Di, L = L, skew = skew] { indexer_f32_rows_case(T, Hi, Di, L, skew); });
   register_case("indexer", "indexer_scores(t=65537,hi=8,di=32,L=33,dtype=f32)", indexer_f32_many_rows_case);
+  // Scores + top-k in one call: fused (L >= 16384, k <= 3072) and not (L 16383, k 3073), per-sequence and
+  // shared keys, the GLM-5 shape at 128K, a padded head tile.
+  for (auto [T, Hi, Di, L, k, shared] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool>>{
+           {3, 32, 128, 16384, 2048, false}, {3, 32, 128, 16383, 2048, false}, {4, 32, 128, 40001, 3072, false},
+           {3, 32, 128, 40001, 3073, false}, {3, 32, 128, 24577, 2048, true}, {1, 32, 128, 131072, 2048, false},
+           {3, 7, 32, 20000, 37, false}})
+    register_case("indexer",
+                  CaseName("indexer_topk").p("t", T).p("hi", Hi).p("di", Di).p("topk", k).p("L", L).p("keys", shared ? "shared" : "per_sequence")
+                      .p("entry", "indexer_topk_f32_rows").p("dtype", "f32").str(),
+                  [T = T, Hi = Hi, Di = Di, L = L, k = k, shared = shared] { indexer_topk_f32_case(T, Hi, Di, L, k, shared); });
   register_case("indexer", "indexer_scores(t=2,hi=32,di=128,L=16827216,keys=gt2^31elems,dtype=f32)", huge_keys_f32_case);
+  register_case("indexer", "topk_exact(t=514,L=16385,k=2048,ties=few)", topk_many_rows_case);
   for (int64_t L : {16384, 16385}) register_case("indexer", CaseName("topk_exact").p("L", L).p("k", 2048).p("ties", "one_bin").str(), [L] { topk_one_bin_case(L, 2048); });
   register_case("indexer", "topk_negative_control(fault=topk_upper_tie,L=4096,k=2048)", [] { topk_exact_case(4096, 2048, true); });
   return true;
