@@ -180,9 +180,10 @@ void sparse_mla_case(int64_t B, int64_t ctx, int heads_per_cta = 0, int64_t spli
 
 // ---- indexer -------------------------------------------------------------------------------------
 // B queries of B sequences (32 heads x 128, each over its own L keys): scores + top-2048. fp16 keys (the
-// tensor-core path, indexer_scores_batched) and fp32 keys (the pipeline's choice: indexer_scores_f32_rows,
-// one launch for all B, key regions by device offsets, as a batched decode step calls it). One top-k
-// launch for all rows. Byte model: keys + q + w + the top-k written (the scores stay in L2 between the two
+// tensor-core path, indexer_scores_batched, then topk_rows) and fp32 keys (the pipeline's choice and call:
+// indexer_topk_f32_rows, one scores launch for all B with key regions by device offsets and the top-k's
+// first pass fused in, then the top-k's collect launch). The scores alone and the top-k alone (topk_rows,
+// both of its launches) are timed too. Byte model: keys + q + w + the top-k written (the scores stay in L2 between the two
 // kernels at B = 1; at B = 16 and L = 128K they are 8 MB, also L2-resident).
 template <class In>
 void indexer_case(int64_t B, int64_t L, bool f16) {
@@ -229,9 +230,16 @@ void indexer_case(int64_t B, int64_t L, bool f16) {
   const double flops = (double)B * L * Hi * Di * 2.0;
   const double bytes = B * (key_bytes + Hi * Di * sizeof(In) + Hi * 4.0 + topk * 4.0);
   const std::string tag = "rotating " + std::to_string(n_sets) + " key sets";
+  // fp32: the pipeline's call (indexer_topk_f32_rows: the top-k's first pass fused into the scores kernel).
   const double us_all = time_us([&](int i) {
-    all_scores(i);
-    topk_rows(scores.as<float>(), B, L, topk, out.as<int32_t>());
+    if constexpr (sizeof(In) == 2) {
+      all_scores(i);
+      topk_rows(scores.as<float>(), B, L, topk, out.as<int32_t>());
+    } else {
+      const int64_t s = (int64_t)(i % n_sets) * B;
+      indexer_topk_f32_rows(q.as<float>() + s * Hi * Di, k.as<float>(), koff.as<int64_t>() + s, w.as<float>() + s * Hi,
+                            pos.as<int32_t>(), B, Hi, Di, L, topk, scores.as<float>(), out.as<int32_t>());
+    }
   });
   report({name, "indexer_scores+topk_rows", tag, us_all, bytes, flops});
   const double us_s = time_us([&](int i) { all_scores(i); });
@@ -581,6 +589,14 @@ void check_indexer() {
   std::vector<int32_t> want(order.begin(), order.begin() + topk);
   std::sort(want.begin(), want.end());
   check_row("topk_rows(L=131072,k=2048) vs host sort (exact: 1 = differs)", want == y ? 0.0 : 1.0, 0.0);
+  {  // the pipeline's fused call on the same inputs: the same scores and selection
+    DeviceBuffer sf(L * 4), of(topk * 4);
+    indexer_topk_f32_rows(dq.as<float>(), dk.as<float>(), nullptr, dw.as<float>(), dpos.as<int32_t>(), 1, Hi, Di, L, topk, sf.as<float>(),
+                          of.as<int32_t>());
+    const std::vector<float> f = to_host<float>(sf, L);
+    check_row("indexer_topk_f32_rows(L=131072,k=2048) vs scores + topk_rows (exact: 1 = differs)",
+              to_host<int32_t>(of, topk) == y && std::memcmp(f.data(), sc.data(), L * 4) == 0 ? 0.0 : 1.0, 0.0);
+  }
 }
 
 // With --only, the checks of the other kernel families are skipped too.
