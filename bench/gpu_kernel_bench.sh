@@ -16,7 +16,7 @@ ARCH="${BENCH_ARCH:-90}"
 B=build-bench-sm$ARCH
 mkdir -p "$B"
 SRCS="bench/kernel_bench.cu optimized/sparse_mla.cu optimized/gemv.cu optimized/gemv_blocks.cu optimized/gemv_float.cu optimized/indexer.cu optimized/dequant.cu
-      optimized/runtime.cu optimized/faults.cu optimized/ops.cu"
+      optimized/runtime.cu optimized/faults.cu optimized/ops.cu optimized/paged.cu"
 FLAGS="-std=c++20 -O3 -I. --expt-relaxed-constexpr -lineinfo --fmad=true -gencode arch=compute_$ARCH,code=sm_$ARCH"
 stale=0
 [ -x "$B/kernel_bench" ] || stale=1
