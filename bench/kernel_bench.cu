@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -267,46 +268,74 @@ void random_q4k(DeviceBuffer* w, int64_t n_mats, int64_t rows, int64_t cols) {
   for (int64_t i = 0; i < n_mats; ++i) w->upload(h.data(), per, (size_t)i * per);  // same bytes, distinct addresses
 }
 
-void gemv_cases() {
-  if (failed("gemv")) return;
-  const int64_t rows = 2048, cols = 6144;
-  const int64_t rb = row_bytes(GgmlType::Q4_K, cols);
-  const double mat_bytes = (double)rows * rb;
-  const int64_t pool = std::max<int64_t>(16, (int64_t)std::ceil(220e6 / mat_bytes));  // matrices in rotation
+// Variant suffix of a case name (set_gemv_variant: 0 = the default kernels, 1 = the v1 kernels).
+std::string variant_tag(int v) { return v == 0 ? "" : ",variant=v1"; }
+
+// B x vectors on one rows x cols Q4_K matrix (batched decode: every sequence's token through the same
+// weights; B = 1 is plain decode), rotating over a pool of matrices. Bytes: the matrix once, B x, B y.
+void q4k_case(int64_t rows, int64_t cols, int B, int variant) {
+  const std::string name = "gemv(type=Q4_K,rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
+                           (B > 1 ? ",b=" + std::to_string(B) : std::string()) + variant_tag(variant) + ")";
+  if (failed("gemv") || !wanted(name)) return;
+  const double mat_bytes = (double)rows * row_bytes(GgmlType::Q4_K, cols);
+  const int64_t pool = std::max<int64_t>(2, (int64_t)std::ceil(220e6 / mat_bytes));
   DeviceBuffer w;
   random_q4k(&w, pool, rows, cols);
-  std::vector<float> hx(cols * 8);
+  std::vector<float> hx((size_t)B * cols);
   std::mt19937_64 rng(2);
   std::uniform_real_distribution<float> u(-1, 1);
   for (auto& v : hx) v = u(rng);
-  DeviceBuffer x = to_device(hx), y((size_t)8 * rows * 4);
+  DeviceBuffer x = to_device(hx), y((size_t)B * rows * 4);
   const uint8_t* wp = w.as<uint8_t>();
-  const std::string n1 = "gemv(type=Q4_K,rows=2048,cols=6144)";
-  if (wanted(n1)) {
-    const double us = time_us([&](int i) {
-      gemv(GgmlType::Q4_K, wp + (size_t)(i % pool) * (size_t)mat_bytes, rows, cols, x.as<float>(), y.as<float>());
-    });
-    report({n1, "gemv", "rotating " + std::to_string(pool) + " matrices", us, mat_bytes + cols * 4.0 + rows * 4.0,
-            2.0 * rows * cols});
+  set_gemv_variant(variant);
+  const double us = time_us([&](int i) {
+    gemv(GgmlType::Q4_K, wp + (size_t)(i % pool) * (size_t)mat_bytes, rows, cols, x.as<float>(), y.as<float>(), B, 0, cols, rows);
+  });
+  set_gemv_variant(0);
+  report({name, "gemv", "rotating " + std::to_string(pool) + " matrices, " + std::to_string(B) + " x on one matrix", us,
+          mat_bytes + B * (cols + rows) * 4.0, 2.0 * rows * cols * B});
+}
+
+// 8 used experts of one token (one x, 8 outputs) in one call, chosen at random from a pool each call.
+void q4k_experts_case(int64_t rows, int64_t cols, int variant) {
+  const std::string name = "gemv_experts(type=Q4_K,experts=8,rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
+                           variant_tag(variant) + ")";
+  if (failed("gemv") || !wanted(name)) return;
+  const double mat_bytes = (double)rows * row_bytes(GgmlType::Q4_K, cols);
+  const int64_t pool = std::max<int64_t>(16, (int64_t)std::ceil(220e6 / mat_bytes));
+  DeviceBuffer w;
+  random_q4k(&w, pool, rows, cols);
+  std::vector<float> hx(cols);
+  std::mt19937_64 rng(2);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& v : hx) v = u(rng);
+  std::vector<int32_t> ids(8 * 64);
+  for (int c = 0; c < 64; ++c) {
+    std::vector<int32_t> p(pool);
+    std::iota(p.begin(), p.end(), 0);
+    std::shuffle(p.begin(), p.end(), rng);
+    for (int j = 0; j < 8; ++j) ids[c * 8 + j] = p[j];
   }
-  const std::string n8 = "gemv_experts(type=Q4_K,experts=8,rows=2048,cols=6144)";
-  if (wanted(n8)) {
-    // 8 used experts of one token (one x, 8 outputs), chosen at random from the pool each call.
-    std::vector<int32_t> ids(8 * 64);
-    for (int c = 0; c < 64; ++c) {
-      std::vector<int32_t> p(pool);
-      std::iota(p.begin(), p.end(), 0);
-      std::shuffle(p.begin(), p.end(), rng);
-      for (int j = 0; j < 8; ++j) ids[c * 8 + j] = p[j];
-    }
-    DeviceBuffer d_ids = to_device(ids);
-    const double us = time_us([&](int i) {
-      gemv_experts(GgmlType::Q4_K, wp, (int64_t)mat_bytes, d_ids.as<int32_t>() + (i % 64) * 8, 8, rows, cols, x.as<float>(), 0,
-                   y.as<float>(), rows);
-    });
-    report({n8, "gemv_experts", "8 of " + std::to_string(pool) + " experts, random per call", us,
-            8 * mat_bytes + cols * 4.0 + 8 * rows * 4.0, 8 * 2.0 * rows * cols});
-  }
+  DeviceBuffer x = to_device(hx), y((size_t)8 * rows * 4), d_ids = to_device(ids);
+  const uint8_t* wp = w.as<uint8_t>();
+  set_gemv_variant(variant);
+  const double us = time_us([&](int i) {
+    gemv_experts(GgmlType::Q4_K, wp, (int64_t)mat_bytes, d_ids.as<int32_t>() + (i % 64) * 8, 8, rows, cols, x.as<float>(), 0,
+                 y.as<float>(), rows);
+  });
+  set_gemv_variant(0);
+  report({name, "gemv_experts", "8 of " + std::to_string(pool) + " experts, random per call", us,
+          8 * mat_bytes + cols * 4.0 + 8 * rows * 4.0, 8 * 2.0 * rows * cols});
+}
+
+// The pipeline's Q4_K decode shapes (GLM-5 dims), each kernel variant in the same run.
+void gemv_cases() {
+  const int64_t shapes[][2] = {{2048, 6144}, {16384, 2048}, {6144, 16384}, {576, 6144}, {12288, 6144}, {6144, 12288}};
+  for (int B : {1, 8})
+    for (const auto& sh : shapes)
+      for (int v : {0, 1}) q4k_case(sh[0], sh[1], B, v);
+  for (const auto& sh : {std::array<int64_t, 2>{2048, 6144}, std::array<int64_t, 2>{6144, 2048}})
+    for (int v : {0, 1}) q4k_experts_case(sh[0], sh[1], v);
 }
 
 // ---- block-type GEMVs (optimized/gemv_blocks.cu): GLM-5's Q6_K output head and attention shapes ------
@@ -340,9 +369,9 @@ void random_mats(DeviceBuffer* w, GgmlType t, int64_t n_mats, int64_t rows, int6
 }
 
 // Bytes: the matrix once, B x vectors, B y vectors. FLOPs: 2 per weight and x.
-void gemv_block_case(GgmlType t, int64_t rows, int64_t cols, int B) {
+void gemv_block_case(GgmlType t, int64_t rows, int64_t cols, int B, int variant = 0) {
   const std::string name = std::string("gemv(type=") + type_name(t) + ",rows=" + std::to_string(rows) + ",cols=" +
-                           std::to_string(cols) + ",b=" + std::to_string(B) + ")";
+                           std::to_string(cols) + ",b=" + std::to_string(B) + variant_tag(variant) + ")";
   if (failed("gemv") || !wanted(name)) return;
   const double mat_bytes = (double)rows * row_bytes(t, cols);
   const int64_t pool = std::max<int64_t>(1, (int64_t)std::ceil(220e6 / mat_bytes));
@@ -354,21 +383,55 @@ void gemv_block_case(GgmlType t, int64_t rows, int64_t cols, int B) {
   for (auto& v : hx) v = u(rng);
   DeviceBuffer x = to_device(hx), y((size_t)B * rows * 4);
   const uint8_t* wp = w.as<uint8_t>();
+  set_gemv_variant(variant);
   const double us = time_us([&](int i) {
     gemv(t, wp + (size_t)(i % pool) * (size_t)mat_bytes, rows, cols, x.as<float>(), y.as<float>(), B, 0, cols, rows);
   });
+  set_gemv_variant(0);
   report({name, "gemv_blocks", "rotating " + std::to_string(pool) + " matrices, " + std::to_string(B) + " x on one matrix",
           us, mat_bytes + B * (cols + rows) * 4.0, 2.0 * rows * cols * B});
 }
 
+// Per-head matrices as the pipeline runs them at decode (T tokens x H heads, entry b on head b % H):
+// W_UK^T (attn_k_b, Q5_0 512 x 192) and W_UV (attn_v_b, 256 x 512). Bytes: H matrices, T H x and y.
+void gemv_per_head_case(GgmlType t, int64_t rows, int64_t cols, int64_t H, int64_t T, int variant) {
+  const std::string name = std::string("gemv_per_head(type=") + type_name(t) + ",rows=" + std::to_string(rows) + ",cols=" +
+                           std::to_string(cols) + ",heads=" + std::to_string(H) + ",t=" + std::to_string(T) +
+                           variant_tag(variant) + ")";
+  if (failed("gemv") || !wanted(name)) return;
+  const double set_bytes = (double)H * rows * row_bytes(t, cols);
+  const int64_t pool = std::max<int64_t>(1, (int64_t)std::ceil(220e6 / set_bytes));
+  DeviceBuffer w;
+  random_mats(&w, t, pool * H, rows, cols, 13);
+  std::vector<float> hx((size_t)T * H * cols);
+  std::mt19937_64 rng(6);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& v : hx) v = u(rng);
+  DeviceBuffer x = to_device(hx), y((size_t)T * H * rows * 4);
+  const uint8_t* wp = w.as<uint8_t>();
+  set_gemv_variant(variant);
+  const double us = time_us([&](int i) {
+    gemv_per_head(t, wp + (size_t)(i % pool) * (size_t)set_bytes, rows, cols, H, x.as<float>(), cols, y.as<float>(), rows, T * H);
+  });
+  set_gemv_variant(0);
+  report({name, "gemv_blocks", "rotating " + std::to_string(pool) + " head sets", us, set_bytes + T * H * (cols + rows) * 4.0,
+          2.0 * rows * cols * H * T});
+}
+
 void gemv_block_cases() {
-  for (int B : {1, 8}) {
-    gemv_block_case(GgmlType::Q6_K, 154880, 6144, B);  // output head
-    gemv_block_case(GgmlType::Q6_K, 16384, 6144, B);
-    gemv_block_case(GgmlType::Q6_K, 6144, 16384, B);   // attn_output (64 heads x 256 -> 6144)
-    gemv_block_case(GgmlType::Q8_0, 6144, 16384, B);
-    gemv_block_case(GgmlType::Q5_K, 6144, 16384, B);
-  }
+  for (int B : {1, 8})
+    for (int v : {0, 1}) {
+      gemv_block_case(GgmlType::Q6_K, 154880, 6144, B, v);  // output head
+      gemv_block_case(GgmlType::Q6_K, 16384, 6144, B, v);
+      gemv_block_case(GgmlType::Q6_K, 6144, 16384, B, v);   // attn_output (64 heads x 256 -> 6144)
+      gemv_block_case(GgmlType::Q8_0, 6144, 16384, B, v);
+      gemv_block_case(GgmlType::Q5_K, 6144, 16384, B, v);
+    }
+  for (int64_t T : {1, 8})
+    for (int v : {0, 1}) {
+      gemv_per_head_case(GgmlType::Q5_0, 512, 192, 64, T, v);
+      gemv_per_head_case(GgmlType::Q6_K, 256, 512, 64, T, v);
+    }
 }
 
 // ---- float GEMV (optimized/gemv_float.cu): the MoE router's F32 6144 x 256 matrix ------------------

@@ -6,6 +6,8 @@
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "optimized/api.h"
 #include "optimized/common.cuh"
@@ -16,6 +18,13 @@
 #include "optimized/iq_grids.cuh"
 
 namespace mlaconf::cuda {
+
+namespace {
+int g_gemv_variant = 0;
+}
+int gemv_variant() { return g_gemv_variant; }
+void set_gemv_variant(int v) { g_gemv_variant = v; }
+
 namespace {
 
 constexpr int kGemvThreads = 256;
@@ -177,6 +186,185 @@ bool gemv_q4k(const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_i
   return true;
 }
 
+// ---- Q4_K GEMV, v2 (the default) -----------------------------------------------------------------
+// Why v1 fell short (14 % of the copy floor at 2048 x 6144): every CTA of 8-32 rows first summed all of x
+// per sub-block (as many bytes of x read from L2 as of weights), then each thread reduced whole 256-value
+// blocks in one dependent chain, with all of a CTA's loads issued once at the start: one short wave whose
+// phases (load, pre-pass, compute) did not overlap.
+// v2: a CTA takes 8 rows and G groups of 8 lanes (blockDim = 8 G); lane r of a group works on row r, so the
+// 8 lanes of a group read the same x (one broadcast) and each its own row. A row's items are its 64-value
+// pieces: item i = 4 b + j is block b's sub-blocks 2j and 2j + 1 (its 32 qs bytes j: the low nibbles are
+// sub-block 2j, the high ones 2j + 1), read as three 16-byte loads (the 16-byte header: d, dmin, scales;
+// the two qs words); group g takes items g, g + G, g + 2G, ... and loads the next item's 48 bytes before
+// reducing the current one. The sum of x over a sub-block is split over the group (lanes 0-3: sub-block 2j,
+// lanes 4-7: 2j + 1, 8 values each) and combined by shuffles, so no pre-pass and no shared x. When the
+// whole batch uses one matrix, a CTA takes 4 x and decodes each weight once for them.
+// fp32 order of one row (fixed by the shape: G comes from rows and cols alone, never from the batch):
+//   item (b, j): dot_lo = fmaf chain over the 32 values of sub-block 2j in column order (nibble value times
+//   x), dot_hi likewise for 2j + 1; sum_s = ((x0+x1)+(x2+x3)) + ((x4+x5)+(x6+x7)) per lane's 8 values, then
+//   (s_l + s_l^1) + (..)^2 over the 4 lanes; acc += (d*sc_lo)*dot_lo - (dmin*m_lo)*sum_lo, then the same
+//   for hi (each product and sum rounded on its own);
+//   per thread: acc over its items in order; then the 4 groups of a warp by xor-shuffles 8 and 16; then the
+//   warps' partials added in warp order.
+constexpr int kQ4v2Rows = 8;
+constexpr int kQ4v2MaxThreads = 512;  // G <= 64: up to 128 registers per thread for the NB = 4 pass
+constexpr int kQ4v2MaxX = 4;          // x vectors per pass when the whole batch shares one matrix
+
+__device__ __forceinline__ float fsum8(const float4& a, const float4& c) {
+  return __fadd_rn(__fadd_rn(__fadd_rn(a.x, a.y), __fadd_rn(a.z, a.w)), __fadd_rn(__fadd_rn(c.x, c.y), __fadd_rn(c.z, c.w)));
+}
+
+// NB x vectors per CTA: entries b0 .. b0 + NB - 1 (grid index times NB), all on one matrix when NB > 1 (the
+// host only passes NB > 1 when the whole batch shares it). Each weight is decoded once for the NB of them;
+// every (row, x) result has exactly the NB = 1 order (each x its own chains, sums and reductions).
+template <int NB>
+__global__ void __launch_bounds__(kQ4v2MaxThreads) gemv_q4k_v2_kernel(const uint8_t* __restrict__ w, int64_t n_rows, int nb,
+                                                                      const int32_t* __restrict__ ids, int64_t w_count,
+                                                                      int64_t mat_stride, const float* __restrict__ x,
+                                                                      int64_t x_stride, float* __restrict__ y, int64_t y_stride,
+                                                                      int64_t batch, bool batch_major) {
+  __shared__ float red[kQ4v2MaxThreads / 32][NB][kQ4v2Rows];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int G = blockDim.x / kQ4v2Rows;  // groups per CTA (a multiple of 4)
+  const int r = lane & 7, g = tid >> 3;
+  const int64_t b0 = (batch_major ? blockIdx.x : blockIdx.y) * (int64_t)NB;
+  const int64_t mat = ids ? (int64_t)ids[b0] : b0 % w_count;
+  const float* xb[NB];
+#pragma unroll
+  for (int k = 0; k < NB; ++k) xb[k] = x + min(b0 + k, batch - 1) * x_stride;
+  const int64_t row = (int64_t)(batch_major ? blockIdx.y : blockIdx.x) * kQ4v2Rows + r;
+  const uint4* wr = reinterpret_cast<const uint4*>(w + mat * mat_stride + min(row, n_rows - 1) * ((int64_t)nb * 144));
+  const int nitems = nb * 4;
+  uint4 h = make_uint4(0, 0, 0, 0), q0 = h, q1 = h;
+  int it = g;
+  if (it < nitems) {
+    const uint4* p = wr + (it >> 2) * 9;
+    h = __ldg(p), q0 = __ldg(p + 1 + 2 * (it & 3)), q1 = __ldg(p + 2 + 2 * (it & 3));
+  }
+  float acc[NB];
+#pragma unroll
+  for (int k = 0; k < NB; ++k) acc[k] = 0.f;
+  const int rounds = (nitems + G - 1) / G;  // the same for every thread: the shuffles below stay converged
+  for (int rd = 0; rd < rounds; ++rd, it += G) {
+    const bool valid = it < nitems;
+    const uint4 ch = h, c0 = q0, c1 = q1;
+    if (it + G < nitems) {
+      const int nx = it + G;
+      const uint4* p = wr + (nx >> 2) * 9;
+      h = __ldg(p), q0 = __ldg(p + 1 + 2 * (nx & 3)), q1 = __ldg(p + 2 + 2 * (nx & 3));
+    }
+    const int j = it & 3;
+    const int64_t xoff = valid ? (int64_t)(it >> 2) * 256 + 64 * j : 0;  // sub-block 2j: [0, 32), 2j + 1: [32, 64)
+    // Sum of x per sub-block, split over the group: lane r sums x[xoff + 8r, + 8).
+    float sum_lo[NB], sum_hi[NB];
+#pragma unroll
+    for (int k = 0; k < NB; ++k) {
+      const float4* xs = reinterpret_cast<const float4*>(xb[k] + xoff + 8 * r);
+      float s = fsum8(__ldg(xs), __ldg(xs + 1));
+      s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 1));
+      s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 2));
+      sum_lo[k] = __shfl_sync(0xffffffffu, s, lane & ~7);
+      sum_hi[k] = __shfl_sync(0xffffffffu, s, (lane & ~7) + 4);
+    }
+    if (valid) {
+      const uint32_t qw[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+      float dl[NB], dh[NB];
+#pragma unroll
+      for (int k = 0; k < NB; ++k) dl[k] = 0.f, dh[k] = 0.f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const uint32_t lo = qw[e] & 0x0F0F0F0Fu, hi = (qw[e] >> 4) & 0x0F0F0F0Fu;
+        const float l0 = nib(lo, 0), l1 = nib(lo, 1), l2 = nib(lo, 2), l3 = nib(lo, 3);
+        const float h0 = nib(hi, 0), h1 = nib(hi, 1), h2 = nib(hi, 2), h3 = nib(hi, 3);
+#pragma unroll
+        for (int k = 0; k < NB; ++k) {
+          const float4* xa = reinterpret_cast<const float4*>(xb[k] + xoff);
+          const float4 a = __ldg(xa + e), c = __ldg(xa + 8 + e);
+          dl[k] = fmaf(l0, a.x, dl[k]);
+          dl[k] = fmaf(l1, a.y, dl[k]);
+          dl[k] = fmaf(l2, a.z, dl[k]);
+          dl[k] = fmaf(l3, a.w, dl[k]);
+          dh[k] = fmaf(h0, c.x, dh[k]);
+          dh[k] = fmaf(h1, c.y, dh[k]);
+          dh[k] = fmaf(h2, c.z, dh[k]);
+          dh[k] = fmaf(h3, c.w, dh[k]);
+        }
+      }
+      // ggml's get_scale_min_k4 for sub-blocks 2j and 2j + 1, four bytes at a time (scales: ch.y, ch.z, ch.w).
+      uint32_t SC, M;
+      if (j < 2) {
+        SC = ch.y & 0x3F3F3F3Fu, M = ch.z & 0x3F3F3F3Fu;
+      } else {
+        SC = (ch.w & 0x0F0F0F0Fu) | ((ch.y >> 2) & 0x30303030u);
+        M = ((ch.w >> 4) & 0x0F0F0F0Fu) | ((ch.z >> 2) & 0x30303030u);
+      }
+      const float d = __half2float(__ushort_as_half((unsigned short)(ch.x & 0xffff)));
+      const float dmin = __half2float(__ushort_as_half((unsigned short)(ch.x >> 16)));
+      const int k0 = (2 * j) & 3;
+      const float dsl = __fmul_rn(d, nib(SC, k0)), dml = __fmul_rn(dmin, nib(M, k0));
+      const float dsh = __fmul_rn(d, nib(SC, k0 + 1)), dmh = __fmul_rn(dmin, nib(M, k0 + 1));
+#pragma unroll
+      for (int k = 0; k < NB; ++k) {
+        acc[k] = __fadd_rn(acc[k], __fsub_rn(__fmul_rn(dsl, dl[k]), __fmul_rn(dml, sum_lo[k])));
+        acc[k] = __fadd_rn(acc[k], __fsub_rn(__fmul_rn(dsh, dh[k]), __fmul_rn(dmh, sum_hi[k])));
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < NB; ++k) {
+    float v = __fadd_rn(acc[k], __shfl_xor_sync(0xffffffffu, acc[k], 8));
+    v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 16));
+    if (lane < kQ4v2Rows) red[warp][k][lane] = v;
+  }
+  __syncthreads();
+  if (tid < kQ4v2Rows && row < n_rows) {
+#pragma unroll
+    for (int k = 0; k < NB; ++k) {
+      if (b0 + k >= batch) break;
+      float t = red[0][k][tid];
+      for (int q = 1; q < (int)(blockDim.x >> 5); ++q) t = __fadd_rn(t, red[q][k][tid]);
+      y[(b0 + k) * y_stride + row] = t;
+    }
+  }
+}
+
+// Groups per CTA for a rows x (nb blocks) matrix: each thread takes about the items that let all threads of
+// one matrix be resident on a reference device of 132 SMs at ~768 threads each (an H200), rounded to whole
+// warps, at most 64. A function of the shape alone (not of the device or batch): the order of sums is the
+// same everywhere, and suites/gpu emulates it on the host (its groups() must stay equal to this).
+int q4k_v2_groups(int64_t n_rows, int64_t nb) {
+  const int64_t items = nb * 4, ctas = (n_rows + kQ4v2Rows - 1) / kQ4v2Rows;
+  const int64_t slots = 132 * 768;
+  const int64_t per = std::max<int64_t>(1, (items * ctas * kQ4v2Rows + slots - 1) / slots);
+  int64_t G = (items + per - 1) / per;
+  G = (G + 3) / 4 * 4;
+  return (int)std::min<int64_t>(std::max<int64_t>(G, 4), kQ4v2MaxThreads / kQ4v2Rows);
+}
+
+bool gemv_q4k_v2(const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_ids, int64_t w_count, int64_t mat_stride,
+                 const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride, int64_t batch) {
+  const int64_t nb = ncols / 256;
+  if (nb > (1 << 24) || (reinterpret_cast<uintptr_t>(d_w) % 16) || mat_stride % 16 || (reinterpret_cast<uintptr_t>(d_x) % 16) ||
+      x_stride % 4 || batch > 65535)
+    return false;
+  const int G = q4k_v2_groups(n_rows, nb);
+  // One matrix for the whole batch (batched decode): kQ4v2MaxX x per CTA, each weight decoded once for them.
+  const bool shared = !d_ids && (mat_stride == 0 || w_count == 1) && batch > 1;
+  const int64_t nx = shared ? kQ4v2MaxX : 1, passes = (batch + nx - 1) / nx;
+  const unsigned blocks = ceil_div(n_rows, kQ4v2Rows);
+  const bool bm = blocks <= 65535;  // batch-major grid where the row blocks fit grid.y
+  const dim3 grid = bm ? dim3((unsigned)passes, blocks) : dim3(blocks, (unsigned)passes);
+  const uint8_t* w = static_cast<const uint8_t*>(d_w);
+  if (shared)
+    gemv_q4k_v2_kernel<kQ4v2MaxX><<<grid, G * kQ4v2Rows, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x,
+                                                                         x_stride, d_y, y_stride, batch, bm);
+  else
+    gemv_q4k_v2_kernel<1><<<grid, G * kQ4v2Rows, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x,
+                                                                 x_stride, d_y, y_stride, batch, bm);
+  MLACONF_CUDA_LAUNCH_CHECK("gemv_q4k_v2_kernel");
+  return true;
+}
+
 // One handle per device (a handle belongs to the device current when it was created), made on first use.
 cublasHandle_t cublas() {
   constexpr int kMaxDevices = 64;
@@ -199,6 +387,9 @@ void gemv_impl(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const
   if (n_rows == 0) return;
   // Q4_K: the vectorised kernel, for every batch shape (one kernel whatever the batch: batched decode
   // needs each row's bits independent of it).
+  if (t == GgmlType::Q4_K && gemv_variant() == 0 &&
+      gemv_q4k_v2(d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch))
+    return;
   if (t == GgmlType::Q4_K && gemv_q4k(d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch))
     return;
   // F32, F16, BF16 (the router): the float GEMV (gemv_float.cu), rows split over a whole CTA.

@@ -4,15 +4,19 @@
 // re-decodes the matrix for every x of a batch; on the H200 the Q6_K output head ran at 20-160 GB/s.
 // Here a warp streams 4 rows' bytes in chunks of 32 sub-blocks (32 values each) with 16-byte cp.async
 // into shared memory (double-buffered per warp; zero-fill past the matrix end, so nothing outside the
-// matrix is read whatever the block size's alignment), and lane l decodes sub-block l of each of the 4
-// rows with the exact ggml formulas (dq_elem, the dequant kernels' function) and multiplies every
-// value with every x of the pass (up to kMaxX). The batch entries that use the same matrix form one
-// group (one grid.y index); weights are decoded once per pass of kMaxX of them.
+// matrix is read whatever the block size's alignment). In each chunk of 1024 values lane l decodes the
+// 8-value groups l, l + 32, l + 64, l + 96 (values [256 p + 8 l, + 8) for p = 0..3) of each of the 4 rows
+// with the exact ggml formulas (dq_elem, the dequant kernels' function; word-wise for Q6_K / Q5_K) and
+// multiplies every value with every x of the pass (up to kMaxX): the 32 lanes read 1 KB of contiguous x
+// per pass (v2; v1 gave lane l sub-block l, so one x load touched 32 cache lines). The batch entries that
+// use the same matrix form one group (one grid.y index); weights are decoded once per pass of kMaxX of them.
 //
 // Bit-identity (batched decode promises each sequence the bits of decoding alone): the result of
-// (row, x) is lane l's fmaf chain over the values of sub-blocks l, l + 32, ... in column order, then a
-// fixed xor-shuffle tree over the 32 lanes. Nothing in it depends on the batch, the grouping, the pass
-// width NB or the other rows; products and sums are explicit intrinsics (no contraction choices).
+// (row, x) is lane l's fmaf chain over the values of the 8-value groups l, l + 32, l + 64, ... (columns
+// c with (c / 8) % 32 == l) in column order, then a fixed xor-shuffle tree over the 32 lanes. Nothing in
+// it depends on the batch, the grouping, the pass width NB or the other rows; products and sums are
+// explicit intrinsics (no contraction choices). (The v1 mapping, kept as variant 1 for kernel_bench,
+// summed sub-blocks l, l + 32, ... per lane instead.)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -112,7 +116,7 @@ struct Args {
 // grid (ceil(n_rows / kRowsPerCta), groups). Group g: without ids, the batch entries g, g + step, ...
 // (one matrix); with ids, entry g and every later entry with the same id, run by the CTA of the
 // group's first entry (the CTAs of the other entries return at once).
-template <int TYPE, int NB>
+template <int TYPE, int NB, bool LEGACY>
 __global__ void __launch_bounds__(kThreads) gemv_blocks_kernel(Args a) {
   using S = Shape<TYPE>;
   constexpr int kSpb = S::bs / 32;                        // sub-blocks (lanes) per block
@@ -139,7 +143,7 @@ __global__ void __launch_bounds__(kThreads) gemv_blocks_kernel(Args a) {
   const uint8_t* wm = a.w + mat * a.w_stride;
   const uint8_t* mat_end = wm + a.n_rows * a.row_bytes;
   const int64_t row0 = (int64_t)blockIdx.x * kRowsPerCta + warp * kRowsPerWarp;
-  const int64_t nchunks = (a.nblocks + kBpc - 1) / kBpc, nsub = a.nblocks * kSpb;
+  const int64_t nchunks = (a.nblocks + kBpc - 1) / kBpc, nsub = a.nblocks * kSpb, ncols = nsub * 32;
 
   // One row's chunk c: its aligned 16-byte words into stage[warp][buf][rr], zero past the matrix end.
   auto issue = [&](int64_t c, int buf) {
@@ -209,8 +213,57 @@ __global__ void __launch_bounds__(kThreads) gemv_blocks_kernel(Args a) {
         cp_async_wait<1>();
         __syncwarp();
         const int buf = (int)(c & 1);
-        const int64_t u = c * 32 + lane;  // this lane's sub-block of the row
-        if (u < nsub) {
+        if (!LEGACY) {
+          // Lane l takes values [256 p + 8 l, + 8) of the chunk's 1024 for p = 0..3: the lanes of a warp read
+          // 1 KB of contiguous x per pass (v1's lane-per-sub-block mapping spread them over 32 lines).
+          int base[kRowsPerWarp];
+          bool ok[kRowsPerWarp];
+#pragma unroll
+          for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+            const int64_t row = row0 + rr;
+            ok[rr] = row < a.n_rows;
+            base[rr] = (int)(reinterpret_cast<uintptr_t>(wm + row * a.row_bytes + c * kChunkBytes) & 15);
+          }
+#pragma unroll 1
+          for (int p = 0; p < 4; ++p) {
+            const int v = 256 * p + 8 * lane;
+            const int64_t col = c * 1024 + v;
+            if (col >= ncols) break;
+            const int kb = v / S::bs, i0 = v % S::bs;
+            float wv[kRowsPerWarp][8];
+#pragma unroll
+            for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+              if (ok[rr]) {
+                decode8<TYPE>(&stage[warp][buf][rr][base[rr] + kb * S::ts], i0, wv[rr]);
+              } else {
+#pragma unroll
+                for (int e = 0; e < 8; ++e) wv[rr][e] = 0.f;
+              }
+            }
+#pragma unroll
+            for (int j = 0; j < NB; ++j) {
+              if (j >= nm) break;
+              const float* xp = a.x + bx[j] * a.x_stride + col;
+              const float4 x0 = __ldg(reinterpret_cast<const float4*>(xp));
+              const float4 x1 = __ldg(reinterpret_cast<const float4*>(xp + 4));
+#pragma unroll
+              for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+                float s = acc[rr][j];
+                s = fmaf(wv[rr][0], x0.x, s);
+                s = fmaf(wv[rr][1], x0.y, s);
+                s = fmaf(wv[rr][2], x0.z, s);
+                s = fmaf(wv[rr][3], x0.w, s);
+                s = fmaf(wv[rr][4], x1.x, s);
+                s = fmaf(wv[rr][5], x1.y, s);
+                s = fmaf(wv[rr][6], x1.z, s);
+                s = fmaf(wv[rr][7], x1.w, s);
+                acc[rr][j] = s;
+              }
+            }
+          }
+        }
+        const int64_t u = c * 32 + lane;  // v1: this lane's sub-block of the row
+        if (LEGACY && u < nsub) {
           const int kb = lane / kSpb, sub = lane % kSpb;
           const uint8_t* bp[kRowsPerWarp];
           bool ok[kRowsPerWarp];
@@ -278,10 +331,17 @@ bool launch(const Args& a, int64_t groups, bool wide) {
       traits(static_cast<GgmlType>(TYPE)).block_size != Shape<TYPE>::bs)
     return false;
   const dim3 grid(ceil_div(a.n_rows, kRowsPerCta), (unsigned)groups);
-  if (wide)
-    gemv_blocks_kernel<TYPE, kMaxX><<<grid, kThreads, 0, cur_stream()>>>(a);
-  else
-    gemv_blocks_kernel<TYPE, 1><<<grid, kThreads, 0, cur_stream()>>>(a);
+  // The v1 mapping (variant 1: one sub-block per lane) is kept for kernel_bench's comparison.
+  if (gemv_variant() == 1) {
+    if (wide)
+      gemv_blocks_kernel<TYPE, kMaxX, true><<<grid, kThreads, 0, cur_stream()>>>(a);
+    else
+      gemv_blocks_kernel<TYPE, 1, true><<<grid, kThreads, 0, cur_stream()>>>(a);
+  } else if (wide) {
+    gemv_blocks_kernel<TYPE, kMaxX, false><<<grid, kThreads, 0, cur_stream()>>>(a);
+  } else {
+    gemv_blocks_kernel<TYPE, 1, false><<<grid, kThreads, 0, cur_stream()>>>(a);
+  }
   MLACONF_CUDA_LAUNCH_CHECK("gemv_blocks_kernel");
   return true;
 }
