@@ -269,14 +269,17 @@ void random_q4k(DeviceBuffer* w, int64_t n_mats, int64_t rows, int64_t cols) {
 }
 
 // Variant suffix of a case name (set_gemv_variant: 0 = the default kernels, 1 = the v1 kernels).
-std::string variant_tag(int v) { return v == 0 ? "" : ",variant=v1"; }
+std::string variant_tag(int v) { return v == 0 ? "" : v == 1 ? ",variant=v1" : ",variant=deep"; }
+// The variants timed on every case (the same inputs): 0 default, 1 the v1 kernels, 2 default with more
+// loads in flight (Q4_K: two items ahead; block kernel: two 256-value passes unrolled).
+constexpr int kVariants[] = {0, 1, 2};
 
 // B x vectors on one rows x cols Q4_K matrix (batched decode: every sequence's token through the same
 // weights; B = 1 is plain decode), rotating over a pool of matrices. Bytes: the matrix once, B x, B y.
-void q4k_case(int64_t rows, int64_t cols, int B, int variant) {
-  const std::string name = "gemv(type=Q4_K,rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
-                           (B > 1 ? ",b=" + std::to_string(B) : std::string()) + variant_tag(variant) + ")";
-  if (failed("gemv") || !wanted(name)) return;
+void q4k_case(int64_t rows, int64_t cols, int B) {
+  const std::string stem = "gemv(type=Q4_K,rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
+                           (B > 1 ? ",b=" + std::to_string(B) : std::string());
+  if (failed("gemv") || !wanted(stem)) return;
   const double mat_bytes = (double)rows * row_bytes(GgmlType::Q4_K, cols);
   const int64_t pool = std::max<int64_t>(2, (int64_t)std::ceil(220e6 / mat_bytes));
   DeviceBuffer w;
@@ -287,20 +290,21 @@ void q4k_case(int64_t rows, int64_t cols, int B, int variant) {
   for (auto& v : hx) v = u(rng);
   DeviceBuffer x = to_device(hx), y((size_t)B * rows * 4);
   const uint8_t* wp = w.as<uint8_t>();
+  for (int variant : kVariants) {
   set_gemv_variant(variant);
   const double us = time_us([&](int i) {
     gemv(GgmlType::Q4_K, wp + (size_t)(i % pool) * (size_t)mat_bytes, rows, cols, x.as<float>(), y.as<float>(), B, 0, cols, rows);
   });
   set_gemv_variant(0);
-  report({name, "gemv", "rotating " + std::to_string(pool) + " matrices, " + std::to_string(B) + " x on one matrix", us,
+  report({stem + variant_tag(variant) + ")", "gemv", "rotating " + std::to_string(pool) + " matrices, " + std::to_string(B) + " x on one matrix", us,
           mat_bytes + B * (cols + rows) * 4.0, 2.0 * rows * cols * B});
+  }
 }
 
 // 8 used experts of one token (one x, 8 outputs) in one call, chosen at random from a pool each call.
-void q4k_experts_case(int64_t rows, int64_t cols, int variant) {
-  const std::string name = "gemv_experts(type=Q4_K,experts=8,rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
-                           variant_tag(variant) + ")";
-  if (failed("gemv") || !wanted(name)) return;
+void q4k_experts_case(int64_t rows, int64_t cols) {
+  const std::string stem = "gemv_experts(type=Q4_K,experts=8,rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols);
+  if (failed("gemv") || !wanted(stem)) return;
   const double mat_bytes = (double)rows * row_bytes(GgmlType::Q4_K, cols);
   const int64_t pool = std::max<int64_t>(16, (int64_t)std::ceil(220e6 / mat_bytes));
   DeviceBuffer w;
@@ -318,24 +322,24 @@ void q4k_experts_case(int64_t rows, int64_t cols, int variant) {
   }
   DeviceBuffer x = to_device(hx), y((size_t)8 * rows * 4), d_ids = to_device(ids);
   const uint8_t* wp = w.as<uint8_t>();
+  for (int variant : kVariants) {
   set_gemv_variant(variant);
   const double us = time_us([&](int i) {
     gemv_experts(GgmlType::Q4_K, wp, (int64_t)mat_bytes, d_ids.as<int32_t>() + (i % 64) * 8, 8, rows, cols, x.as<float>(), 0,
                  y.as<float>(), rows);
   });
   set_gemv_variant(0);
-  report({name, "gemv_experts", "8 of " + std::to_string(pool) + " experts, random per call", us,
+  report({stem + variant_tag(variant) + ")", "gemv_experts", "8 of " + std::to_string(pool) + " experts, random per call", us,
           8 * mat_bytes + cols * 4.0 + 8 * rows * 4.0, 8 * 2.0 * rows * cols});
+  }
 }
 
 // The pipeline's Q4_K decode shapes (GLM-5 dims), each kernel variant in the same run.
 void gemv_cases() {
   const int64_t shapes[][2] = {{2048, 6144}, {16384, 2048}, {6144, 16384}, {576, 6144}, {12288, 6144}, {6144, 12288}};
   for (int B : {1, 8})
-    for (const auto& sh : shapes)
-      for (int v : {0, 1}) q4k_case(sh[0], sh[1], B, v);
-  for (const auto& sh : {std::array<int64_t, 2>{2048, 6144}, std::array<int64_t, 2>{6144, 2048}})
-    for (int v : {0, 1}) q4k_experts_case(sh[0], sh[1], v);
+    for (const auto& sh : shapes) q4k_case(sh[0], sh[1], B);
+  for (const auto& sh : {std::array<int64_t, 2>{2048, 6144}, std::array<int64_t, 2>{6144, 2048}}) q4k_experts_case(sh[0], sh[1]);
 }
 
 // ---- block-type GEMVs (optimized/gemv_blocks.cu): GLM-5's Q6_K output head and attention shapes ------
@@ -369,10 +373,10 @@ void random_mats(DeviceBuffer* w, GgmlType t, int64_t n_mats, int64_t rows, int6
 }
 
 // Bytes: the matrix once, B x vectors, B y vectors. FLOPs: 2 per weight and x.
-void gemv_block_case(GgmlType t, int64_t rows, int64_t cols, int B, int variant = 0) {
-  const std::string name = std::string("gemv(type=") + type_name(t) + ",rows=" + std::to_string(rows) + ",cols=" +
-                           std::to_string(cols) + ",b=" + std::to_string(B) + variant_tag(variant) + ")";
-  if (failed("gemv") || !wanted(name)) return;
+void gemv_block_case(GgmlType t, int64_t rows, int64_t cols, int B) {
+  const std::string stem = std::string("gemv(type=") + type_name(t) + ",rows=" + std::to_string(rows) + ",cols=" +
+                           std::to_string(cols) + ",b=" + std::to_string(B);
+  if (failed("gemv") || !wanted(stem)) return;
   const double mat_bytes = (double)rows * row_bytes(t, cols);
   const int64_t pool = std::max<int64_t>(1, (int64_t)std::ceil(220e6 / mat_bytes));
   DeviceBuffer w;
@@ -383,22 +387,24 @@ void gemv_block_case(GgmlType t, int64_t rows, int64_t cols, int B, int variant 
   for (auto& v : hx) v = u(rng);
   DeviceBuffer x = to_device(hx), y((size_t)B * rows * 4);
   const uint8_t* wp = w.as<uint8_t>();
+  for (int variant : kVariants) {
   set_gemv_variant(variant);
   const double us = time_us([&](int i) {
     gemv(t, wp + (size_t)(i % pool) * (size_t)mat_bytes, rows, cols, x.as<float>(), y.as<float>(), B, 0, cols, rows);
   });
   set_gemv_variant(0);
-  report({name, "gemv_blocks", "rotating " + std::to_string(pool) + " matrices, " + std::to_string(B) + " x on one matrix",
-          us, mat_bytes + B * (cols + rows) * 4.0, 2.0 * rows * cols * B});
+  report({stem + variant_tag(variant) + ")", "gemv_blocks",
+          "rotating " + std::to_string(pool) + " matrices, " + std::to_string(B) + " x on one matrix", us,
+          mat_bytes + B * (cols + rows) * 4.0, 2.0 * rows * cols * B});
+  }
 }
 
 // Per-head matrices as the pipeline runs them at decode (T tokens x H heads, entry b on head b % H):
 // W_UK^T (attn_k_b, Q5_0 512 x 192) and W_UV (attn_v_b, 256 x 512). Bytes: H matrices, T H x and y.
-void gemv_per_head_case(GgmlType t, int64_t rows, int64_t cols, int64_t H, int64_t T, int variant) {
-  const std::string name = std::string("gemv_per_head(type=") + type_name(t) + ",rows=" + std::to_string(rows) + ",cols=" +
-                           std::to_string(cols) + ",heads=" + std::to_string(H) + ",t=" + std::to_string(T) +
-                           variant_tag(variant) + ")";
-  if (failed("gemv") || !wanted(name)) return;
+void gemv_per_head_case(GgmlType t, int64_t rows, int64_t cols, int64_t H, int64_t T) {
+  const std::string stem = std::string("gemv_per_head(type=") + type_name(t) + ",rows=" + std::to_string(rows) + ",cols=" +
+                           std::to_string(cols) + ",heads=" + std::to_string(H) + ",t=" + std::to_string(T);
+  if (failed("gemv") || !wanted(stem)) return;
   const double set_bytes = (double)H * rows * row_bytes(t, cols);
   const int64_t pool = std::max<int64_t>(1, (int64_t)std::ceil(220e6 / set_bytes));
   DeviceBuffer w;
@@ -409,29 +415,29 @@ void gemv_per_head_case(GgmlType t, int64_t rows, int64_t cols, int64_t H, int64
   for (auto& v : hx) v = u(rng);
   DeviceBuffer x = to_device(hx), y((size_t)T * H * rows * 4);
   const uint8_t* wp = w.as<uint8_t>();
+  for (int variant : kVariants) {
   set_gemv_variant(variant);
   const double us = time_us([&](int i) {
     gemv_per_head(t, wp + (size_t)(i % pool) * (size_t)set_bytes, rows, cols, H, x.as<float>(), cols, y.as<float>(), rows, T * H);
   });
   set_gemv_variant(0);
-  report({name, "gemv_blocks", "rotating " + std::to_string(pool) + " head sets", us, set_bytes + T * H * (cols + rows) * 4.0,
-          2.0 * rows * cols * H * T});
+  report({stem + variant_tag(variant) + ")", "gemv_blocks", "rotating " + std::to_string(pool) + " head sets", us,
+          set_bytes + T * H * (cols + rows) * 4.0, 2.0 * rows * cols * H * T});
+  }
 }
 
 void gemv_block_cases() {
-  for (int B : {1, 8})
-    for (int v : {0, 1}) {
-      gemv_block_case(GgmlType::Q6_K, 154880, 6144, B, v);  // output head
-      gemv_block_case(GgmlType::Q6_K, 16384, 6144, B, v);
-      gemv_block_case(GgmlType::Q6_K, 6144, 16384, B, v);   // attn_output (64 heads x 256 -> 6144)
-      gemv_block_case(GgmlType::Q8_0, 6144, 16384, B, v);
-      gemv_block_case(GgmlType::Q5_K, 6144, 16384, B, v);
-    }
-  for (int64_t T : {1, 8})
-    for (int v : {0, 1}) {
-      gemv_per_head_case(GgmlType::Q5_0, 512, 192, 64, T, v);
-      gemv_per_head_case(GgmlType::Q6_K, 256, 512, 64, T, v);
-    }
+  for (int B : {1, 8}) {
+    gemv_block_case(GgmlType::Q6_K, 154880, 6144, B);  // output head
+    gemv_block_case(GgmlType::Q6_K, 16384, 6144, B);
+    gemv_block_case(GgmlType::Q6_K, 6144, 16384, B);   // attn_output (64 heads x 256 -> 6144)
+    gemv_block_case(GgmlType::Q8_0, 6144, 16384, B);
+    gemv_block_case(GgmlType::Q5_K, 6144, 16384, B);
+  }
+  for (int64_t T : {1, 8}) {
+    gemv_per_head_case(GgmlType::Q5_0, 512, 192, 64, T);
+    gemv_per_head_case(GgmlType::Q6_K, 256, 512, 64, T);
+  }
 }
 
 // ---- float GEMV (optimized/gemv_float.cu): the MoE router's F32 6144 x 256 matrix ------------------

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "optimized/api.h"
@@ -20,7 +21,13 @@
 namespace mlaconf::cuda {
 
 namespace {
-int g_gemv_variant = 0;
+// MLACONF_GEMV_VARIANT selects a variant for a whole process (a debugging and measuring knob; kernel_bench
+// sets it per case): 0 the default, 1 the v1 kernels (other fp32 orders), 2 the default kernels with
+// more loads in flight (the same orders as 0).
+int g_gemv_variant = [] {
+  const char* v = std::getenv("MLACONF_GEMV_VARIANT");
+  return v && (v[0] == '1' || v[0] == '2') && !v[1] ? v[0] - '0' : 0;
+}();
 }
 int gemv_variant() { return g_gemv_variant; }
 void set_gemv_variant(int v) { g_gemv_variant = v; }
@@ -217,7 +224,7 @@ __device__ __forceinline__ float fsum8(const float4& a, const float4& c) {
 // NB x vectors per CTA: entries b0 .. b0 + NB - 1 (grid index times NB), all on one matrix when NB > 1 (the
 // host only passes NB > 1 when the whole batch shares it). Each weight is decoded once for the NB of them;
 // every (row, x) result has exactly the NB = 1 order (each x its own chains, sums and reductions).
-template <int NB>
+template <int NB, int DEPTH>
 __global__ void __launch_bounds__(kQ4v2MaxThreads) gemv_q4k_v2_kernel(const uint8_t* __restrict__ w, int64_t n_rows, int nb,
                                                                       const int32_t* __restrict__ ids, int64_t w_count,
                                                                       int64_t mat_stride, const float* __restrict__ x,
@@ -235,11 +242,17 @@ __global__ void __launch_bounds__(kQ4v2MaxThreads) gemv_q4k_v2_kernel(const uint
   const int64_t row = (int64_t)(batch_major ? blockIdx.y : blockIdx.x) * kQ4v2Rows + r;
   const uint4* wr = reinterpret_cast<const uint4*>(w + mat * mat_stride + min(row, n_rows - 1) * ((int64_t)nb * 144));
   const int nitems = nb * 4;
-  uint4 h = make_uint4(0, 0, 0, 0), q0 = h, q1 = h;
+  // Loads of DEPTH items ahead are in flight while a thread reduces one (slot 0: the next to reduce).
+  uint4 h[DEPTH], q0[DEPTH], q1[DEPTH];
   int it = g;
-  if (it < nitems) {
-    const uint4* p = wr + (it >> 2) * 9;
-    h = __ldg(p), q0 = __ldg(p + 1 + 2 * (it & 3)), q1 = __ldg(p + 2 + 2 * (it & 3));
+#pragma unroll
+  for (int s = 0; s < DEPTH; ++s) {
+    h[s] = q0[s] = q1[s] = make_uint4(0, 0, 0, 0);
+    const int i = it + s * G;
+    if (i < nitems) {
+      const uint4* p = wr + (i >> 2) * 9;
+      h[s] = __ldg(p), q0[s] = __ldg(p + 1 + 2 * (i & 3)), q1[s] = __ldg(p + 2 + 2 * (i & 3));
+    }
   }
   float acc[NB];
 #pragma unroll
@@ -247,11 +260,13 @@ __global__ void __launch_bounds__(kQ4v2MaxThreads) gemv_q4k_v2_kernel(const uint
   const int rounds = (nitems + G - 1) / G;  // the same for every thread: the shuffles below stay converged
   for (int rd = 0; rd < rounds; ++rd, it += G) {
     const bool valid = it < nitems;
-    const uint4 ch = h, c0 = q0, c1 = q1;
-    if (it + G < nitems) {
-      const int nx = it + G;
+    const uint4 ch = h[0], c0 = q0[0], c1 = q1[0];
+#pragma unroll
+    for (int s = 0; s + 1 < DEPTH; ++s) h[s] = h[s + 1], q0[s] = q0[s + 1], q1[s] = q1[s + 1];
+    if (it + DEPTH * G < nitems) {
+      const int nx = it + DEPTH * G;
       const uint4* p = wr + (nx >> 2) * 9;
-      h = __ldg(p), q0 = __ldg(p + 1 + 2 * (nx & 3)), q1 = __ldg(p + 2 + 2 * (nx & 3));
+      h[DEPTH - 1] = __ldg(p), q0[DEPTH - 1] = __ldg(p + 1 + 2 * (nx & 3)), q1[DEPTH - 1] = __ldg(p + 2 + 2 * (nx & 3));
     }
     const int j = it & 3;
     const int64_t xoff = valid ? (int64_t)(it >> 2) * 256 + 64 * j : 0;  // sub-block 2j: [0, 32), 2j + 1: [32, 64)
@@ -355,12 +370,21 @@ bool gemv_q4k_v2(const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* 
   const bool bm = blocks <= 65535;  // batch-major grid where the row blocks fit grid.y
   const dim3 grid = bm ? dim3((unsigned)passes, blocks) : dim3(blocks, (unsigned)passes);
   const uint8_t* w = static_cast<const uint8_t*>(d_w);
-  if (shared)
-    gemv_q4k_v2_kernel<kQ4v2MaxX><<<grid, G * kQ4v2Rows, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x,
-                                                                         x_stride, d_y, y_stride, batch, bm);
+  // Variant 2 keeps two items' loads ahead in flight instead of one (the same order of sums).
+  const bool deep = gemv_variant() == 2;
+  const int T = G * kQ4v2Rows;
+  if (shared && deep)
+    gemv_q4k_v2_kernel<kQ4v2MaxX, 2><<<grid, T, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride,
+                                                                   d_y, y_stride, batch, bm);
+  else if (shared)
+    gemv_q4k_v2_kernel<kQ4v2MaxX, 1><<<grid, T, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride,
+                                                                   d_y, y_stride, batch, bm);
+  else if (deep)
+    gemv_q4k_v2_kernel<1, 2><<<grid, T, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride, d_y,
+                                                           y_stride, batch, bm);
   else
-    gemv_q4k_v2_kernel<1><<<grid, G * kQ4v2Rows, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x,
-                                                                 x_stride, d_y, y_stride, batch, bm);
+    gemv_q4k_v2_kernel<1, 1><<<grid, T, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride, d_y,
+                                                           y_stride, batch, bm);
   MLACONF_CUDA_LAUNCH_CHECK("gemv_q4k_v2_kernel");
   return true;
 }

@@ -116,8 +116,12 @@ struct Args {
 // grid (ceil(n_rows / kRowsPerCta), groups). Group g: without ids, the batch entries g, g + step, ...
 // (one matrix); with ids, entry g and every later entry with the same id, run by the CTA of the
 // group's first entry (the CTAs of the other entries return at once).
-template <int TYPE, int NB, bool LEGACY>
+// MODE 0: the v2 mapping; 1: the v1 mapping (lane = sub-block; another order); 2: the v2 mapping with two
+// of the four 256-value passes unrolled together (the same order as 0).
+template <int TYPE, int NB, int MODE>
 __global__ void __launch_bounds__(kThreads) gemv_blocks_kernel(Args a) {
+  constexpr bool LEGACY = MODE == 1;
+  constexpr int kUnroll = MODE == 2 ? 2 : 1;
   using S = Shape<TYPE>;
   constexpr int kSpb = S::bs / 32;                        // sub-blocks (lanes) per block
   constexpr int kBpc = 32 / kSpb;                         // blocks per chunk (32 sub-blocks)
@@ -225,7 +229,9 @@ __global__ void __launch_bounds__(kThreads) gemv_blocks_kernel(Args a) {
             base[rr] = (int)(reinterpret_cast<uintptr_t>(wm + row * a.row_bytes + c * kChunkBytes) & 15);
           }
 #pragma unroll 1
-          for (int p = 0; p < 4; ++p) {
+          for (int p0 = 0; p0 < 4; p0 += kUnroll)
+#pragma unroll
+          for (int p = p0; p < p0 + kUnroll; ++p) {
             const int v = 256 * p + 8 * lane;
             const int64_t col = c * 1024 + v;
             if (col >= ncols) break;
@@ -332,15 +338,21 @@ bool launch(const Args& a, int64_t groups, bool wide) {
     return false;
   const dim3 grid(ceil_div(a.n_rows, kRowsPerCta), (unsigned)groups);
   // The v1 mapping (variant 1: one sub-block per lane) is kept for kernel_bench's comparison.
+  constexpr bool kHot = TYPE == kQ6_K || TYPE == kQ5_K || TYPE == kQ8_0 || TYPE == kQ5_0;  // GLM-5's block types
   if (gemv_variant() == 1) {
     if (wide)
-      gemv_blocks_kernel<TYPE, kMaxX, true><<<grid, kThreads, 0, cur_stream()>>>(a);
+      gemv_blocks_kernel<TYPE, kMaxX, 1><<<grid, kThreads, 0, cur_stream()>>>(a);
     else
-      gemv_blocks_kernel<TYPE, 1, true><<<grid, kThreads, 0, cur_stream()>>>(a);
+      gemv_blocks_kernel<TYPE, 1, 1><<<grid, kThreads, 0, cur_stream()>>>(a);
+  } else if (kHot && gemv_variant() == 2) {
+    if (wide)
+      gemv_blocks_kernel<TYPE, kMaxX, kHot ? 2 : 0><<<grid, kThreads, 0, cur_stream()>>>(a);
+    else
+      gemv_blocks_kernel<TYPE, 1, kHot ? 2 : 0><<<grid, kThreads, 0, cur_stream()>>>(a);
   } else if (wide) {
-    gemv_blocks_kernel<TYPE, kMaxX, false><<<grid, kThreads, 0, cur_stream()>>>(a);
+    gemv_blocks_kernel<TYPE, kMaxX, 0><<<grid, kThreads, 0, cur_stream()>>>(a);
   } else {
-    gemv_blocks_kernel<TYPE, 1, false><<<grid, kThreads, 0, cur_stream()>>>(a);
+    gemv_blocks_kernel<TYPE, 1, 0><<<grid, kThreads, 0, cur_stream()>>>(a);
   }
   MLACONF_CUDA_LAUNCH_CHECK("gemv_blocks_kernel");
   return true;
