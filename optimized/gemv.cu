@@ -411,7 +411,7 @@ void gemv_impl(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const
   if (n_rows == 0) return;
   // Q4_K: the vectorised kernel, for every batch shape (one kernel whatever the batch: batched decode
   // needs each row's bits independent of it).
-  if (t == GgmlType::Q4_K && gemv_variant() == 0 &&
+  if (t == GgmlType::Q4_K && gemv_variant() != 1 &&
       gemv_q4k_v2(d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch))
     return;
   if (t == GgmlType::Q4_K && gemv_q4k(d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch))

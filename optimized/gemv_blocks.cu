@@ -15,8 +15,9 @@
 // (row, x) is lane l's fmaf chain over the values of the 8-value groups l, l + 32, l + 64, ... (columns
 // c with (c / 8) % 32 == l) in column order, then a fixed xor-shuffle tree over the 32 lanes. Nothing in
 // it depends on the batch, the grouping, the pass width NB or the other rows; products and sums are
-// explicit intrinsics (no contraction choices). (The v1 mapping, kept as variant 1 for kernel_bench,
-// summed sub-blocks l, l + 32, ... per lane instead.)
+// explicit intrinsics (no contraction choices). Q8_0 keeps the v1 mapping and its order (lane l sums
+// sub-blocks l, l + 32, ... in column order; measured faster for it), which variant 1 (kernel_bench's
+// comparison) runs for every type.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -338,8 +339,11 @@ bool launch(const Args& a, int64_t groups, bool wide) {
     return false;
   const dim3 grid(ceil_div(a.n_rows, kRowsPerCta), (unsigned)groups);
   // The v1 mapping (variant 1: one sub-block per lane) is kept for kernel_bench's comparison.
-  constexpr bool kHot = TYPE == kQ6_K || TYPE == kQ5_K || TYPE == kQ8_0 || TYPE == kQ5_0;  // GLM-5's block types
-  if (gemv_variant() == 1) {
+  // Q8_0 keeps the v1 mapping (lane = sub-block) in every variant: on the H200 the coalesced one was 2 % slower
+  // at B = 1 and 6 % at B = 8 for it (docs/PERF_H200_gemv_blocks.md, v2 measured); its order is v1's.
+  constexpr bool kLaneSub = TYPE == kQ8_0;
+  constexpr bool kHot = TYPE == kQ6_K || TYPE == kQ5_K || TYPE == kQ5_0;  // GLM-5's other block types
+  if (kLaneSub || gemv_variant() == 1) {
     if (wide)
       gemv_blocks_kernel<TYPE, kMaxX, 1><<<grid, kThreads, 0, cur_stream()>>>(a);
     else

@@ -7,7 +7,8 @@
 //     (below) shows at most 2.1e-7 of that scale over these shapes (cols 32: 2.1e-7; 96: 8.7e-8; 768 and
 //     up: <= 3.2e-8; measured on the CPU with random data, 20 trials of 257 rows), so kBound = 2e-6.
 //  2. bit for bit against that host emulation (lane l sums the 8-value groups l, l + 32, ... with fmaf in
-//     column order, then the xor tree over 32 lanes): the kernel's documented order, exactly.
+//     column order, then the xor tree over 32 lanes; Q8_0: lane l sums the 32-value sub-blocks l, l + 32,
+//     ...): the kernel's documented order, exactly.
 //  3. batch invariance: every entry of a batch bit-identical to the same x run alone (B = 1).
 // Shapes are off every tile multiple: rows 1, 7, 9, 31, 33, 255, 257, 1021 (16 rows per CTA, 4 per
 // warp), columns 1, 2, 3 blocks and a multiple past one 32-sub-block chunk (37 blocks of 32 values,
@@ -47,12 +48,13 @@ std::vector<float> random_x(size_t n, uint64_t seed) {
 }
 
 // The kernel's fp32 order of operations for one row and one x (see the file comment).
-float emulate(const float* w, const float* x, int64_t cols) {
-  const int64_t ngroups = cols / 8;  // 8-value groups: lane l takes l, l + 32, ...
+float emulate(GgmlType t, const float* w, const float* x, int64_t cols) {
+  const int64_t run = t == GgmlType::Q8_0 ? 32 : 8;  // lane l takes the runs l, l + 32, ... of this many values
+  const int64_t nruns = cols / run;
   float p[32] = {};
   for (int l = 0; l < 32; ++l)
-    for (int64_t u = l; u < ngroups; u += 32)
-      for (int k = 0; k < 8; ++k) p[l] = std::fma(w[u * 8 + k], x[u * 8 + k], p[l]);
+    for (int64_t u = l; u < nruns; u += 32)
+      for (int64_t k = 0; k < run; ++k) p[l] = std::fma(w[u * run + k], x[u * run + k], p[l]);
   for (int o = 16; o > 0; o >>= 1) {
     float q[32];
     for (int l = 0; l < 32; ++l) q[l] = p[l] + p[l ^ o];
@@ -66,7 +68,7 @@ struct Judged {
   int64_t not_exact = 0;  // outputs differing from the emulation's bits
 };
 // y[j * rows + r] for entries j < n, entry j on matrix mat[j] (rows x cols from W) and x_j = x + j * cols.
-Judged judge(const std::vector<float>& got, const std::vector<float>& W, const std::vector<int64_t>& mat,
+Judged judge(GgmlType t, const std::vector<float>& got, const std::vector<float>& W, const std::vector<int64_t>& mat,
              const std::vector<float>& x, int64_t rows, int64_t cols) {
   Judged o;
   for (size_t j = 0; j < mat.size(); ++j)
@@ -81,7 +83,7 @@ Judged judge(const std::vector<float>& got, const std::vector<float>& W, const s
       const float g = got[j * rows + r];
       const double e = mag > 0 ? std::fabs(g - want) / mag : std::fabs(g - want);
       o.worst = std::isfinite(g) ? std::max(o.worst, e) : INFINITY;
-      const float em = emulate(w, xj, cols);
+      const float em = emulate(t, w, xj, cols);
       if (std::memcmp(&em, &g, 4) != 0) ++o.not_exact;
     }
   return o;
@@ -105,7 +107,7 @@ void batch_case(GgmlType t, int64_t rows, int64_t cols, int B) {
   cuda::DeviceBuffer d_y((size_t)B * rows * 4), d_y1((size_t)rows * 4);
   cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), B, 0, cols, rows);
   const auto got = cuda::to_host<float>(d_y, (size_t)B * rows);
-  expect_judged(judge(got, W, std::vector<int64_t>(B, 0), x, rows, cols), "batched");
+  expect_judged(judge(t, got, W, std::vector<int64_t>(B, 0), x, rows, cols), "batched");
   int64_t differ = 0;
   for (int b = 0; b < B; ++b) {
     cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>() + (size_t)b * cols, d_y1.as<float>());
@@ -129,7 +131,7 @@ void experts_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> i
   cuda::gemv_experts(t, d_w.get(), stride, d_ids.as<int32_t>(), n, rows, cols, d_x.as<float>(), cols, d_y.as<float>(), rows);
   const auto got = cuda::to_host<float>(d_y, (size_t)n * rows);
   std::vector<int64_t> mat(ids.begin(), ids.end());
-  expect_judged(judge(got, W, mat, x, rows, cols), "experts");
+  expect_judged(judge(t, got, W, mat, x, rows, cols), "experts");
   int64_t differ = 0;  // each entry alone (one id)
   for (int64_t j = 0; j < n; ++j) {
     cuda::DeviceBuffer d_id = cuda::to_device(std::vector<int32_t>{ids[j]}), d_y1((size_t)rows * 4);
@@ -153,7 +155,7 @@ void per_head_case(GgmlType t, int64_t rows, int64_t cols) {
   cuda::gemv_per_head(t, d_w.get(), rows, cols, H, d_x.as<float>(), cols, d_y.as<float>(), rows, n);
   std::vector<int64_t> mat(n);
   for (int64_t b = 0; b < n; ++b) mat[b] = b % H;
-  expect_judged(judge(cuda::to_host<float>(d_y, (size_t)n * rows), W, mat, x, rows, cols), "per head");
+  expect_judged(judge(t, cuda::to_host<float>(d_y, (size_t)n * rows), W, mat, x, rows, cols), "per head");
 }
 
 // Negative controls: the judge rejects a result off by one row (rows swapped) and one fp32 ulp off
@@ -169,11 +171,11 @@ void negative_control_case() {
   cuda::DeviceBuffer d_y(rows * 4);
   cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>());
   auto got = cuda::to_host<float>(d_y, rows);
-  const Judged ok = judge(got, W, {0}, x, rows, cols);
+  const Judged ok = judge(t, got, W, {0}, x, rows, cols);
   EXPECT_LE(ok.worst, kBound);
   auto swapped = got;
   std::swap(swapped[3], swapped[4]);
-  const Judged bad = judge(swapped, W, {0}, x, rows, cols);
+  const Judged bad = judge(t, swapped, W, {0}, x, rows, cols);
   std::printf("  rows 3 and 4 swapped: max |err| / sum|wx| %.3e (bound %.0e)\n", bad.worst, kBound);
   EXPECT_GT(bad.worst, 100 * kBound);
   auto ulp = got;
@@ -181,7 +183,7 @@ void negative_control_case() {
   std::memcpy(&u, &ulp[7], 4);
   ++u;
   std::memcpy(&ulp[7], &u, 4);
-  EXPECT_EQ(judge(ulp, W, {0}, x, rows, cols).not_exact, 1);
+  EXPECT_EQ(judge(t, ulp, W, {0}, x, rows, cols).not_exact, 1);
 }
 
 std::string cols_tag(int64_t cols) { return std::to_string(cols); }

@@ -5,9 +5,9 @@
 // exact inputs; the fp16 prefill GEMM is given its fp16-rounded weights, as it sees them).
 //
 // Off-alignment sizes: the generic GEMV takes 8 rows per CTA (one warp a row, lanes over columns), the
-// Q4_K GEMV 8, 16 or 32 rows per CTA (by how many CTAs fill the device) and 256 / R threads per row over
-// the 256-value blocks, the float GEMV (F32 / F16 / BF16) 1, 2 or 4 rows per CTA with a row's 4- or
-// 8-value chunks over 256 threads; rows and blocks run just below and above those multiples, plus primes.
+// Q4_K GEMV 8 rows per CTA and G groups of 8 lanes over 64-value pieces of the rows (G from the shape; its
+// v1 took 8, 16 or 32 rows per CTA), the float GEMV (F32 / F16 / BF16) 1, 2 or 4 rows per CTA with a row's
+// 4- or 8-value chunks over 256 threads; rows and blocks run just below and above those multiples, plus primes.
 // RMSNorm runs one CTA per row with one 4-value chunk per thread (up to 1024), LayerNorm 128 threads per
 // row; RoPE and SiLU a 256-thread grid over elements (SiLU 4 per thread).
 #include <gtest/gtest.h>
@@ -405,7 +405,7 @@ const bool registered = [] {
   for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F16})
     for (int64_t rows : {1, 7, 9, 15, 17, 31, 33, 63, 65, 127, 129, 255, 257, 1009})
       register_case("gemv", gemv_name(t, rows, 768), [t, rows] { gemv_case(t, rows, 768); });
-  // Columns: block counts around the Q4_K kernel's 32 / 16 / 8 threads per row (R = 8 / 16 / 32) and
+  // Columns: block counts around the Q4_K kernel's groups per CTA (v1: 32 / 16 / 8 threads per row) and
   // the generic kernel's 32 lanes, plus a prime.
   for (int64_t nb : {1, 7, 9, 31, 33, 13})
     for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K}) register_case("gemv", gemv_name(t, 33, nb * 256), [t, nb] { gemv_case(t, 33, nb * 256); });
@@ -413,7 +413,7 @@ const bool registered = [] {
     register_case("gemv", gemv_name(GgmlType::Q8_0, 33, nb * 32), [nb] { gemv_case(GgmlType::Q8_0, 33, nb * 32); });
   for (int64_t cols : {1, 31, 33, 255, 257, 1021})
     register_case("gemv", gemv_name(GgmlType::F16, 17, cols), [cols] { gemv_case(GgmlType::F16, 17, cols); });
-  // The Q4_K kernel's 16- and 32-row CTAs (chosen when they still give 2 CTAs per SM: 132 SMs on an H200).
+  // Row counts where the Q4_K kernel's CTA shape changes (v1: 16- and 32-row CTAs; v2: G from the shape).
   for (int64_t rows : {4223, 4225, 8447, 8449})
     register_case("gemv", gemv_name(GgmlType::Q4_K, rows, 512), [rows] { gemv_case(GgmlType::Q4_K, rows, 512); });
 
