@@ -164,7 +164,14 @@ __global__ void __launch_bounds__(kThreads) gemv_blocks_kernel(Args a) {
       for (int i = lane; i < nw; i += 32) {
         const uint8_t* src = w0 + 16 * i;
         const int64_t left = mat_end - src;
-        cp_async_16(dst + 16 * i, src, left >= 16 ? 16 : (int)left);
+        if (left >= 16) {
+          cp_async_16(dst + 16 * i, src, 16);
+        } else {
+          // The matrix's last word: byte loads, so that nothing past the matrix is even addressed (a
+          // 16-byte cp.async with a smaller source size is reported as a 16-byte read by memcheck).
+          uint8_t* d = &stage[warp][buf][rr][16 * i];
+          for (int b = 0; b < 16; ++b) d[b] = b < left ? src[b] : (uint8_t)0;
+        }
       }
     }
   };
