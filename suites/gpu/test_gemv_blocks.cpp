@@ -3,9 +3,9 @@
 //
 // Each case is judged three ways:
 //  1. against the reference dequantizer's weights times x in double: per output,
-//     |got - want| <= kBound * sum_c |w_c x_c|. The same fp32 order of operations emulated on the host
-//     (below) shows at most 2.1e-7 of that scale over these shapes (cols 32: 2.1e-7; 96: 8.7e-8; 768 and
-//     up: <= 3.2e-8; measured on the CPU with random data, 20 trials of 257 rows), so kBound = 2e-6.
+//     |got - want| <= kGemvBound * sum_c |w_c x_c| (suites/gpu/gemv_bits.h: the checks shared with the
+//     Q4_K kernel's suite). The same fp32 order of operations emulated on the host (below) shows at most 2.1e-7 of that scale over these shapes (cols 32: 2.1e-7; 96: 8.7e-8; 768 and
+//     up: <= 3.2e-8; measured on the CPU with random data, 20 trials of 257 rows), so the bound is 2e-6.
 //  2. bit for bit against that host emulation (lane l sums the 8-value groups l, l + 32, ... with fmaf in
 //     column order, then the xor tree over 32 lanes; Q8_0: lane l sums the 32-value sub-blocks l, l + 32,
 //     ...): the kernel's documented order, exactly.
@@ -23,29 +23,15 @@
 
 #include "core/error.h"
 #include "optimized/api.h"
+#include "suites/gpu/gemv_bits.h"
 #include "suites/gpu/gpu_test_util.h"
 #include "suites/gpu/host_ref.h"
 
 namespace mlaconf::gputest {
 namespace {
 
-constexpr double kBound = 2e-6;
-
 const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
                            GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q5_K, GgmlType::Q6_K};
-
-// The reference dequantizer's values (suites/gpu/host_ref.h).
-std::vector<float> host_dequant(GgmlType t, const std::vector<uint8_t>& blocks, int64_t n) {
-  return ref_dequant(t, blocks, n);
-}
-
-std::vector<float> random_x(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
 
 // The kernel's fp32 order of operations for one row and one x (see the file comment).
 float emulate(GgmlType t, const float* w, const float* x, int64_t cols) {
@@ -63,84 +49,30 @@ float emulate(GgmlType t, const float* w, const float* x, int64_t cols) {
   return p[0];
 }
 
-struct Judged {
-  double worst = 0;     // max |got - want| / sum |w x|
-  int64_t not_exact = 0;  // outputs differing from the emulation's bits
-};
-// y[j * rows + r] for entries j < n, entry j on matrix mat[j] (rows x cols from W) and x_j = x + j * cols.
+// The emulation of type t over the dequantized matrices W [mats * rows, cols].
+MakeEmulation emulation(GgmlType t, int64_t rows, int64_t cols) {
+  return [=](const std::vector<uint8_t>&, const std::vector<float>& W) -> RowEmulation {
+    return [t, rows, cols, &W](int64_t mat, int64_t row, const float* x) {
+      return emulate(t, W.data() + (mat * rows + row) * cols, x, cols);
+    };
+  };
+}
 Judged judge(GgmlType t, const std::vector<float>& got, const std::vector<float>& W, const std::vector<int64_t>& mat,
              const std::vector<float>& x, int64_t rows, int64_t cols) {
-  Judged o;
-  for (size_t j = 0; j < mat.size(); ++j)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* w = W.data() + (mat[j] * rows + r) * cols;
-      const float* xj = x.data() + j * cols;
-      double want = 0, mag = 0;
-      for (int64_t c = 0; c < cols; ++c) {
-        want += (double)w[c] * xj[c];
-        mag += std::fabs((double)w[c] * xj[c]);
-      }
-      const float g = got[j * rows + r];
-      const double e = mag > 0 ? std::fabs(g - want) / mag : std::fabs(g - want);
-      o.worst = std::isfinite(g) ? std::max(o.worst, e) : INFINITY;
-      const float em = emulate(t, w, xj, cols);
-      if (std::memcmp(&em, &g, 4) != 0) ++o.not_exact;
-    }
-  return o;
-}
-
-void expect_judged(const Judged& j, const char* what) {
-  std::printf("  %s: max |err| / sum|wx| %.3e (bound %.0e), %lld outputs off the emulated bits\n", what, j.worst, kBound,
-              (long long)j.not_exact);
-  EXPECT_LE(j.worst, kBound);
-  EXPECT_EQ(j.not_exact, 0);
+  return judge_gemv(got, W, mat, x, rows, cols, emulation(t, rows, cols)({}, W));
 }
 
 // B x vectors on one matrix (batched decode); then each entry alone, bit-identical.
 void batch_case(GgmlType t, int64_t rows, int64_t cols, int B) {
   MLACONF_REQUIRE_CUDA();
-  const int64_t bs = traits(t).block_size;
-  const auto blocks = random_blocks(t, rows * cols / bs, 1000 + 7 * rows + cols + (int)t);
-  const auto W = host_dequant(t, blocks, rows * cols);
-  const auto x = random_x((size_t)B * cols, 17 + B);
-  auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
-  cuda::DeviceBuffer d_y((size_t)B * rows * 4), d_y1((size_t)rows * 4);
-  cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), B, 0, cols, rows);
-  const auto got = cuda::to_host<float>(d_y, (size_t)B * rows);
-  expect_judged(judge(t, got, W, std::vector<int64_t>(B, 0), x, rows, cols), "batched");
-  int64_t differ = 0;
-  for (int b = 0; b < B; ++b) {
-    cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>() + (size_t)b * cols, d_y1.as<float>());
-    const auto one = cuda::to_host<float>(d_y1, rows);
-    differ += std::memcmp(one.data(), got.data() + (size_t)b * rows, rows * 4) != 0;
-  }
-  EXPECT_EQ(differ, 0) << differ << " of " << B << " entries differ from the same x run alone";
+  gemv_batch_check(t, rows, cols, B, 1000 + 7 * rows + cols + (int)t, 17 + B, emulation(t, rows, cols));
 }
 
 // Expert batches by id: entries on the same expert are one group (decoded once per pass of 8), ids out
 // of order and repeated (11 entries on expert 2: two passes), one x per entry.
 void experts_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> ids) {
   MLACONF_REQUIRE_CUDA();
-  const int64_t bs = traits(t).block_size, n = (int64_t)ids.size(), pool = 4;
-  const auto blocks = random_blocks(t, pool * rows * cols / bs, 77 + (int)t);
-  const auto W = host_dequant(t, blocks, pool * rows * cols);
-  const auto x = random_x((size_t)n * cols, 5);
-  auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x), d_ids = cuda::to_device(ids);
-  cuda::DeviceBuffer d_y((size_t)n * rows * 4);
-  const int64_t stride = rows * row_bytes(t, cols);
-  cuda::gemv_experts(t, d_w.get(), stride, d_ids.as<int32_t>(), n, rows, cols, d_x.as<float>(), cols, d_y.as<float>(), rows);
-  const auto got = cuda::to_host<float>(d_y, (size_t)n * rows);
-  std::vector<int64_t> mat(ids.begin(), ids.end());
-  expect_judged(judge(t, got, W, mat, x, rows, cols), "experts");
-  int64_t differ = 0;  // each entry alone (one id)
-  for (int64_t j = 0; j < n; ++j) {
-    cuda::DeviceBuffer d_id = cuda::to_device(std::vector<int32_t>{ids[j]}), d_y1((size_t)rows * 4);
-    cuda::gemv_experts(t, d_w.get(), stride, d_id.as<int32_t>(), 1, rows, cols, d_x.as<float>() + (size_t)j * cols, cols,
-                       d_y1.as<float>(), rows);
-    const auto one = cuda::to_host<float>(d_y1, rows);
-    differ += std::memcmp(one.data(), got.data() + (size_t)j * rows, rows * 4) != 0;
-  }
-  EXPECT_EQ(differ, 0) << differ << " of " << n << " entries differ from the same x run alone";
+  gemv_experts_check(t, rows, cols, ids, 4, 77 + (int)t, 5, emulation(t, rows, cols));
 }
 
 // Per-head matrices (b % H): T = 3 tokens x H = 4 heads, groups of 3 entries with step 4.
@@ -148,7 +80,7 @@ void per_head_case(GgmlType t, int64_t rows, int64_t cols) {
   MLACONF_REQUIRE_CUDA();
   const int64_t bs = traits(t).block_size, H = 4, n = 3 * H;
   const auto blocks = random_blocks(t, H * rows * cols / bs, 91 + (int)t);
-  const auto W = host_dequant(t, blocks, H * rows * cols);
+  const auto W = ref_dequant(t, blocks, H * rows * cols);
   const auto x = random_x((size_t)n * cols, 6);
   auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
   cuda::DeviceBuffer d_y((size_t)n * rows * 4);
@@ -165,19 +97,19 @@ void negative_control_case() {
   const GgmlType t = GgmlType::Q6_K;
   const int64_t rows = 33, cols = 768;
   const auto blocks = random_blocks(t, rows * cols / 256, 4242);
-  const auto W = host_dequant(t, blocks, rows * cols);
+  const auto W = ref_dequant(t, blocks, rows * cols);
   const auto x = random_x(cols, 9);
   auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
   cuda::DeviceBuffer d_y(rows * 4);
   cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>());
   auto got = cuda::to_host<float>(d_y, rows);
   const Judged ok = judge(t, got, W, {0}, x, rows, cols);
-  EXPECT_LE(ok.worst, kBound);
+  EXPECT_LE(ok.worst, kGemvBound);
   auto swapped = got;
   std::swap(swapped[3], swapped[4]);
   const Judged bad = judge(t, swapped, W, {0}, x, rows, cols);
-  std::printf("  rows 3 and 4 swapped: max |err| / sum|wx| %.3e (bound %.0e)\n", bad.worst, kBound);
-  EXPECT_GT(bad.worst, 100 * kBound);
+  std::printf("  rows 3 and 4 swapped: max |err| / sum|wx| %.3e (bound %.0e)\n", bad.worst, kGemvBound);
+  EXPECT_GT(bad.worst, 100 * kGemvBound);
   auto ulp = got;
   uint32_t u;
   std::memcpy(&u, &ulp[7], 4);

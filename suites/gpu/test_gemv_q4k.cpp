@@ -9,8 +9,9 @@
 //   (p0 + p1) + (p2 + p3);
 //   acc += (d*sc_lo)*dot_lo - (dmin*m_lo)*sum_lo; acc += (d*sc_hi)*dot_hi - (dmin*m_hi)*sum_hi;
 // then groups 4w..4w+3 (warp w) combine as (a0 + a1) + (a2 + a3), and the warps' partials add in warp order.
-// Judged three ways: (1) against float64 on the reference dequantizer's weights, |got - want| <= 2e-6 *
-// sum |w x| (the emulation itself shows <= 3e-8 of that scale on these shapes); (2) bit for bit against
+// Judged three ways (suites/gpu/gemv_bits.h, shared with the block kernel's suite): (1) against float64
+// on the reference dequantizer's weights, |got - want| <= 2e-6 * sum |w x| (the emulation itself shows
+// <= 3e-8 of that scale on these shapes); (2) bit for bit against
 // the emulation; (3) every batch entry (B x on one matrix, and experts by id) bit-identical to the same x
 // alone. Shapes: rows off the 8-row CTA (1, 7, 9, 33, 257, 1021), blocks per row 1, 2, 3, 11, 24, so that
 // G runs from 4 to 64 and the last round of items is partial; the production 2048 x 6144 and 576 x 6144.
@@ -23,13 +24,13 @@
 #include <random>
 
 #include "optimized/api.h"
+#include "suites/gpu/gemv_bits.h"
 #include "suites/gpu/gpu_test_util.h"
 #include "suites/gpu/host_ref.h"
 
 namespace mlaconf::gputest {
 namespace {
 
-constexpr double kBound = 2e-6;
 
 // gemv.cu's q4k_v2_groups.
 int64_t groups(int64_t rows, int64_t nb) {
@@ -105,92 +106,26 @@ float emulate(const uint8_t* blk, const float* x, int64_t nb, int64_t G) {
   return total;
 }
 
-std::vector<float> random_x(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
-
-struct Judged {
-  double worst = 0;
-  int64_t not_exact = 0;
-};
-// y[e * rows + r] for entries e, entry e on matrix mat[e] and x_e = x + e * cols.
-Judged judge(const std::vector<float>& got, const std::vector<uint8_t>& blocks, const std::vector<float>& W,
-             const std::vector<int64_t>& mat, const std::vector<float>& x, int64_t rows, int64_t cols) {
-  Judged o;
-  const int64_t nb = cols / 256, G = groups(rows, nb);
-  for (size_t e = 0; e < mat.size(); ++e)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* w = W.data() + (mat[e] * rows + r) * cols;
-      const float* xe = x.data() + e * cols;
-      double want = 0, mag = 0;
-      for (int64_t c = 0; c < cols; ++c) {
-        want += (double)w[c] * xe[c];
-        mag += std::fabs((double)w[c] * xe[c]);
-      }
-      const float g = got[e * rows + r];
-      const double err = mag > 0 ? std::fabs(g - want) / mag : std::fabs(g - want);
-      o.worst = std::isfinite(g) ? std::max(o.worst, err) : INFINITY;
-      const float em = emulate(blocks.data() + (mat[e] * rows + r) * nb * 144, xe, nb, G);
-      if (std::memcmp(&em, &g, 4) != 0) ++o.not_exact;
-    }
-  return o;
-}
-
-void expect_judged(const Judged& j, const char* what) {
-  std::printf("  %s: max |err| / sum|wx| %.3e (bound %.0e), %lld outputs off the emulated bits\n", what, j.worst, kBound,
-              (long long)j.not_exact);
-  EXPECT_LE(j.worst, kBound);
-  EXPECT_EQ(j.not_exact, 0);
+// The kernel's order for row `row` of matrix `mat`, from the raw blocks (the emulation above).
+MakeEmulation emulation(int64_t rows, int64_t cols) {
+  return [=](const std::vector<uint8_t>& blocks, const std::vector<float>&) -> RowEmulation {
+    const int64_t nb = cols / 256, G = groups(rows, nb);
+    return [&blocks, rows, nb, G](int64_t mat, int64_t row, const float* x) {
+      return emulate(blocks.data() + (mat * rows + row) * nb * 144, x, nb, G);
+    };
+  };
 }
 
 // B x on one matrix, then each entry alone (bit-identical).
 void batch_case(int64_t rows, int64_t cols, int B) {
   MLACONF_REQUIRE_CUDA();
-  const GgmlType t = GgmlType::Q4_K;
-  const auto blocks = random_blocks(t, rows * cols / 256, 500 + 3 * rows + cols);
-  const auto W = ref_dequant(t, blocks, rows * cols);
-  const auto x = random_x((size_t)B * cols, 23 + B);
-  auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
-  cuda::DeviceBuffer d_y((size_t)B * rows * 4), d_y1((size_t)rows * 4);
-  cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), B, 0, cols, rows);
-  const auto got = cuda::to_host<float>(d_y, (size_t)B * rows);
-  expect_judged(judge(got, blocks, W, std::vector<int64_t>(B, 0), x, rows, cols), "batched");
-  int64_t differ = 0;
-  for (int b = 0; b < B; ++b) {
-    cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>() + (size_t)b * cols, d_y1.as<float>());
-    const auto one = cuda::to_host<float>(d_y1, rows);
-    differ += std::memcmp(one.data(), got.data() + (size_t)b * rows, rows * 4) != 0;
-  }
-  EXPECT_EQ(differ, 0) << differ << " of " << B << " entries differ from the same x run alone";
+  gemv_batch_check(GgmlType::Q4_K, rows, cols, B, 500 + 3 * rows + cols, 23 + B, emulation(rows, cols));
 }
 
 // Experts by id (repeated, out of order), one x per entry; each entry alone bit-identical.
 void experts_case(int64_t rows, int64_t cols, std::vector<int32_t> ids) {
   MLACONF_REQUIRE_CUDA();
-  const GgmlType t = GgmlType::Q4_K;
-  const int64_t n = (int64_t)ids.size(), pool = 4;
-  const auto blocks = random_blocks(t, pool * rows * cols / 256, 71 + rows);
-  const auto W = ref_dequant(t, blocks, pool * rows * cols);
-  const auto x = random_x((size_t)n * cols, 8);
-  auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x), d_ids = cuda::to_device(ids);
-  cuda::DeviceBuffer d_y((size_t)n * rows * 4);
-  const int64_t stride = rows * row_bytes(t, cols);
-  cuda::gemv_experts(t, d_w.get(), stride, d_ids.as<int32_t>(), n, rows, cols, d_x.as<float>(), cols, d_y.as<float>(), rows);
-  const auto got = cuda::to_host<float>(d_y, (size_t)n * rows);
-  expect_judged(judge(got, blocks, W, std::vector<int64_t>(ids.begin(), ids.end()), x, rows, cols), "experts");
-  int64_t differ = 0;
-  for (int64_t e = 0; e < n; ++e) {
-    cuda::DeviceBuffer d_id = cuda::to_device(std::vector<int32_t>{ids[e]}), d_y1((size_t)rows * 4);
-    cuda::gemv_experts(t, d_w.get(), stride, d_id.as<int32_t>(), 1, rows, cols, d_x.as<float>() + (size_t)e * cols, cols,
-                       d_y1.as<float>(), rows);
-    const auto one = cuda::to_host<float>(d_y1, rows);
-    differ += std::memcmp(one.data(), got.data() + (size_t)e * rows, rows * 4) != 0;
-  }
-  EXPECT_EQ(differ, 0) << differ << " of " << n << " entries differ from the same x run alone";
+  gemv_experts_check(GgmlType::Q4_K, rows, cols, ids, 4, 71 + rows, 8, emulation(rows, cols));
 }
 
 const bool registered = [] {
