@@ -54,6 +54,7 @@
 #include "tokenizer/streamer.h"
 #include "tokenizer/tokenizer.h"
 #include "core/argmax.h"
+#include "fixtures/tolerances.h"
 #include "tools/backend/backend.h"
 #include "tools/backend/decision_trace.h"
 #include "tools/cli_devices.h"
@@ -84,9 +85,9 @@ struct GenerateArgs {
 };
 
 // A decision of the backend under test that differs from the reference's where the reference's gap is
-// larger than this (score units of the indexer / router) is not a near-tie. The f16 tie_gap of
-// docs/TOLERANCES.md.
-constexpr double kDecisionTieGap = 5e-3;
+// larger than this (score units of the indexer / router) is not a near-tie: the judge's tie_gap at the
+// backend's storage precision (fixtures/tolerances: 5e-3 for the CUDA pipeline's f16).
+double decision_tie_gap(const be::Backend& b) { return fx::tolerance(fx::TolClass::Scores, b.precision()).tie_gap; }
 
 std::vector<int32_t> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;
@@ -253,7 +254,7 @@ void run(const GenerateArgs& a) {
       gt = argmax_lower(test->forward(feed, &own, a.force_decisions ? &ref_dec.decisions() : nullptr), &gm);
       gpu_s.tokens.push_back(gt);
       gpu_s.margins.push_back(gm);
-      const be::DecisionDiff d = be::first_decision_difference(ref_dec, own, kDecisionTieGap);
+      const be::DecisionDiff d = be::first_decision_difference(ref_dec, own, decision_tie_gap(*test));
       if (d.found && !first_flip.found) first_flip = d;
       if (a.force_decisions) decision_failures += d.rows_outside_ties;
       if (forced && !a.force_decisions) ft = argmax_lower(forced->forward(feed, nullptr, &ref_dec.decisions()));
@@ -333,7 +334,7 @@ void run(const GenerateArgs& a) {
                      a.force_decisions ? " (forced: the reference's was used)" : "");
       if (decision_failures)
         std::fprintf(stderr, "generate: FAILURE: %lld own decisions differ where the reference's gap is above %.0e\n",
-                     static_cast<long long>(decision_failures), kDecisionTieGap);
+                     static_cast<long long>(decision_failures), decision_tie_gap(*test));
       if (!first) {
         std::fprintf(stderr, "generate: reference and cuda agree on all %zu steps\n", lead_s.tokens.size());
       } else {
