@@ -317,6 +317,26 @@ void huge_keys_f32_case() {
   expect_pass(chk);
 }
 
+// topk_rows over host scores s [T, L] (under `fault`), judged exactly against topk_lower_index of the same
+// scores (the reference's rule: largest first, ties to the lower index). The check's "scores" input reads
+// s when a reproducer is written: s must outlive the returned check.
+OpCheck topk_rows_check(const std::vector<float>& s, int64_t T, int64_t L, int64_t k, cuda::Fault fault = cuda::Fault::None,
+                        std::string repro_dir = "") {
+  auto d_s = cuda::to_device(s);
+  cuda::DeviceBuffer d_top(T * k * 4);
+  {
+    cuda::ScopedFault f(fault);
+    cuda::topk_rows(d_s.as<float>(), T, L, k, d_top.as<int32_t>());
+    cuda::synchronize();
+  }
+  ref::Mat<float> sm(T, L);
+  std::copy(s.begin(), s.end(), sm.data());
+  OpCheck chk(std::move(repro_dir));
+  chk.input("scores", [&s, T, L] { return f32_array({T, L}, s); });
+  chk.exact("topk", {T, k}, ids_of(ref::topk_lower_index<float>(sm, k).idx), cuda::to_host<int32_t>(d_top, T * k));
+  return chk;
+}
+
 // More rows than the multi-CTA top-k takes per pass (512): rows 512 and 513 run in a second pass over
 // the same work memory. Random scores with a few ties and -inf holes.
 void topk_many_rows_case() {
@@ -325,14 +345,7 @@ void topk_many_rows_case() {
   std::mt19937_64 rng(51);
   std::vector<float> s(T * L);
   for (int64_t i = 0; i < T * L; ++i) s[i] = i % 7 == 0 ? -INFINITY : (float)(int64_t)(rng() % 50000) / 64.0f - 300.0f;
-  auto d_s = cuda::to_device(s);
-  cuda::DeviceBuffer d_top(T * k * 4);
-  cuda::topk_rows(d_s.as<float>(), T, L, k, d_top.as<int32_t>());
-  ref::Mat<float> sm(T, L);
-  std::copy(s.begin(), s.end(), sm.data());
-  OpCheck chk;
-  chk.input("scores", [&] { return f32_array({T, L}, s); });
-  chk.exact("topk", {T, k}, ids_of(ref::topk_lower_index<float>(sm, k).idx), cuda::to_host<int32_t>(d_top, T * k));
+  OpCheck chk = topk_rows_check(s, T, L, k);
   expect_pass(chk);
 }
 
@@ -349,14 +362,7 @@ void topk_one_bin_case(int64_t L, int64_t k) {
     s[i] = 1.0f + (float)(rng() % 4096) / 16384.0f;
     s[L + i] = 1.0f + (float)(rng() % (1u << 21)) / (float)(1u << 23);
   }
-  auto d_s = cuda::to_device(s);
-  cuda::DeviceBuffer d_top(T * k * 4);
-  cuda::topk_rows(d_s.as<float>(), T, L, k, d_top.as<int32_t>());
-  ref::Mat<float> sm(T, L);
-  std::copy(s.begin(), s.end(), sm.data());
-  OpCheck chk;
-  chk.input("scores", [&] { return f32_array({T, L}, s); });
-  chk.exact("topk", {T, k}, ids_of(ref::topk_lower_index<float>(sm, k).idx), cuda::to_host<int32_t>(d_top, T * k));
+  OpCheck chk = topk_rows_check(s, T, L, k);
   expect_pass(chk);
 }
 
@@ -421,18 +427,8 @@ void topk_exact_case(int64_t L, int64_t k, bool fault, int levels = 7) {
   for (auto& v : s) v = (float)(int64_t)(rng() % levels) - (float)(levels / 3);  // exact ties, negatives too
   for (int64_t i = 0; i < L; i += 5) s[i] = -INFINITY;
   for (int64_t i = 0; i < L; ++i) s[5 * L + i] = i < 3 ? 1.0f : -INFINITY;  // row 5: fewer finite than k
-  auto d_s = cuda::to_device(s);
-  cuda::DeviceBuffer d_top(T * k * 4);
-  {
-    cuda::ScopedFault f(fault ? cuda::Fault::TopkUpperTie : cuda::Fault::None);
-    cuda::topk_rows(d_s.as<float>(), T, L, k, d_top.as<int32_t>());
-    cuda::synchronize();
-  }
-  ref::Mat<float> sm(T, L);
-  std::copy(s.begin(), s.end(), sm.data());
-  OpCheck chk(fault ? testing::TempDir() + "/mlaconf_repro_topk_tie" : "");
-  chk.input("scores", [&] { return f32_array({T, L}, s); });
-  chk.exact("topk", {T, k}, ids_of(ref::topk_lower_index<float>(sm, k).idx), cuda::to_host<int32_t>(d_top, T * k));
+  OpCheck chk = topk_rows_check(s, T, L, k, fault ? cuda::Fault::TopkUpperTie : cuda::Fault::None,
+                                fault ? testing::TempDir() + "/mlaconf_repro_topk_tie" : "");
   if (fault) {
     std::printf("%s", chk.summary().c_str());
     EXPECT_FALSE(chk.pass()) << "the higher-index tie rule must be caught";
