@@ -134,6 +134,17 @@ void indexer_f32_case(int64_t T, int64_t Hi, int64_t Di, int64_t L) {
   expect_pass(chk);
 }
 
+// The reference's fp32-keys scores [T, L]: query row t over the L keys (Di each) at keys[off[t] ..], the
+// weights w as the kernels take them (scaled by (Hi Di)^-1/2; the reference applies that itself).
+MatD ref_scores_rows(const std::vector<float>& q, const std::vector<float>& keys, const std::vector<int64_t>& off,
+                     const std::vector<float>& w, const std::vector<int32_t>& pos, int64_t T, int64_t Hi, int64_t Di, int64_t L) {
+  MatD want(T, L);
+  for (int64_t t = 0; t < T; ++t)
+    want.row(t) = ref::indexer_scores<double>(mat_of(q, 1, Hi * Di, t * Hi * Di), mat_of(keys, L, Di, off[t]),
+                                              mat_of(w, 1, Hi, t * Hi) * std::sqrt((double)(Hi * Di)), Hi, pos[t]);
+  return want;
+}
+
 // The fp32 entry points (the pipeline's indexer) on T sequences with their own keys at k_off[t] =
 // t * (L * Di + skew) (skew 1: key regions off 16 bytes, the tiled kernel's 4-byte copy path), positions
 // L - 1 - 37 t (partial and wholly future tiles). Judged: (1) against the reference (scores class, f32);
@@ -167,10 +178,7 @@ void indexer_f32_rows_case(int64_t T, int64_t Hi, int64_t Di, int64_t L, int64_t
     std::copy(r.begin(), r.end(), alone.begin() + t * L);
   }
   const std::vector<float> got = cuda::to_host<float>(d_s, T * L), simt = cuda::to_host<float>(d_simt, T * L);
-  MatD want(T, L);
-  for (int64_t t = 0; t < T; ++t)
-    want.row(t) = ref::indexer_scores<double>(mat_of(q, 1, Hi * Di, t * Hi * Di), mat_of(k, L, Di, off[t]),
-                                              mat_of(w, 1, Hi, t * Hi) * std::sqrt((double)(Hi * Di)), Hi, pos[t]);
+  const MatD want = ref_scores_rows(q, k, off, w, pos, T, Hi, Di, L);
   OpCheck chk;
   chk.input("q", [&] { return f32_array({T, Hi, Di}, q); });
   chk.input("k", [&] { return f32_array({T * region}, k); });
@@ -215,10 +223,7 @@ void indexer_topk_f32_case(int64_t T, int64_t Hi, int64_t Di, int64_t L, int64_t
   cuda::topk_rows(d_s2.as<float>(), T, L, k, d_top2.as<int32_t>());
   const std::vector<float> got = cuda::to_host<float>(d_s, T * L), sep = cuda::to_host<float>(d_s2, T * L);
   const std::vector<int32_t> top = cuda::to_host<int32_t>(d_top, T * k), top2 = cuda::to_host<int32_t>(d_top2, T * k);
-  MatD want(T, L);
-  for (int64_t t = 0; t < T; ++t)
-    want.row(t) = ref::indexer_scores<double>(mat_of(q, 1, Hi * Di, t * Hi * Di), mat_of(kk, L, Di, off[t]),
-                                              mat_of(w, 1, Hi, t * Hi) * std::sqrt((double)(Hi * Di)), Hi, pos[t]);
+  const MatD want = ref_scores_rows(q, kk, off, w, pos, T, Hi, Di, L);
   OpCheck chk;
   chk.input("q", [&] { return f32_array({T, Hi, Di}, q); });
   chk.input("k", [&] { return f32_array({n_sets, L, Di}, kk); });
