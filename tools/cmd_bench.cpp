@@ -91,19 +91,7 @@ struct StepBytes {
 
 void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c, const std::vector<int>& devices) {
   std::vector<int64_t> batches;
-  for (const std::string& x : split_list(a.batch)) {
-    int64_t v = 0;
-    try {
-      size_t used = 0;
-      v = std::stoll(x, &used);
-      if (used != x.size()) throw std::invalid_argument(x);
-    } catch (const std::exception&) {
-      throw InputError("bench: --batch must be a list of positive integers, not '" + a.batch + "'");
-    }
-    if (v < 1 || v > 4096) throw InputError("bench: --batch entries must be in [1, 4096], not " + x);
-    batches.push_back(v);
-  }
-  if (batches.empty()) throw InputError("bench: --batch is empty");
+  for (const int64_t v : parse_int_list(a.batch, "bench: --batch", 1, 4096, "a batch size")) batches.push_back(v);
   if (a.context < 0) throw InputError("bench: --context must be >= 0");
   if (!(a.floor_gbs > 0)) throw InputError("bench: --floor-gbs must be > 0");
 #ifndef MLACONF_HAVE_CUDA

@@ -5,6 +5,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -106,6 +107,30 @@ std::vector<std::string> split_list(const std::string& s) {
     }
   }
   if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+std::vector<int64_t> parse_int_list(const std::string& s, const std::string& option, int64_t lo, int64_t hi,
+                                    const std::string& what) {
+  std::vector<int64_t> out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = s.find(',', start);
+    const std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || !(std::isdigit((unsigned char)item[0]) || item[0] == '-') || used != item.size() || v < lo || v > hi)
+      throw InputError(option + ": '" + item + "' in '" + s + "' is not " + what + " (integers " + std::to_string(lo) + ".." +
+                       std::to_string(hi) + ", comma-separated)");
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
   return out;
 }
 
