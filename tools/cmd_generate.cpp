@@ -43,7 +43,6 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -90,26 +89,8 @@ struct GenerateArgs {
 double decision_tie_gap(const be::Backend& b) { return fx::tolerance(fx::TolClass::Scores, b.precision()).tie_gap; }
 
 std::vector<int32_t> parse_ids(const std::string& s) {
-  std::vector<int32_t> ids;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
-    if (a == std::string::npos) throw InputError("generate: --prompt-ids has an empty entry in '" + s + "'");
-    item = item.substr(a, b - a + 1);
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || v < 0 || v > INT32_MAX)
-      throw InputError("generate: --prompt-ids: '" + item + "' is not a token id");
-    ids.push_back(static_cast<int32_t>(v));
-  }
-  if (ids.empty()) throw InputError("generate: --prompt-ids is empty");
-  return ids;
+  const std::vector<int64_t> v = parse_int_list(s, "generate: --prompt-ids", 0, INT32_MAX, "a token id");
+  return std::vector<int32_t>(v.begin(), v.end());
 }
 
 // One backend's run: generated tokens, their margins, the text.

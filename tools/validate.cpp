@@ -116,7 +116,9 @@ std::vector<int64_t> parse_int_list(const std::string& s, const std::string& opt
   size_t start = 0;
   while (true) {
     const size_t comma = s.find(',', start);
-    const std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
+    item = a == std::string::npos ? "" : item.substr(a, b - a + 1);  // blanks around an item are fine
     size_t used = 0;
     long long v = 0;
     try {

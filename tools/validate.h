@@ -33,7 +33,8 @@ void require_fault_name(const std::string& name);
 // A list option's items: split at commas and blanks, empty items dropped ("0, 3,40" -> 0 3 40).
 std::vector<std::string> split_list(const std::string& s);
 
-// A comma-separated list of integers in [lo, hi] ("1,8,32"): no empty item, no blanks, no trailing comma.
+// A comma-separated list of integers in [lo, hi] ("1,8,32", "1, 8"): no empty item, no trailing comma, no
+// blank inside an item.
 // InputError names the option and says what an item must be (`what`, e.g. "a CUDA device ordinal").
 std::vector<int64_t> parse_int_list(const std::string& s, const std::string& option, int64_t lo, int64_t hi,
                                     const std::string& what);
