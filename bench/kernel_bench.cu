@@ -250,6 +250,15 @@ void indexer_case(int64_t B, int64_t L, bool f16) {
   report({"indexer_topk" + name.substr(7), "topk_rows", "bytes: scores read once", us_t, B * (L * 4.0 + topk * 4.0), 0});
 }
 
+// n random floats in [-1, 1) on the device.
+DeviceBuffer random_f32(int64_t n, uint64_t seed) {
+  std::vector<float> h((size_t)n);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& v : h) v = u(rng);
+  return to_device(h);
+}
+
 // ---- Q4_K GEMV -----------------------------------------------------------------------------------
 // Random Q4_K blocks (random scales in a sane range) for n matrices of rows x cols.
 void random_q4k(DeviceBuffer* w, int64_t n_mats, int64_t rows, int64_t cols) {
@@ -284,11 +293,7 @@ void q4k_case(int64_t rows, int64_t cols, int B) {
   const int64_t pool = std::max<int64_t>(2, (int64_t)std::ceil(220e6 / mat_bytes));
   DeviceBuffer w;
   random_q4k(&w, pool, rows, cols);
-  std::vector<float> hx((size_t)B * cols);
-  std::mt19937_64 rng(2);
-  std::uniform_real_distribution<float> u(-1, 1);
-  for (auto& v : hx) v = u(rng);
-  DeviceBuffer x = to_device(hx), y((size_t)B * rows * 4);
+  DeviceBuffer x = random_f32((size_t)B * cols, 2), y((size_t)B * rows * 4);
   const uint8_t* wp = w.as<uint8_t>();
   for (int variant : kVariants) {
   set_gemv_variant(variant);
@@ -381,11 +386,7 @@ void gemv_block_case(GgmlType t, int64_t rows, int64_t cols, int B) {
   const int64_t pool = std::max<int64_t>(1, (int64_t)std::ceil(220e6 / mat_bytes));
   DeviceBuffer w;
   random_mats(&w, t, pool, rows, cols, 11);
-  std::vector<float> hx((size_t)B * cols);
-  std::mt19937_64 rng(5);
-  std::uniform_real_distribution<float> u(-1, 1);
-  for (auto& v : hx) v = u(rng);
-  DeviceBuffer x = to_device(hx), y((size_t)B * rows * 4);
+  DeviceBuffer x = random_f32((size_t)B * cols, 5), y((size_t)B * rows * 4);
   const uint8_t* wp = w.as<uint8_t>();
   for (int variant : kVariants) {
   set_gemv_variant(variant);
@@ -409,11 +410,7 @@ void gemv_per_head_case(GgmlType t, int64_t rows, int64_t cols, int64_t H, int64
   const int64_t pool = std::max<int64_t>(1, (int64_t)std::ceil(220e6 / set_bytes));
   DeviceBuffer w;
   random_mats(&w, t, pool * H, rows, cols, 13);
-  std::vector<float> hx((size_t)T * H * cols);
-  std::mt19937_64 rng(6);
-  std::uniform_real_distribution<float> u(-1, 1);
-  for (auto& v : hx) v = u(rng);
-  DeviceBuffer x = to_device(hx), y((size_t)T * H * rows * 4);
+  DeviceBuffer x = random_f32((size_t)T * H * cols, 6), y((size_t)T * H * rows * 4);
   const uint8_t* wp = w.as<uint8_t>();
   for (int variant : kVariants) {
   set_gemv_variant(variant);
@@ -441,14 +438,6 @@ void gemv_block_cases() {
 }
 
 // ---- float GEMV (optimized/gemv_float.cu): the MoE router's F32 6144 x 256 matrix ------------------
-// n random floats in [-1, 1) on the device.
-DeviceBuffer random_f32(int64_t n, uint64_t seed) {
-  std::vector<float> h((size_t)n);
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  for (auto& v : h) v = u(rng);
-  return to_device(h);
-}
 // Bytes: the matrix once, B x vectors, B y vectors (B x share the matrix, as a batch's router does).
 void gemv_float_case(int64_t rows, int64_t cols, int B) {
   const std::string name = "gemv(type=F32,rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) + ",b=" +
