@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Where a decode step's time goes, from a bench/cupti_trace.cpp CSV (device activity + runtime calls).
+
+A step is the interval between the ends of two consecutive logits downloads (device-to-host copies of
+the step's size, --step-bytes; default: the most frequent device-to-host size of at least 100 KB). Per
+step: wall time, the time the device runs anything (union of kernel, memset and memcpy intervals), the
+idle rest, counts, and the idle gaps attributed to what the host was doing meanwhile (the runtime calls
+overlapping each gap). The last --steps steps are averaged (the earlier ones include warm-up and graph
+capture).
+
+  python3 bench/trace_summary.py trace.csv [--steps N] [--step-bytes BYTES] [--json out.json]
+"""
+import argparse
+import collections
+import csv
+import json
+import sys
+
+
+def load(path):
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            r["start"] = int(r["start_ns"])
+            r["end"] = int(r["end_ns"])
+            rows.append(r)
+    return rows
+
+
+def union_ns(intervals):
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def short(name):
+    name = name.split("(")[0]
+    return name if len(name) < 70 else name[:67] + "..."
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("csv")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--step-bytes", type=int, default=0)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    rows = load(a.csv)
+    dev = [r for r in rows if r["kind"] in ("kernel", "memset", "memcpy")]
+    api = [r for r in rows if r["kind"] == "api"]
+    d2h = [r for r in dev if r["kind"] == "memcpy" and r["name"] == "memcpy_kind2"]
+    size = a.step_bytes
+    if not size:
+        sizes = collections.Counter(int(r["extra"]) for r in d2h if int(r["extra"]) >= 100_000)
+        if not sizes:
+            sys.exit("trace_summary: no device-to-host copy of at least 100 KB: no steps found")
+        size = sizes.most_common(1)[0][0]
+    ends = sorted(r["end"] for r in d2h if int(r["extra"]) == size)
+    if len(ends) < 2:
+        sys.exit("trace_summary: fewer than two steps")
+    windows = list(zip(ends[:-1], ends[1:]))[-a.steps:]
+    agg = collections.defaultdict(float)
+    kern = collections.defaultdict(lambda: [0, 0.0])
+    calls = collections.defaultdict(lambda: [0, 0.0])
+    gap_host = collections.defaultdict(float)
+    gap_next = collections.defaultdict(lambda: [0, 0.0])
+    for w0, w1 in windows:
+        inside = sorted((r for r in dev if r["start"] >= w0 and r["end"] <= w1), key=lambda r: r["start"])
+        busy = union_ns([(r["start"], r["end"]) for r in inside])
+        agg["wall_us"] += (w1 - w0) / 1e3
+        agg["device_busy_us"] += busy / 1e3
+        agg["kernel_busy_us"] += union_ns([(r["start"], r["end"]) for r in inside if r["kind"] == "kernel"]) / 1e3
+        for kind in ("kernel", "memset", "memcpy"):
+            agg[kind + "s"] += sum(1 for r in inside if r["kind"] == kind)
+        agg["memset_us"] += sum(r["end"] - r["start"] for r in inside if r["kind"] == "memset") / 1e3
+        for r in inside:
+            if r["kind"] == "kernel":
+                k = kern[short(r["name"])]
+                k[0] += 1
+                k[1] += (r["end"] - r["start"]) / 1e3
+        for r in api:
+            if r["start"] >= w0 and r["end"] <= w1:
+                c = calls[r["name"]]
+                c[0] += 1
+                c[1] += (r["end"] - r["start"]) / 1e3
+        # idle gaps between device activities, and the runtime calls the host made meanwhile
+        prev_end = w0
+        for r in inside:
+            if r["start"] > prev_end:
+                g0, g1 = prev_end, r["start"]
+                gn = gap_next[short(r["name"]) if r["kind"] == "kernel" else r["kind"]]
+                gn[0] += 1
+                gn[1] += (g1 - g0) / 1e3
+                for c in api:
+                    o = min(c["end"], g1) - max(c["start"], g0)
+                    if o > 0:
+                        gap_host[c["name"]] += o / 1e3
+            prev_end = max(prev_end, r["end"])
+    n = len(windows)
+    out = {k: v / n for k, v in agg.items()}
+    out["idle_us"] = out["wall_us"] - out["device_busy_us"]
+    out["steps_averaged"] = n
+    out["step_bytes"] = size
+    out["kernels_by_name"] = {k: {"calls": v[0] / n, "us": v[1] / n} for k, v in sorted(kern.items(), key=lambda x: -x[1][1])}
+    out["runtime_calls"] = {k: {"calls": v[0] / n, "us": v[1] / n} for k, v in sorted(calls.items(), key=lambda x: -x[1][1])}
+    out["idle_before"] = {k: {"gaps": v[0] / n, "us": v[1] / n} for k, v in sorted(gap_next.items(), key=lambda x: -x[1][1])}
+    out["host_during_idle_us"] = {k: v / n for k, v in sorted(gap_host.items(), key=lambda x: -x[1])}
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+    print(f"steps averaged: {n} (logits download of {size} bytes ends each step)")
+    print(f"wall {out['wall_us']:.1f} us | device busy {out['device_busy_us']:.1f} (kernels {out['kernel_busy_us']:.1f}) "
+          f"| idle {out['idle_us']:.1f} us")
+    print(f"per step: {out.get('kernels', 0):.0f} kernels, {out.get('memsets', 0):.0f} memsets ({out.get('memset_us', 0):.1f} us), "
+          f"{out.get('memcpys', 0):.0f} memcpys")
+    print("kernels by time (calls, us):")
+    for k, v in list(out["kernels_by_name"].items())[:25]:
+        print(f"  {v['us']:9.1f} us {v['calls']:5.1f}x  {k}")
+    print("runtime calls by host time (calls, us):")
+    for k, v in list(out["runtime_calls"].items())[:15]:
+        print(f"  {v['us']:9.1f} us {v['calls']:5.1f}x  {k}")
+    print("idle device time, by what ran next (gaps, us):")
+    for k, v in list(out["idle_before"].items())[:15]:
+        print(f"  {v['us']:9.1f} us {v['gaps']:5.1f}x  {k}")
+    print("host runtime calls overlapping the idle time (us):")
+    for k, v in list(out["host_during_idle_us"].items())[:10]:
+        print(f"  {v:9.1f} us  {k}")
+
+
+if __name__ == "__main__":
+    main()
