@@ -172,9 +172,12 @@ void gemv_per_head(GgmlType t, const void* d_w, int64_t rows, int64_t cols, int6
                    float* d_y, int64_t y_stride, int64_t batch);
 // Kernel variant of gemv / gemv_experts / gemv_per_head (kernel_bench times each on the same shapes in
 // one run; the pipeline never calls this): 0 = the default kernels, 1 = the v1 kernels (Q4_K
-// gemv_q4k_kernel with its per-CTA x pre-pass; the block kernel with one sub-block per lane). Variant 1
-// sums in other fp32 orders than the ones suites/gpu emulates: benchmarking only.
+// gemv_q4k_kernel with its per-CTA x pre-pass; the block kernel with one sub-block per lane), 2 = the
+// default kernels with more loads in flight (the same fp32 orders), 3 = Q4_K and Q6_K on the tensor cores
+// (gemv_mma.cu; suites/gpu test_gemv_mma). Variants 1 and 3 sum in other fp32 orders than the ones
+// suites/gpu emulates: benchmarking only.
 void set_gemv_variant(int v);
+int gemv_variant();
 // Y [T, n_rows] f32 = X [T, ncols] f16 times W^T, W [n_rows, ncols] f16 row-major: cuBLAS, fp32 accumulate.
 void gemm_f16(const uint16_t* d_x, const uint16_t* d_w, int64_t T, int64_t n_rows, int64_t ncols, float* d_y);
 // Prefill linear: dequantize W to an fp16 scratch buffer, then gemm_f16. X [T, ncols] f32 is split into

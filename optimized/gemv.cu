@@ -16,17 +16,19 @@
 #include "optimized/faults.h"
 #include "optimized/gemv_blocks.cuh"
 #include "optimized/gemv_float.cuh"
+#include "optimized/gemv_mma.cuh"
 #include "optimized/iq_grids.cuh"
 
 namespace mlaconf::cuda {
 
 namespace {
 // MLACONF_GEMV_VARIANT selects a variant for a whole process (a debugging and measuring knob; kernel_bench
-// sets it per case): 0 the default, 1 the v1 kernels (other fp32 orders), 2 the default kernels with
-// more loads in flight (the same orders as 0).
+// sets it per case): 0 the default (the SIMT v2 kernels), 1 the v1 SIMT kernels (other fp32 orders), 2 the
+// v2 kernels with more loads in flight (the same orders as 0), 3 Q4_K and Q6_K on the tensor cores
+// (gemv_mma.cu: measured slower than 0 except the Q6_K head at B = 1, docs/PERF_H200_gemv_blocks.md v3).
 int g_gemv_variant = [] {
   const char* v = std::getenv("MLACONF_GEMV_VARIANT");
-  return v && (v[0] == '1' || v[0] == '2') && !v[1] ? v[0] - '0' : 0;
+  return v && v[0] >= '1' && v[0] <= '3' && !v[1] ? v[0] - '0' : 0;
 }();
 }
 int gemv_variant() { return g_gemv_variant; }
@@ -409,6 +411,10 @@ void gemv_impl(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const
   // The negative control "gemv-drop-tail": a grid sized by n_rows / 8 instead of ceil(n_rows / 8).
   if (active_fault() == Fault::GemvDropTail) n_rows -= n_rows % 8;
   if (n_rows == 0) return;
+  // Variant 3: Q4_K and Q6_K on the tensor cores.
+  if ((t == GgmlType::Q4_K || t == GgmlType::Q6_K) && gemv_variant() == 3 &&
+      gemv_mma(t, d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch))
+    return;
   // Q4_K: the vectorised kernel, for every batch shape (one kernel whatever the batch: batched decode
   // needs each row's bits independent of it).
   if (t == GgmlType::Q4_K && gemv_variant() != 1 &&

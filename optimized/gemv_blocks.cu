@@ -23,6 +23,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "optimized/api.h"
 #include "optimized/common.cuh"
 #include "optimized/dequant_elem.cuh"
 #include "optimized/gemv_blocks.cuh"

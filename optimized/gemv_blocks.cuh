@@ -16,9 +16,6 @@ namespace mlaconf::cuda {
 bool gemv_blocks(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_ids, int64_t w_count,
                  int64_t w_stride, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride, int64_t batch);
 
-// The variant set_gemv_variant chose (0: default; 1: the v1 kernels, for kernel_bench).
-int gemv_variant();
-
 // True for the types gemv_blocks covers (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q5_K, Q6_K).
 bool gemv_blocks_covers(GgmlType t);
 

@@ -15,6 +15,19 @@ namespace mlaconf::gputest {
 
 inline constexpr double kGemvBound = 2e-6;
 
+// Runs the enclosing scope's GEMVs with kernel variant v (optimized/api.h set_gemv_variant): the
+// tensor-core suite selects 3.
+class GemvVariantScope {
+ public:
+  explicit GemvVariantScope(int v);
+  ~GemvVariantScope();
+  GemvVariantScope(const GemvVariantScope&) = delete;
+  GemvVariantScope& operator=(const GemvVariantScope&) = delete;
+
+ private:
+  int prev_;
+};
+
 std::vector<float> random_x(size_t n, uint64_t seed);
 
 struct Judged {
@@ -24,18 +37,20 @@ struct Judged {
 // The kernel's bits for row `row` of matrix `mat` and one x (cols values).
 using RowEmulation = std::function<float(int64_t mat, int64_t row, const float* x)>;
 // Makes a suite's emulation from the raw blocks and their reference-dequantized values [mats * rows, cols].
+// A kernel without a documented fp32 order (the tensor-core GEMV) passes an empty RowEmulation: check (2)
+// is then skipped, (1) and (3) still made.
 using MakeEmulation = std::function<RowEmulation(const std::vector<uint8_t>& blocks, const std::vector<float>& W)>;
 
 // y[j * rows + r] for entries j, entry j on matrix mat[j] (rows x cols of W) and x_j = x + j * cols.
 Judged judge_gemv(const std::vector<float>& got, const std::vector<float>& W, const std::vector<int64_t>& mat,
                   const std::vector<float>& x, int64_t rows, int64_t cols, const RowEmulation& emulate);
-void expect_judged(const Judged& j, const char* what);
+void expect_judged(const Judged& j, const char* what, double bound = kGemvBound);
 
 // B x vectors on one random matrix (batched decode), judged; then each entry alone, bit-identical.
 void gemv_batch_check(GgmlType t, int64_t rows, int64_t cols, int B, uint64_t w_seed, uint64_t x_seed,
-                      const MakeEmulation& make);
+                      const MakeEmulation& make, double bound = kGemvBound);
 // Experts by id from a pool of `pool` random matrices, one x per entry, judged; each entry alone bit-identical.
 void gemv_experts_check(GgmlType t, int64_t rows, int64_t cols, const std::vector<int32_t>& ids, int64_t pool, uint64_t w_seed,
-                        uint64_t x_seed, const MakeEmulation& make);
+                        uint64_t x_seed, const MakeEmulation& make, double bound = kGemvBound);
 
 }  // namespace mlaconf::gputest

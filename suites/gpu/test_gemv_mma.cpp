@@ -1,0 +1,132 @@
+// suites/gpu: the tensor-core dequant GEMV for Q4_K and Q6_K (optimized/gemv_mma.cu; kernel variant 3).
+//
+// Its fp32 order is the tensor cores' (not emulated on the host), so each case is judged two ways
+// (suites/gpu/gemv_bits.h, the checks shared with the SIMT suites): (1) every output against float64 on the
+// reference dequantizer's weights, |got - want| <= kMmaBound * sum |w x|; (3) every batch entry (B x on one
+// matrix, experts by id, x shared by the experts of one token) bit-identical to the same x alone.
+// kMmaBound: x is carried as three bf16 terms (~2^-25 relative) and every product is exact, so the error is
+// the fp32 accumulation's: the worst over these cases on the H200 was 6.9e-8 of sum |w x| (2026-12-01; the
+// SIMT kernels' emulations show up to 3e-8 on similar shapes), so the bound is 7e-7, about 10x it; the fault
+// gemv-x-bf16 shows 2-3e-4.
+// Shapes: rows off the 16-row tile (1, 15, 17, 33, 257) and past each row-tile-per-CTA threshold (4225,
+// 8449, 16897 rows: 2, 4, 8 tiles per CTA, so 4, 2, 1 warps split K), blocks per row 1, 2, 11, 24 (K split
+// unevenly over 8 warps, warps without blocks), batches 1, 2, 3, 8, 17 (8 x per pass: 17 is three passes,
+// the last with one x). Expert strides stay 16-byte aligned (rows x row bytes; a misaligned matrix takes the
+// SIMT kernels, whose bits differ). Negative control: the fault gemv-x-bf16 (x kept as one bf16 term) must fail (1).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "optimized/api.h"
+#include "optimized/faults.h"
+#include "suites/gpu/gemv_bits.h"
+#include "suites/gpu/gpu_test_util.h"
+#include "suites/gpu/host_ref.h"
+
+namespace mlaconf::gputest {
+namespace {
+
+constexpr double kMmaBound = 7e-7;
+
+MakeEmulation no_emulation() {
+  return [](const std::vector<uint8_t>&, const std::vector<float>&) { return RowEmulation{}; };
+}
+
+void batch_case(GgmlType t, int64_t rows, int64_t cols, int B) {
+  MLACONF_REQUIRE_CUDA();
+  GemvVariantScope mma(3);
+  gemv_batch_check(t, rows, cols, B, 3000 + 7 * rows + cols + (int)t, 41 + B, no_emulation(), kMmaBound);
+}
+
+void experts_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> ids) {
+  MLACONF_REQUIRE_CUDA();
+  GemvVariantScope mma(3);
+  gemv_experts_check(t, rows, cols, ids, 4, 97 + (int)t, 13, no_emulation(), kMmaBound);
+}
+
+// The experts of one token read the same x (x_stride 0, as the pipeline's decode step of one token does):
+// each entry against float64 and bit-identical to its expert run alone on that x.
+void experts_shared_x_case(GgmlType t, int64_t rows, int64_t cols) {
+  MLACONF_REQUIRE_CUDA();
+  GemvVariantScope mma(3);
+  const std::vector<int32_t> ids = {3, 0, 2, 3, 1};
+  const int64_t n = (int64_t)ids.size(), pool = 4;
+  const auto blocks = random_blocks(t, pool * rows * cols / 256, 555 + (int)t);
+  const auto W = ref_dequant(t, blocks, pool * rows * cols);
+  const auto x1 = random_x(cols, 77);
+  std::vector<float> x;  // the judge's layout: one x per entry
+  for (int64_t j = 0; j < n; ++j) x.insert(x.end(), x1.begin(), x1.end());
+  auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x1), d_ids = cuda::to_device(ids);
+  cuda::DeviceBuffer d_y((size_t)n * rows * 4);
+  const int64_t stride = rows * row_bytes(t, cols);
+  cuda::gemv_experts(t, d_w.get(), stride, d_ids.as<int32_t>(), n, rows, cols, d_x.as<float>(), 0, d_y.as<float>(), rows);
+  const auto got = cuda::to_host<float>(d_y, (size_t)n * rows);
+  const Judged j = judge_gemv(got, W, std::vector<int64_t>(ids.begin(), ids.end()), x, rows, cols, RowEmulation{});
+  std::printf("  experts, one x: max |err| / sum|wx| %.3e (bound %.0e)\n", j.worst, kMmaBound);
+  EXPECT_LE(j.worst, kMmaBound);
+  int64_t differ = 0;
+  for (int64_t e = 0; e < n; ++e) {
+    cuda::DeviceBuffer d_y1((size_t)rows * 4);
+    cuda::gemv(t, static_cast<const uint8_t*>(d_w.get()) + ids[e] * stride, rows, cols, d_x.as<float>(), d_y1.as<float>());
+    const auto one = cuda::to_host<float>(d_y1, rows);
+    differ += std::memcmp(one.data(), got.data() + e * rows, rows * 4) != 0;
+  }
+  EXPECT_EQ(differ, 0) << differ << " of " << n << " experts differ from the matrix run alone";
+}
+
+// Negative control: with x kept as its first bf16 term (gemv-x-bf16) the float64 check must fail by far;
+// without the fault the same case passes.
+void negative_control_case(GgmlType t) {
+  MLACONF_REQUIRE_CUDA();
+  GemvVariantScope mma(3);
+  const int64_t rows = 33, cols = 2048;
+  const auto blocks = random_blocks(t, rows * cols / 256, 4343 + (int)t);
+  const auto W = ref_dequant(t, blocks, rows * cols);
+  const auto x = random_x(cols, 19);
+  auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
+  cuda::DeviceBuffer d_y(rows * 4);
+  cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>());
+  const Judged ok = judge_gemv(cuda::to_host<float>(d_y, rows), W, {0}, x, rows, cols, RowEmulation{});
+  {
+    cuda::ScopedFault f(cuda::Fault::GemvXBf16);
+    cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>());
+  }
+  const Judged bad = judge_gemv(cuda::to_host<float>(d_y, rows), W, {0}, x, rows, cols, RowEmulation{});
+  std::printf("  correct: %.3e, gemv-x-bf16: %.3e (bound %.0e)\n", ok.worst, bad.worst, kMmaBound);
+  EXPECT_LE(ok.worst, kMmaBound);
+  EXPECT_GT(bad.worst, 10 * kMmaBound);
+}
+
+const bool registered = [] {
+  const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q6_K};
+  const int64_t kRows[] = {1, 15, 17, 33, 257};
+  const int64_t kBlocks[] = {1, 2, 11, 24};
+  const int kBatches[] = {1, 2, 3, 8, 17};
+  for (GgmlType t : kTypes) {
+    const std::string tn = type_name(t);
+    int k = 0;
+    for (int64_t rows : kRows)
+      for (int64_t nb : kBlocks) {
+        const int B = kBatches[k++ % 5];
+        register_case("gemv_mma",
+                      "gemv(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(nb * 256) + ",b=" +
+                          std::to_string(B) + ")",
+                      [=] { batch_case(t, rows, nb * 256, B); });
+      }
+    for (int64_t rows : {4225, 8449, 16897})  // 2, 4, 8 row tiles per CTA
+      register_case("gemv_mma", "gemv(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=512,b=3)",
+                    [=] { batch_case(t, rows, 512, 3); });
+    // Production shapes: an expert's gate/up (2048 x 6144) and down (6144 x 2048).
+    register_case("gemv_mma", "gemv(type=" + tn + ",rows=2048,cols=6144,b=8)", [=] { batch_case(t, 2048, 6144, 8); });
+    register_case("gemv_mma", "gemv(type=" + tn + ",rows=6144,cols=2048,b=1)", [=] { batch_case(t, 6144, 2048, 1); });
+    register_case("gemv_mma", "experts(type=" + tn + ",rows=77,cols=2816,ids=2.0.2.3.1.2)",
+                  [=] { experts_case(t, 77, 2816, {2, 0, 2, 3, 1, 2}); });
+    register_case("gemv_mma", "experts_one_x(type=" + tn + ",rows=132,cols=1536)", [=] { experts_shared_x_case(t, 132, 1536); });
+    register_case("gemv_mma", "negative_control(type=" + tn + ",fault=gemv_x_bf16)", [=] { negative_control_case(t); });
+  }
+  return true;
+}();
+
+}  // namespace
+}  // namespace mlaconf::gputest
