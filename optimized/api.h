@@ -281,13 +281,19 @@ MLACONF_HD inline uint16_t pattern_half_bits(uint64_t seed, int64_t row, int64_t
 // d_x [rows, cols] f16 = pattern_half_bits(seed, r, c).
 void fill_pattern_f16(uint16_t* d_x, int64_t rows, int64_t cols, uint64_t seed);
 
-// ---- MoE routing on the device (optimized/route.cu) -------------------------------------------------
-// Per row t of logits [T, n_expert] (fp32), the selection the pipeline's host routing makes, bit for
-// bit (the same float operations in the same order; exp in double rounded to float on both sides):
-// gating probabilities (softmax or sigmoid), choice = probability + bias (bias may be null), the group
-// limit (n_groups > 1: keep the groups_used groups whose two best choices sum highest, ties to the lower
-// group), the k best choices (ties to the lower id), ids ascending; weights = their probabilities
-// (normalized when norm) times scale. Outputs [T, k]: ids, wts, and tok = t (each pair's token row).
+// ---- MoE routing (device: optimized/route.cu; host: optimized/route_host.cpp) -----------------------
+// Per row t of logits [T, n_expert] (fp32): gating probabilities (softmax or sigmoid), choice =
+// probability + bias (bias may be null), the group limit (n_groups > 1: keep the groups_used groups whose
+// two best choices sum highest, ties to the lower group), the k best choices (ties to the lower id), ids
+// ascending; weights = their probabilities (normalized when norm) times scale. Outputs [T, k]: ids, wts,
+// and tok = t (each pair's token row).
+//
+// route_experts runs it on the device (pointers on the device; a decode step's routing without a host
+// round trip); route_experts_host on the host (host pointers; tok may be null), the pipeline's routing
+// where it records or forces decisions. Both make the same float operations in the same order (exp in
+// double rounded to float on both sides; the softmax normaliser summed sequentially in expert order), so
+// that they select the same experts with the same weights, bit for bit (suites/gpu route_experts.*).
+// NaN logits: unspecified (the host's sorts have no order for them).
 struct RouteArgs {
   const float* logits = nullptr;
   int64_t T = 0, n_expert = 0, k = 0;
@@ -301,6 +307,14 @@ struct RouteArgs {
   int32_t* tok = nullptr;
 };
 void route_experts(const RouteArgs& a);
+// InputError for a shape neither can route (k outside [1, n_expert], groups that do not divide the
+// experts or groups_used outside [1, n_groups]); both entry points call it.
+void check_route_args(const RouteArgs& a);
+// Also, where not null: gap [T] = k-th minus (k+1)-th best choice (+inf when k == n_expert), and the
+// gating probabilities probs [T, n_expert].
+void route_experts_host(const RouteArgs& a, double* gap = nullptr, float* probs = nullptr);
+// The weights of given ids [T, k] (a.ids, e.g. forced ones) from probs [T, n_expert]: into a.wts.
+void route_weights_host(const RouteArgs& a, const float* probs);
 
 // ---- the paged latent cache of batched decode (optimized/paged.cu) -----------------------------------
 // dst [rows of d halves] row rows[t] = fp16(src [T, d] row t) (round to nearest even, as to_half).

@@ -423,7 +423,9 @@ struct Pipeline::Impl {
   };
   Route route(int64_t l, const std::vector<float>& lg, int64_t T) const;
   // The routed weights of r.ids (ascending): gating probabilities at the ids, normalized, scaled.
-  void route_weights(Route& r, int64_t T) const;
+  void route_weights(int64_t l, Route& r, int64_t T) const;
+  // Layer l's routing configuration (bias on the device or the host); logits, T and outputs unset.
+  RouteArgs route_args(int64_t l, bool on_device) const;
   // Each used expert once over its tokens -> eo [T, k, E] in slot order (unweighted).
   void experts(int64_t l, const float* y, int64_t T, const std::vector<int32_t>& ids, float* eo);
   void expert_pairs(int64_t l, const float* y, int64_t T, const int32_t* d_ids, const int32_t* d_tok, float* eo);
@@ -618,68 +620,35 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
   done(l, op::kOutputHidden, h, {T, E});
 }
 
+// The routing arguments of layer l's router (the outputs and logits left for the caller).
+RouteArgs Pipeline::Impl::route_args(int64_t l, bool on_device) const {
+  const DevTensor& bias = L(l, wname::kExpProbsB);
+  RouteArgs a;
+  a.n_expert = c.n_expert, a.k = c.n_expert_used;
+  a.bias = bias.host_f32.empty() ? nullptr : on_device ? bias.buf.as<float>() : bias.host_f32.data();
+  a.softmax = c.gating == GatingFunc::Softmax;
+  a.n_groups = c.n_expert_groups, a.groups_used = c.n_group_used;
+  a.norm = c.expert_weights_norm, a.scale = (float)c.expert_weights_scale;
+  return a;
+}
+
 Pipeline::Impl::Route Pipeline::Impl::route(int64_t l, const std::vector<float>& lg, int64_t T) const {
   const int64_t nE = c.n_expert, k = c.n_expert_used;
-  const std::vector<float>& bias = L(l, wname::kExpProbsB).host_f32;
   Route r;
   r.ids.assign(T * k, 0);
   r.wts.assign(T * k, 0.f);
   r.gap.assign(T, std::numeric_limits<double>::infinity());
   r.probs.assign(T * nE, 0.f);
-  for (int64_t t = 0; t < T; ++t) {
-    std::vector<float> choice(nE);
-    float* prob = &r.probs[t * nE];
-    const float* z = &lg[t * nE];
-    if (c.gating == GatingFunc::Softmax) {
-      const float mx = *std::max_element(z, z + nE);
-      float s = 0;
-      // exp in double, rounded to float: the device routing of a captured decode step (optimized/route.cu)
-      // computes it so too, and selects the same experts with the same weights bit for bit.
-      for (int64_t e = 0; e < nE; ++e) s += (prob[e] = (float)std::exp((double)(z[e] - mx)));
-      for (int64_t e = 0; e < nE; ++e) prob[e] /= s;
-    } else {
-      for (int64_t e = 0; e < nE; ++e) prob[e] = 1.0f / (1.0f + (float)std::exp(-(double)z[e]));
-    }
-    for (int64_t e = 0; e < nE; ++e) choice[e] = prob[e] + (bias.empty() ? 0.f : bias[e]);
-    if (c.n_expert_groups > 1) {  // group limit: a group's score is the sum of its two best choices
-      const int64_t G = c.n_expert_groups, per = nE / G;
-      std::vector<float> gs(G);
-      for (int64_t g = 0; g < G; ++g) {
-        std::vector<float> v(choice.begin() + g * per, choice.begin() + (g + 1) * per);
-        std::sort(v.begin(), v.end(), std::greater<float>());
-        gs[g] = v[0] + (per > 1 ? v[1] : 0.f);
-      }
-      std::vector<int64_t> go(G);
-      std::iota(go.begin(), go.end(), 0);
-      std::stable_sort(go.begin(), go.end(), [&](int64_t a, int64_t b) { return gs[a] > gs[b]; });
-      std::vector<bool> keep(G, false);
-      for (int64_t i = 0; i < c.n_group_used; ++i) keep[go[i]] = true;
-      for (int64_t e = 0; e < nE; ++e)
-        if (!keep[e / per]) choice[e] = -std::numeric_limits<float>::infinity();
-    }
-    std::vector<int32_t> order(nE);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return choice[a] > choice[b]; });
-    if (nE > k) r.gap[t] = (double)choice[order[k - 1]] - (double)choice[order[k]];
-    std::vector<int32_t> sel(order.begin(), order.begin() + k);
-    std::sort(sel.begin(), sel.end());
-    for (int64_t j = 0; j < k; ++j) r.ids[t * k + j] = sel[j];
-  }
-  route_weights(r, T);
+  RouteArgs a = route_args(l, false);
+  a.logits = lg.data(), a.T = T, a.ids = r.ids.data(), a.wts = r.wts.data();
+  route_experts_host(a, r.gap.data(), r.probs.data());
   return r;
 }
 
-void Pipeline::Impl::route_weights(Route& r, int64_t T) const {
-  const int64_t nE = c.n_expert, k = c.n_expert_used;
-  for (int64_t t = 0; t < T; ++t) {
-    float sum = 0;
-    for (int64_t j = 0; j < k; ++j) sum += r.probs[t * nE + r.ids[t * k + j]];
-    for (int64_t j = 0; j < k; ++j) {
-      float wv = r.probs[t * nE + r.ids[t * k + j]];
-      if (c.expert_weights_norm) wv = wv / (sum + 1e-20f);
-      r.wts[t * k + j] = wv * (float)c.expert_weights_scale;
-    }
-  }
+void Pipeline::Impl::route_weights(int64_t l, Route& r, int64_t T) const {
+  RouteArgs a = route_args(l, false);
+  a.T = T, a.ids = r.ids.data(), a.wts = r.wts.data();
+  route_weights_host(a, r.probs.data());
 }
 
 // Every (token, slot) pair of a decode step in one GEMV launch per matrix, the experts picked on the
@@ -749,15 +718,9 @@ void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out, float
   router_logits(l, y, T, logits.as<float>());
   done(l, op::kRouterLogits, logits.as<float>(), {T, nE});
   if (sr && sr->graph_shape) {  // a step shaped for a CUDA graph: routing on the device, same bits
-    const DevTensor& bias = L(l, wname::kExpProbsB);
     DeviceBuffer d_ids((size_t)(T * k) * 4), d_wts((size_t)(T * k) * 4), d_tok((size_t)(T * k) * 4);
-    RouteArgs ra;
-    ra.logits = logits.as<float>();
-    ra.T = T, ra.n_expert = nE, ra.k = k;
-    ra.bias = bias.host_f32.empty() ? nullptr : bias.buf.as<float>();
-    ra.softmax = c.gating == GatingFunc::Softmax;
-    ra.n_groups = c.n_expert_groups, ra.groups_used = c.n_group_used;
-    ra.norm = c.expert_weights_norm, ra.scale = (float)c.expert_weights_scale;
+    RouteArgs ra = route_args(l, true);
+    ra.logits = logits.as<float>(), ra.T = T;
     ra.ids = d_ids.as<int32_t>(), ra.wts = d_wts.as<float>(), ra.tok = d_tok.as<int32_t>();
     route_experts(ra);
     auto eo = fbuf(T * k * E);
@@ -781,7 +744,7 @@ void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out, float
         throw InputError("forced router_ids of layer " + std::to_string(l) + ": " + std::to_string(fe[i]) + " is not an expert id");
       r.ids[i] = fe[i];
     }
-    route_weights(r, T);
+    route_weights(l, r, T);
   }
   if (wants(l, op::kRouterWeights)) {
     auto d = to_double(r.wts);

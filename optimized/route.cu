@@ -1,7 +1,16 @@
-// mlaconf optimized: MoE routing on the device, for a decode step captured in a CUDA graph (the host
-// routing in pipeline.cpp synchronizes: it reads the router logits back). The very same float
-// operations as the host's, in the same order, so that both select the same experts with the same
-// weights bit for bit (exp is computed in double and rounded to float on both sides).
+// mlaconf optimized: MoE routing on the device (api.h: route_experts), for decode steps that must not
+// wait for the host (the host routing reads the router logits back, a synchronization per MoE layer,
+// and cannot run inside a CUDA graph).
+//
+// It selects the same experts with the same weights as the host's route_experts_host
+// (optimized/route_host.cpp), bit for bit. Where order matters to the bits, the order is the host's:
+// the softmax normaliser is one sequential fp32 sum in expert order (one thread), so is the sum of the
+// selected probabilities (slot order). Everything else is exact whatever the order, so it runs in
+// parallel: the elementwise steps; the max of the logits and the two best choices of a group (max is
+// exact); the selections, as ranks under the host's stable sorts (an entry's place in a stable
+// descending sort = the entries greater than it + the equal ones before it), so "ties to the lower
+// index" holds by construction. Every float operation is an explicit _rn intrinsic: the library builds
+// with --fmad=true, and a contraction here would break the equality.
 #include <cmath>
 
 #include "core/error.h"
@@ -11,87 +20,144 @@
 namespace mlaconf::cuda {
 namespace {
 
-// One CTA per row; its first thread runs the selection (n_expert is a few hundred: sequential is fine).
-__global__ void route_kernel(RouteArgs a) {
+constexpr int kRouteThreads = 256;  // one CTA per row; 8 warps
+constexpr int kRouteWarps = kRouteThreads / 32;
+
+// The largest of v over the CTA (exact: max does not round), in every thread.
+__device__ float cta_max(float v, float* red) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // red may still be read from a previous call
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  v = red[0];
+  for (int w = 1; w < kRouteWarps; ++w) v = fmaxf(v, red[w]);
+  return v;
+}
+
+// The two largest values (duplicates count) of a, b, each a pair (first >= second): the pair of a multiset.
+__device__ void top2_merge(float& a1, float& a2, float b1, float b2) {
+  const float hi = fmaxf(a1, b1), lo = fminf(a1, b1);
+  a2 = fmaxf(lo, fmaxf(a2, b2));
+  a1 = hi;
+}
+
+__global__ void __launch_bounds__(kRouteThreads) route_kernel(RouteArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const int64_t nE = a.n_expert, k = a.k, G = a.n_groups;
-  float* prob = reinterpret_cast<float*>(smem);
-  float* choice = prob + nE;
-  float* gs = choice + nE;
-  unsigned char* picked = reinterpret_cast<unsigned char*>(gs + (G > 0 ? G : 1));
-  unsigned char* gkeep = picked + nE;
-  if (threadIdx.x != 0) return;
+  __shared__ float red[kRouteWarps];
+  __shared__ int warp_count[kRouteWarps];
+  __shared__ float total;
+  const int64_t nE = a.n_expert, k = a.k, G = a.n_groups > 1 ? a.n_groups : 1;
+  float* prob = reinterpret_cast<float*>(smem);      // [nE]
+  float* choice = prob + nE;                         // [nE]
+  float* gs = choice + nE;                           // [G] group scores
+  int32_t* sel = reinterpret_cast<int32_t*>(gs + G); // [k] the selected ids, ascending
+  unsigned char* gkeep = reinterpret_cast<unsigned char*>(sel + k);  // [G]
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int64_t t = blockIdx.x;
   const float* z = a.logits + t * nE;
+
+  // Gating probabilities. softmax: exp(z - max) in double rounded to float, the sum on one thread in
+  // expert order (the host's order: a tree sum would round differently), then the divisions.
   if (a.softmax) {
-    float mx = z[0];
-    for (int64_t e = 1; e < nE; ++e)
-      if (z[e] > mx) mx = z[e];
-    float s = 0;
-    for (int64_t e = 0; e < nE; ++e) s += (prob[e] = (float)exp((double)(z[e] - mx)));
-    for (int64_t e = 0; e < nE; ++e) prob[e] /= s;
+    float mx = -INFINITY;
+    for (int64_t e = tid; e < nE; e += kRouteThreads) mx = fmaxf(mx, z[e]);
+    mx = cta_max(mx, red);
+    for (int64_t e = tid; e < nE; e += kRouteThreads) prob[e] = (float)exp((double)__fsub_rn(z[e], mx));
+    __syncthreads();
+    if (tid == 0) {
+      float s = 0.f;
+#pragma unroll 8
+      for (int64_t e = 0; e < nE; ++e) s = __fadd_rn(s, prob[e]);
+      total = s;
+    }
+    __syncthreads();
+    const float s = total;
+    for (int64_t e = tid; e < nE; e += kRouteThreads) prob[e] = __fdiv_rn(prob[e], s);
   } else {
-    for (int64_t e = 0; e < nE; ++e) prob[e] = 1.0f / (1.0f + (float)exp(-(double)z[e]));
+    for (int64_t e = tid; e < nE; e += kRouteThreads) prob[e] = __fdiv_rn(1.0f, __fadd_rn(1.0f, (float)exp(-(double)z[e])));
   }
-  for (int64_t e = 0; e < nE; ++e) choice[e] = prob[e] + (a.bias ? a.bias[e] : 0.f);
-  if (G > 1) {  // group limit: a group's score is the sum of its two best choices
+  for (int64_t e = tid; e < nE; e += kRouteThreads) choice[e] = __fadd_rn(prob[e], a.bias ? a.bias[e] : 0.f);
+  __syncthreads();
+
+  if (G > 1) {  // group limit: a group's score is the sum of its two best choices (the host sorts; we merge)
     const int64_t per = nE / G;
-    for (int64_t g = 0; g < G; ++g) {
-      // v[0] + v[1] of the group's choices sorted descending: the largest, and the largest of the rest.
-      int64_t i1 = g * per;
-      for (int64_t e = g * per; e < (g + 1) * per; ++e)
-        if (choice[e] > choice[i1]) i1 = e;
-      float second = 0.f;
-      if (per > 1) {
-        int64_t i2 = -1;
-        for (int64_t e = g * per; e < (g + 1) * per; ++e)
-          if (e != i1 && (i2 < 0 || choice[e] > choice[i2])) i2 = e;
-        second = choice[i2];
+    for (int64_t g = warp; g < G; g += kRouteWarps) {  // a warp per group
+      float m1 = -INFINITY, m2 = -INFINITY;
+      for (int64_t e = g * per + lane; e < (g + 1) * per; e += 32) top2_merge(m1, m2, choice[e], -INFINITY);
+      for (int o = 16; o > 0; o >>= 1) {
+        const float b1 = __shfl_xor_sync(0xffffffffu, m1, o), b2 = __shfl_xor_sync(0xffffffffu, m2, o);
+        top2_merge(m1, m2, b1, b2);
       }
-      gs[g] = choice[i1] + (per > 1 ? second : 0.f);
-      gkeep[g] = 0;
+      if (lane == 0) gs[g] = __fadd_rn(m1, per > 1 ? m2 : 0.f);
     }
-    for (int64_t i = 0; i < a.groups_used; ++i) {  // the best groups, ties to the lower group
-      int64_t best = -1;
-      for (int64_t g = 0; g < G; ++g)
-        if (!gkeep[g] && (best < 0 || gs[g] > gs[best])) best = g;
-      gkeep[best] = 1;
+    __syncthreads();
+    for (int64_t g = tid; g < G; g += kRouteThreads) {  // its place in a stable descending sort of the groups
+      const float v = gs[g];
+      int64_t rank = 0;
+      for (int64_t h = 0; h < G; ++h) rank += (gs[h] > v) | (gs[h] == v && h < g);
+      gkeep[g] = rank < a.groups_used;
     }
-    for (int64_t e = 0; e < nE; ++e)
+    __syncthreads();
+    for (int64_t e = tid; e < nE; e += kRouteThreads)
       if (!gkeep[e / per]) choice[e] = -INFINITY;
+    __syncthreads();
   }
-  for (int64_t e = 0; e < nE; ++e) picked[e] = 0;
-  for (int64_t i = 0; i < k; ++i) {  // the k best choices, ties to the lower id (a stable sort's prefix)
-    int64_t best = -1;
-    for (int64_t e = 0; e < nE; ++e)
-      if (!picked[e] && (best < 0 || choice[e] > choice[best])) best = e;
-    picked[best] = 1;
+
+  // The k best choices, ties to the lower id: e is selected when its place in a stable descending sort
+  // of the choices is below k (exactly k such places without NaN). The selected ids in ascending order,
+  // by a CTA scan of the flags. sel starts as 0..k-1 and writes stay below k, so that NaN choices (no
+  // order: more or fewer than k places below k) still give valid ids.
+  for (int64_t j = tid; j < k; j += kRouteThreads) sel[j] = (int32_t)j;
+  __syncthreads();
+  int64_t base_out = 0;
+  for (int64_t base = 0; base < nE; base += kRouteThreads) {
+    const int64_t e = base + tid;
+    bool picked = false;
+    if (e < nE) {
+      const float v = choice[e];
+      int64_t rank = 0;
+      for (int64_t f = 0; f < nE; ++f) rank += (choice[f] > v) | (choice[f] == v && f < e);
+      picked = rank < k;
+    }
+    const unsigned ballot = __ballot_sync(0xffffffffu, picked);
+    if (lane == 0) warp_count[warp] = __popc(ballot);
+    __syncthreads();
+    int64_t before = base_out;
+    for (int w = 0; w < warp; ++w) before += warp_count[w];
+    const int64_t at = before + __popc(ballot & ((1u << lane) - 1u));
+    if (picked && at < k) sel[at] = (int32_t)e;
+    for (int w = 0; w < kRouteWarps; ++w) base_out += warp_count[w];
+    __syncthreads();  // warp_count is rewritten by the next chunk
   }
-  int32_t* ids = a.ids + t * k;
-  int64_t j = 0;
-  for (int64_t e = 0; e < nE && j < k; ++e)
-    if (picked[e]) ids[j++] = (int32_t)e;
-  float sum = 0;
-  for (int64_t i = 0; i < k; ++i) sum += prob[ids[i]];
-  for (int64_t i = 0; i < k; ++i) {
-    float wv = prob[ids[i]];
-    if (a.norm) wv = wv / (sum + 1e-20f);
-    a.wts[t * k + i] = wv * a.scale;
-    a.tok[t * k + i] = (int32_t)t;
+
+  // Weights: the selected probabilities' sum on one thread in slot order (the host's), then each slot.
+  if (tid == 0) {
+    float s = 0.f;
+    for (int64_t j = 0; j < k; ++j) s = __fadd_rn(s, prob[sel[j]]);
+    total = s;
+  }
+  __syncthreads();
+  const float denom = __fadd_rn(total, 1e-20f);
+  for (int64_t j = tid; j < k; j += kRouteThreads) {
+    float wv = prob[sel[j]];
+    if (a.norm) wv = __fdiv_rn(wv, denom);
+    a.ids[t * k + j] = sel[j];
+    a.wts[t * k + j] = __fmul_rn(wv, a.scale);
+    a.tok[t * k + j] = (int32_t)t;
   }
 }
 
 }  // namespace
 
 void route_experts(const RouteArgs& a) {
-  if (a.n_expert < 1 || a.k < 1 || a.k > a.n_expert || (a.n_groups > 1 && (a.n_expert % a.n_groups || a.groups_used < 1 ||
-                                                                           a.groups_used > a.n_groups)))
-    throw InputError("cuda::route_experts: bad shape");
+  check_route_args(a);
   if (a.T == 0) return;
-  const int64_t G = a.n_groups > 0 ? a.n_groups : 1;
-  const size_t smem = (size_t)(2 * a.n_expert + G) * 4 + (size_t)a.n_expert + (size_t)G;
-  if (smem > 48 * 1024) throw InputError("cuda::route_experts: not supported: " + std::to_string(a.n_expert) + " experts");
-  route_kernel<<<(unsigned)a.T, 32, smem, cur_stream()>>>(a);
+  const int64_t G = a.n_groups > 1 ? a.n_groups : 1;
+  const size_t smem = (size_t)(2 * a.n_expert + G + a.k) * 4 + (size_t)G;
+  if (smem > 48 * 1024) throw NotSupported("cuda::route_experts: " + std::to_string(a.n_expert) + " experts");
+  if (a.T > INT32_MAX) throw NotSupported("cuda::route_experts: more than 2^31 rows");
+  route_kernel<<<(unsigned)a.T, kRouteThreads, smem, cur_stream()>>>(a);
   MLACONF_CUDA_LAUNCH_CHECK("route_kernel");
 }
 
