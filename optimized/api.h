@@ -76,12 +76,17 @@ class DeviceBuffer {
   void download(void* host, size_t bytes, size_t offset = 0) const;
   void fill(uint8_t byte);  // memset
 
+  // A view of `bytes` device bytes at p that belong to someone else (a pass arena, optimized/arena.h,
+  // which poisons them): used like any buffer, frees nothing.
+  static DeviceBuffer borrowed(void* p, size_t bytes);
+
  private:
   void release();
   void* p_ = nullptr;
   size_t n_ = 0;
   int dev_ = 0;         // the device it lives on
   bool pooled_ = false;  // from the device's stream-ordered pool
+  bool borrowed_ = false;  // a view (borrowed()): release() frees nothing
 };
 
 // Changes whenever a kernel's scratch, ticket or top-k work memory is reallocated: a graph captured

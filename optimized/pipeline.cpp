@@ -14,6 +14,7 @@
 #include "core/memory_plan.h"
 #include "core/weight_layout.h"
 #include "optimized/api.h"
+#include "optimized/arena.h"
 #include "optimized/faults.h"
 
 namespace mlaconf::cuda {
@@ -49,6 +50,7 @@ struct Pipeline::Impl {
   int cur = 0;
   std::vector<int> topk_at;  // in a pass: the stage whose device holds layer l's top-k list now
   std::vector<DeviceBuffer> deq_scratch;  // per stage (the prefill dequantization buffer)
+  PassArenas arenas;                      // the temporaries of a pass, one arena per device (temp_buffer)
   Trace* tr = nullptr;
   const ForcedDecisions* forced = nullptr;  // this pass's forced decisions (may be null)
   std::map<int64_t, std::vector<int32_t>> own_topk;  // this pass's own top-k per full layer (host; traced passes)
@@ -99,7 +101,8 @@ struct Pipeline::Impl {
   const SeqRows* sr = nullptr;
   bool all_gemv = false;  // decode steps: every product by the fused GEMV, whatever the number of rows
 
-  Impl(const GgufFile& file, const ModelConfig& cfg, PipelineOptions o) : f(file), c(cfg), opt(o) {}
+  Impl(const GgufFile& file, const ModelConfig& cfg, PipelineOptions o)
+      : f(file), c(cfg), opt(o), arenas((size_t)std::max<int64_t>(o.pass_arena_bytes, 0)) {}
 
   const DevTensor& W(const std::string& name) const {
     auto it = w.find(name);
@@ -108,7 +111,10 @@ struct Pipeline::Impl {
   }
   const DevTensor& L(int64_t l, const char* suffix) const { return W(wname::blk(l, suffix)); }
 
-  static DeviceBuffer fbuf(int64_t n) { return DeviceBuffer((size_t)std::max<int64_t>(n, 1) * 4); }
+  // The pass's temporaries (fp32 [n], or raw bytes): from the pass's arena (optimized/arena.h) inside
+  // forward() / a pass over sequences / a graph step, buffers of their own outside (op replay).
+  static DeviceBuffer fbuf(int64_t n) { return temp_buffer((size_t)std::max<int64_t>(n, 1) * 4); }
+  static DeviceBuffer tbuf(size_t bytes) { return temp_buffer(std::max<size_t>(bytes, 1)); }
 
   // y [T, ne1] = W x, x [T, ne0]; `expert` selects one matrix of a 3-D expert tensor.
   void linear(const DevTensor& t, const float* x, int64_t T, float* y, int64_t expert = -1, bool fp32 = false) {
@@ -193,7 +199,7 @@ struct Pipeline::Impl {
   void enter_stage(int s, DeviceBuffer& h, int64_t n, std::vector<DeviceBuffer>& topk, std::vector<DeviceBuffer>& retired) {
     if (s == cur) return;
     set_device(stage_dev[(size_t)s]);
-    DeviceBuffer moved((size_t)n * 4);
+    DeviceBuffer moved = tbuf((size_t)n * 4);
     if (active_fault() != Fault::SplitNoHandoff)
       copy_peer(moved.get(), stage_dev[(size_t)s], h.get(), stage_dev[(size_t)cur], (size_t)n * 4);
     retired.push_back(std::move(h));
@@ -202,7 +208,7 @@ struct Pipeline::Impl {
       const bool full = l < (int64_t)c.indexer_full.size() ? (bool)c.indexer_full[l] : true;
       const int64_t src = full ? l : c.indexer_source_layer(l);
       if (src < 0 || src >= l || !topk[(size_t)src].get() || topk_at[(size_t)src] == s) continue;
-      DeviceBuffer t(topk[(size_t)src].bytes());
+      DeviceBuffer t = tbuf(topk[(size_t)src].bytes());
       copy_peer(t.get(), stage_dev[(size_t)s], topk[(size_t)src].get(), stage_dev[(size_t)topk_at[(size_t)src]], t.bytes());
       retired.push_back(std::move(topk[(size_t)src]));
       topk[(size_t)src] = std::move(t);
@@ -528,7 +534,7 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
   auto qabs = fbuf(T * H * dlat);
   absorb(l, qb.as<float>(), T, qabs.as<float>());
   done(l, op::kQAbsorbed, qabs.as<float>(), {T, H, dlat});
-  DeviceBuffer qabs_h((size_t)T * H * dlat * 2);
+  DeviceBuffer qabs_h = tbuf((size_t)T * H * dlat * 2);
   to_half(qabs.as<float>(), T * H * dlat, qabs_h.as<uint16_t>());
 
   // Indexer (full layers) or the source layer's selection.
@@ -549,7 +555,7 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
     auto wts = fbuf(T * Hi);
     indexer_weights(l, x.as<float>(), T, wts.as<float>());
     done(l, op::kIndexerWeights, wts.as<float>(), {T, Hi});
-    topk_by_layer[l] = DeviceBuffer((size_t)T * K * 4);
+    topk_by_layer[l] = tbuf((size_t)T * K * 4);
     if (sr) {  // a pass over sequences (no trace, no forced decisions)
       indexer_select_seq(l, qi.as<float>(), wts.as<float>(), d_pos, T, topk_by_layer[l].as<int32_t>());
     } else {
@@ -718,7 +724,7 @@ void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out, float
   router_logits(l, y, T, logits.as<float>());
   done(l, op::kRouterLogits, logits.as<float>(), {T, nE});
   if (sr && sr->graph_shape) {  // a step shaped for a CUDA graph: routing on the device, same bits
-    DeviceBuffer d_ids((size_t)(T * k) * 4), d_wts((size_t)(T * k) * 4), d_tok((size_t)(T * k) * 4);
+    DeviceBuffer d_ids = tbuf((size_t)(T * k) * 4), d_wts = tbuf((size_t)(T * k) * 4), d_tok = tbuf((size_t)(T * k) * 4);
     RouteArgs ra = route_args(l, true);
     ra.logits = logits.as<float>(), ra.T = T;
     ra.ids = d_ids.as<int32_t>(), ra.wts = d_wts.as<float>(), ra.tok = d_tok.as<int32_t>();
@@ -791,8 +797,8 @@ Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt)
     if (v != "0" && v != "1") throw InputError("MLACONF_CUDA_BATCH_INVARIANT must be 0 or 1, not '" + v + "'");
     m.opt.batch_invariant = v == "1";
   }
-  if (opt.max_seqs < 0 || opt.max_seqs > 65535 || opt.page_rows < 1 || opt.pool_pages < 0)
-    throw InputError("PipelineOptions: max_seqs in [0, 65535], page_rows >= 1 and pool_pages >= 0");
+  if (opt.max_seqs < 0 || opt.max_seqs > 65535 || opt.page_rows < 1 || opt.pool_pages < 0 || opt.pass_arena_bytes < 0)
+    throw InputError("PipelineOptions: max_seqs in [0, 65535], page_rows >= 1, pool_pages >= 0 and pass_arena_bytes >= 0");
   m.ctx = std::min<int64_t>(opt.max_ctx, c.n_ctx_train > 0 ? c.n_ctx_train : opt.max_ctx);
   m.attn_scale = 1.0 / std::sqrt((double)c.qk_head());
   DeviceScope keep(current_device());  // the constructor leaves the caller's device current
@@ -855,6 +861,7 @@ std::vector<float> Pipeline::forward(std::span<const int32_t> ids, Trace* trace,
   m.forced = forced;
   std::vector<float> out;
   try {
+    PassArenas::Scope pass(m.arenas, m.stage_dev);  // the pass's temporaries
     out = m.run_pass(ids, pos);
   } catch (...) {
     m.tr = nullptr;
@@ -951,20 +958,25 @@ Pipeline::Impl::RowTables Pipeline::Impl::place(std::span<const int32_t> ids, co
 // Runs rows r over their sequences (direct launches) and advances them. gemv_only: a decode step.
 std::vector<float> Pipeline::Impl::seq_pass(std::span<const int32_t> ids, SeqRows& r, bool gemv_only) {
   const RowTables h = place(ids, r);
-  for (int sdev : stage_dev) {
-    DeviceScope on(sdev);
-    r.owned.push_back(to_device(h.lat));
-    r.lat_rows.push_back(r.owned.back().as<int32_t>());
-    r.owned.push_back(to_device(h.key));
-    r.key_rows.push_back(r.owned.back().as<int32_t>());
-    r.owned.push_back(to_device(h.key_off));
-    r.key_off.push_back(r.owned.back().as<int64_t>());
-    r.owned.push_back(to_device(h.row_tab));
-    r.row_tab.push_back(r.owned.back().as<int32_t>());
-    r.owned.push_back(to_device(h.tab));
-    r.tab.push_back(r.owned.back().as<int32_t>());
+  std::vector<float> out;
+  {
+    PassArenas::Scope pass(arenas, stage_dev);  // the pass's temporaries, its tables too
+    auto up = [&](const auto& v) {
+      r.owned.push_back(tbuf(v.size() * sizeof(v[0])));
+      r.owned.back().upload(v.data(), v.size() * sizeof(v[0]));
+      return r.owned.back().get();
+    };
+    for (int sdev : stage_dev) {
+      DeviceScope on(sdev);
+      r.lat_rows.push_back(static_cast<const int32_t*>(up(h.lat)));
+      r.key_rows.push_back(static_cast<const int32_t*>(up(h.key)));
+      r.key_off.push_back(static_cast<const int64_t*>(up(h.key_off)));
+      r.row_tab.push_back(static_cast<const int32_t*>(up(h.row_tab)));
+      r.tab.push_back(static_cast<const int32_t*>(up(h.tab)));
+    }
+    out = with_rows(r, gemv_only, [&] { return run_pass(ids, r.pos); });
+    r.owned.clear();  // views of the arena: not past the pass
   }
-  std::vector<float> out = with_rows(r, gemv_only, [&] { return run_pass(ids, r.pos); });
   advance(r);
   return out;
 }
@@ -997,12 +1009,19 @@ std::vector<float> Pipeline::Impl::graph_step(std::span<const int32_t> ids, SeqR
   const uint64_t gen = workspace_generation();
   if (G.graph.ready() && G.captured_gen != gen) G.graph = CudaGraph{};  // it holds moved workspaces
   if (!G.graph.ready() && G.warm_gen != gen) {
-    with_rows(r, true, [&] { return run_pass(ids, r.pos); });
+    with_rows(r, true, [&] {
+      PassArenas::Scope pass(arenas, {stage_dev[0]});  // sizes the arena for the capture (it grows after)
+      return run_pass(ids, r.pos);
+    });
     G.warm_gen = workspace_generation();
   } else {
     if (!G.graph.ready()) {
       with_rows(r, true, [&] {
-        G.graph.capture([&] { run_pass(ids, r.pos); });
+        G.graph.capture([&] {
+          // The arena as the warm step sized it; the graph holds its poison memset (at the end).
+          PassArenas::Scope pass(arenas, {stage_dev[0]});
+          run_pass(ids, r.pos);
+        });
         return std::vector<float>{};
       });
       G.captured_gen = gen;

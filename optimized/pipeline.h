@@ -80,6 +80,11 @@ struct PipelineOptions {
   // Used where the pipeline has one stage and overflow_check is off (otherwise steps run directly).
   // Environment MLACONF_CUDA_GRAPH=0|1 overrides.
   bool decode_graph = false;
+  // Bytes per device for the temporaries of a pass (forward(), prefill(), decode_step()): bump-allocated
+  // from one buffer and poisoned (0xFF) by one memset per pass (optimized/arena.h); what does not fit
+  // comes from the pool buffer by buffer (its own allocation and poison memset), as all did before. The
+  // arena grows to 1.5x the largest pass that asked for more, up to this. 0: no arena.
+  int64_t pass_arena_bytes = int64_t{1} << 30;
 };
 
 // A host tensor of op replay: row-major values, shape.

@@ -127,10 +127,17 @@ DeviceBuffer::DeviceBuffer(size_t bytes) : n_(bytes) {
     }
   }
 }
+DeviceBuffer DeviceBuffer::borrowed(void* p, size_t bytes) {
+  DeviceBuffer b;
+  b.p_ = p, b.n_ = bytes, b.borrowed_ = true;
+  return b;
+}
 // Pooled memory is freed on its own device's stream, after the work queued there so far.
 void DeviceBuffer::release() {
   if (!p_) return;
-  if (pooled_) {
+  if (borrowed_) {
+    borrowed_ = false;
+  } else if (pooled_) {
     int cur = dev_;
     cudaGetDevice(&cur);
     if (cur != dev_) cudaSetDevice(dev_);
@@ -144,7 +151,11 @@ void DeviceBuffer::release() {
 }
 DeviceBuffer::~DeviceBuffer() { release(); }
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
-    : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), dev_(o.dev_), pooled_(o.pooled_) {}
+    : p_(std::exchange(o.p_, nullptr)),
+      n_(std::exchange(o.n_, 0)),
+      dev_(o.dev_),
+      pooled_(o.pooled_),
+      borrowed_(std::exchange(o.borrowed_, false)) {}
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
     release();
@@ -152,6 +163,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
     n_ = std::exchange(o.n_, 0);
     dev_ = o.dev_;
     pooled_ = o.pooled_;
+    borrowed_ = std::exchange(o.borrowed_, false);
   }
   return *this;
 }
