@@ -16,6 +16,7 @@
 #include "optimized/api.h"
 #include "optimized/arena.h"
 #include "optimized/faults.h"
+#include "optimized/staging.h"
 
 namespace mlaconf::cuda {
 namespace {
@@ -51,6 +52,7 @@ struct Pipeline::Impl {
   std::vector<int> topk_at;  // in a pass: the stage whose device holds layer l's top-k list now
   std::vector<DeviceBuffer> deq_scratch;  // per stage (the prefill dequantization buffer)
   PassArenas arenas;                      // the temporaries of a pass, one arena per device (temp_buffer)
+  std::vector<PinnedUpload> uploads;      // per stage: a pass's small inputs, one async copy (optimized/staging.h)
   Trace* tr = nullptr;
   const ForcedDecisions* forced = nullptr;  // this pass's forced decisions (may be null)
   std::map<int64_t, std::vector<int32_t>> own_topk;  // this pass's own top-k per full layer (host; traced passes)
@@ -76,23 +78,21 @@ struct Pipeline::Impl {
     std::vector<int32_t> pos;    // per row: its position in that sequence
     std::vector<std::pair<int64_t, int64_t>> groups;  // [begin, end): rows of one sequence, consecutive positions
     int64_t plan_queries = 0;    // sparse MLA's plan (1: each row as when it runs alone; 0: the pass's rows)
-    // Per stage, on its device: each row's latent cache row, key row and key region (int64 element
-    // offset), its group, the groups' page tables (in `owned`, or a step graph's persistent buffers).
-    std::vector<const int32_t*> lat_rows, key_rows, row_tab, tab;
+    // Per stage, on its device (one uploaded image: rows_image()): the rows' token ids and positions,
+    // each row's latent cache row, key row and key region (int64 element offset), its group, the
+    // groups' page tables (in `owned`, or a step graph's persistent buffer).
+    std::vector<const int32_t*> ids_at, pos_at, lat_rows, key_rows, row_tab, tab;
     std::vector<const int64_t*> key_off;
     std::vector<DeviceBuffer> owned;
     // A step shaped for a CUDA graph (every launch argument the same at every step): the indexer over
-    // max_ctx keys, routing on the device, token ids and positions read from device buffers, logits
-    // written to one. Same bits as the other path.
+    // max_ctx keys, routing on the device, logits written to a device buffer. Same bits as the other path.
     bool graph_shape = false;
-    const int32_t* d_ids = nullptr;
-    const int32_t* d_pos = nullptr;
     float* d_logits = nullptr;
   };
-  // A decode step of B sequences as a CUDA graph (PipelineOptions::decode_graph): its inputs live in
-  // persistent buffers that each step overwrites before the replay.
+  // A decode step of B sequences as a CUDA graph (PipelineOptions::decode_graph): its inputs live in a
+  // persistent buffer that each step overwrites (one async copy) before the replay.
   struct StepGraph {
-    DeviceBuffer ids, pos, lat, key, key_off, row_tab, tab, logits;
+    DeviceBuffer inputs, logits;
     CudaGraph graph;
     uint64_t captured_gen = ~0ull, warm_gen = ~0ull;  // workspace_generation() at capture / at the last direct run
   };
@@ -189,6 +189,7 @@ struct Pipeline::Impl {
     for (int sdev : stage_dev) {
       DeviceScope on(sdev);
       deq_scratch.emplace_back();
+      uploads.emplace_back();
     }
   }
 
@@ -274,6 +275,16 @@ struct Pipeline::Impl {
     std::vector<int64_t> key_off;
   };
   RowTables place(std::span<const int32_t> ids, const SeqRows& r);
+  // The rows' inputs of one stage as one image in `up`, and r's arrays of that stage pointed at `base`
+  // + their offsets, where the caller uploads the image (up.bytes() bytes).
+  void rows_image(PinnedUpload& up, std::span<const int32_t> ids, const RowTables& h, const SeqRows& r, std::vector<size_t>& off) const;
+  static void point_rows(SeqRows& r, const char* base, const std::vector<size_t>& off);
+  // The image of `up` in a temporary of this pass on the current device (one async copy).
+  static DeviceBuffer upload_temp(PinnedUpload& up) {
+    DeviceBuffer b = tbuf(up.bytes());
+    up.upload(b.get());
+    return b;
+  }
   // Runs rows r (filled: slot, pos, groups, plan) over their sequences and advances them. all_gemv: decode.
   std::vector<float> seq_pass(std::span<const int32_t> ids, SeqRows& r, bool gemv_only);
   std::vector<float> graph_step(std::span<const int32_t> ids, SeqRows& r);
@@ -445,7 +456,10 @@ struct Pipeline::Impl {
   }
   // out [T, E] = sum_j wts[t, j] eo[t, j] (+ sh when not null).
   void combine(const float* eo, const std::vector<float>& wts, const float* sh, int64_t T, float* out, float* residual = nullptr) {
-    auto d_w = to_device(wts);
+    PinnedUpload& up = uploads[(size_t)cur];
+    up.clear();
+    up.add(wts.data(), wts.size() * 4);
+    auto d_w = upload_temp(up);
     weighted_combine(eo, d_w.as<float>(), T, c.n_expert_used, c.n_embd, sh, out, residual);
   }
 
@@ -691,29 +705,37 @@ void Pipeline::Impl::experts(int64_t l, const float* y, int64_t T, const std::ve
       slot[ids[t * k + j]].push_back((int32_t)(t * k + j));
     }
   const DevTensor &gw = L(l, wname::kGateExps), &uw = L(l, wname::kUpExps), &dw = L(l, wname::kDownExps);
+  PinnedUpload& up = uploads[(size_t)cur];
+  up.clear();
   if (all_gemv) {  // a decode step: every (token, slot) pair at once
     const int64_t n = T * k;
     std::vector<int32_t> tok_of(n);
     for (int64_t j = 0; j < n; ++j) tok_of[j] = (int32_t)(j / k);
-    auto d_ids = to_device(ids), d_tok = to_device(tok_of);
-    expert_pairs(l, y, T, d_ids.as<int32_t>(), d_tok.as<int32_t>(), eo);
+    const size_t o_ids = up.add(ids.data(), ids.size() * 4), o_tok = up.add(tok_of.data(), tok_of.size() * 4);
+    auto lists = upload_temp(up);
+    expert_pairs(l, y, T, reinterpret_cast<const int32_t*>(lists.as<char>() + o_ids),
+                 reinterpret_cast<const int32_t*>(lists.as<char>() + o_tok), eo);
     return;
   }
   int64_t max_n = 0;
   for (auto& v : tok) max_n = std::max<int64_t>(max_n, v.size());
   auto xe = fbuf(max_n * E), ge = fbuf(max_n * F), ue = fbuf(max_n * F), de = fbuf(max_n * E);
-  DeviceBuffer d_tok((size_t)std::max<int64_t>(max_n, 1) * 4), d_slot((size_t)std::max<int64_t>(max_n, 1) * 4);
+  // Every used expert's token and slot lists in one upload (not two synchronous copies per expert).
+  std::vector<size_t> o_tok(nE), o_slot(nE);
+  for (int64_t e = 0; e < nE; ++e)
+    if (!tok[e].empty()) o_tok[e] = up.add(tok[e].data(), tok[e].size() * 4), o_slot[e] = up.add(slot[e].data(), slot[e].size() * 4);
+  auto lists = upload_temp(up);
   for (int64_t e = 0; e < nE; ++e) {
     const int64_t n = tok[e].size();
     if (n == 0) continue;
-    d_tok.upload(tok[e].data(), n * 4);
-    d_slot.upload(slot[e].data(), n * 4);
-    gather_rows(y, E, d_tok.as<int32_t>(), n, E, xe.as<float>(), E);
+    const int32_t* d_tok = reinterpret_cast<const int32_t*>(lists.as<char>() + o_tok[e]);
+    const int32_t* d_slot = reinterpret_cast<const int32_t*>(lists.as<char>() + o_slot[e]);
+    gather_rows(y, E, d_tok, n, E, xe.as<float>(), E);
     linear(gw, xe.as<float>(), n, ge.as<float>(), e);
     linear(uw, xe.as<float>(), n, ue.as<float>(), e);
     silu_gate(ge.as<float>(), ue.as<float>(), n * F, ge.as<float>());
     linear(dw, ge.as<float>(), n, de.as<float>(), e);
-    scatter_rows(de.as<float>(), E, d_slot.as<int32_t>(), n, E, eo, E);
+    scatter_rows(de.as<float>(), E, d_slot, n, E, eo, E);
   }
 }
 
@@ -889,11 +911,23 @@ std::vector<float> Pipeline::Impl::run_pass(std::span<const int32_t> ids, const 
   m.own_gap.clear();
   DeviceScope keep(current_device());  // the pass switches devices per stage; the caller's comes back
   const int n_stages = (int)m.stage_dev.size();
-  std::vector<DeviceBuffer> d_pos;  // per stage
   const bool graph_shape = m.sr && m.sr->graph_shape;  // one stage, inputs and logits in device buffers
-  for (int s = 0; s < n_stages && !graph_shape; ++s) {
-    DeviceScope on(m.stage_dev[(size_t)s]);
-    d_pos.push_back(to_device(pos));
+  // Per stage, on its device: the rows' token ids and positions. A pass over sequences brings them
+  // with its tables; forward() uploads them here, one async copy per stage.
+  std::vector<const int32_t*> d_ids, d_pos;
+  std::vector<DeviceBuffer> inputs;
+  if (m.sr) {
+    d_ids = m.sr->ids_at, d_pos = m.sr->pos_at;
+  } else {
+    for (int s = 0; s < n_stages; ++s) {
+      DeviceScope on(m.stage_dev[(size_t)s]);
+      PinnedUpload& up = m.uploads[(size_t)s];
+      up.clear();
+      const size_t o_ids = up.add(ids.data(), ids.size() * 4), o_pos = up.add(pos.data(), pos.size() * 4);
+      inputs.push_back(upload_temp(up));
+      d_ids.push_back(reinterpret_cast<const int32_t*>(inputs.back().as<char>() + o_ids));
+      d_pos.push_back(reinterpret_cast<const int32_t*>(inputs.back().as<char>() + o_pos));
+    }
   }
   std::vector<DeviceBuffer> retired;  // buffers a stage hand-off left behind
   m.cur = 0;
@@ -901,15 +935,12 @@ std::vector<float> Pipeline::Impl::run_pass(std::span<const int32_t> ids, const 
   set_device(m.stage_dev[0]);
   auto h = Impl::fbuf(T * E);
   const DevTensor& emb = m.W(wname::kTokenEmbd);
-  if (graph_shape)
-    embed_rows(emb.type, emb.buf.get(), emb.row_bytes, m.sr->d_ids, T, E, h.as<float>());
-  else
-    for (int64_t t = 0; t < T; ++t)
-      dequantize_f32(emb.type, emb.buf.as<uint8_t>() + (int64_t)ids[t] * emb.row_bytes, E, h.as<float>() + t * E);
+  // One launch for the T rows (dequantize_f32's formula per value: the same bits as row by row).
+  embed_rows(emb.type, emb.buf.get(), emb.row_bytes, d_ids[0], T, E, h.as<float>());
   std::vector<DeviceBuffer> topk(c.n_layer_run());
   for (int64_t l = 0; l < c.n_layer_run(); ++l) {
     m.enter_stage(m.layer_stage[(size_t)l], h, T * E, topk, retired);
-    m.layer(l, h.as<float>(), T, graph_shape ? m.sr->d_pos : d_pos[(size_t)m.cur].as<int32_t>(), topk);
+    m.layer(l, h.as<float>(), T, d_pos[(size_t)m.cur], topk);
   }
   m.enter_stage(n_stages - 1, h, T * E, topk, retired);
   auto fn = Impl::fbuf(T * E);
@@ -955,24 +986,32 @@ Pipeline::Impl::RowTables Pipeline::Impl::place(std::span<const int32_t> ids, co
   return h;
 }
 
+// The arrays in image order: ids, pos, lat, key, key_off, row_tab, tab (offsets in `off`).
+void Pipeline::Impl::rows_image(PinnedUpload& up, std::span<const int32_t> ids, const RowTables& h, const SeqRows& r,
+                                std::vector<size_t>& off) const {
+  auto add = [&](const auto& v) { return up.add(v.data(), v.size() * sizeof(v[0])); };
+  up.clear();
+  off = {add(ids), add(r.pos), add(h.lat), add(h.key), add(h.key_off), add(h.row_tab), add(h.tab)};
+}
+void Pipeline::Impl::point_rows(SeqRows& r, const char* base, const std::vector<size_t>& off) {
+  auto i32 = [&](size_t i) { return reinterpret_cast<const int32_t*>(base + off[i]); };
+  r.ids_at.push_back(i32(0)), r.pos_at.push_back(i32(1)), r.lat_rows.push_back(i32(2)), r.key_rows.push_back(i32(3));
+  r.key_off.push_back(reinterpret_cast<const int64_t*>(base + off[4]));
+  r.row_tab.push_back(i32(5)), r.tab.push_back(i32(6));
+}
+
 // Runs rows r over their sequences (direct launches) and advances them. gemv_only: a decode step.
 std::vector<float> Pipeline::Impl::seq_pass(std::span<const int32_t> ids, SeqRows& r, bool gemv_only) {
   const RowTables h = place(ids, r);
   std::vector<float> out;
   {
-    PassArenas::Scope pass(arenas, stage_dev);  // the pass's temporaries, its tables too
-    auto up = [&](const auto& v) {
-      r.owned.push_back(tbuf(v.size() * sizeof(v[0])));
-      r.owned.back().upload(v.data(), v.size() * sizeof(v[0]));
-      return r.owned.back().get();
-    };
-    for (int sdev : stage_dev) {
-      DeviceScope on(sdev);
-      r.lat_rows.push_back(static_cast<const int32_t*>(up(h.lat)));
-      r.key_rows.push_back(static_cast<const int32_t*>(up(h.key)));
-      r.key_off.push_back(static_cast<const int64_t*>(up(h.key_off)));
-      r.row_tab.push_back(static_cast<const int32_t*>(up(h.row_tab)));
-      r.tab.push_back(static_cast<const int32_t*>(up(h.tab)));
+    PassArenas::Scope pass(arenas, stage_dev);  // the pass's temporaries, its inputs too
+    std::vector<size_t> off;
+    for (size_t s = 0; s < stage_dev.size(); ++s) {
+      DeviceScope on(stage_dev[s]);
+      rows_image(uploads[s], ids, h, r, off);
+      r.owned.push_back(upload_temp(uploads[s]));
+      point_rows(r, r.owned.back().as<char>(), off);
     }
     out = with_rows(r, gemv_only, [&] { return run_pass(ids, r.pos); });
     r.owned.clear();  // views of the arena: not past the pass
@@ -990,22 +1029,17 @@ std::vector<float> Pipeline::Impl::graph_step(std::span<const int32_t> ids, SeqR
   const RowTables h = place(ids, r);
   DeviceScope on(stage_dev[0]);
   StepGraph& G = step_graphs[B];
-  if (!G.ids.get()) {
-    G.ids = DeviceBuffer((size_t)B * 4), G.pos = DeviceBuffer((size_t)B * 4), G.lat = DeviceBuffer((size_t)B * 4);
-    G.key = DeviceBuffer((size_t)B * 4), G.key_off = DeviceBuffer((size_t)B * 8), G.row_tab = DeviceBuffer((size_t)B * 4);
-    G.tab = DeviceBuffer(h.tab.size() * 4), G.logits = DeviceBuffer((size_t)(B * V) * 4);
-  }
-  G.ids.upload(ids.data(), (size_t)B * 4);
-  G.pos.upload(r.pos.data(), (size_t)B * 4);
-  G.lat.upload(h.lat.data(), (size_t)B * 4);
-  G.key.upload(h.key.data(), (size_t)B * 4);
-  G.key_off.upload(h.key_off.data(), (size_t)B * 8);
-  G.row_tab.upload(h.row_tab.data(), (size_t)B * 4);
-  G.tab.upload(h.tab.data(), h.tab.size() * 4);
-  r.lat_rows = {G.lat.as<int32_t>()}, r.key_rows = {G.key.as<int32_t>()}, r.key_off = {G.key_off.as<int64_t>()};
-  r.row_tab = {G.row_tab.as<int32_t>()}, r.tab = {G.tab.as<int32_t>()};
+  // The step's inputs: one image, one async copy from pinned memory into the graph's input buffer, on
+  // the legacy stream before the replay (or the warm run, or the capture, which drains it first). The
+  // image has the same size at every step of this B (B rows, B groups of max_pages).
+  std::vector<size_t> off;
+  rows_image(uploads[0], ids, h, r, off);
+  if (!G.inputs.get()) G.inputs = DeviceBuffer(uploads[0].bytes()), G.logits = DeviceBuffer((size_t)(B * V) * 4);
+  if (G.inputs.bytes() != uploads[0].bytes()) throw CudaError("decode graph: the step's inputs changed size");
+  uploads[0].upload(G.inputs.get());
+  point_rows(r, G.inputs.as<char>(), off);
   r.graph_shape = true;
-  r.d_ids = G.ids.as<int32_t>(), r.d_pos = G.pos.as<int32_t>(), r.d_logits = G.logits.as<float>();
+  r.d_logits = G.logits.as<float>();
   const uint64_t gen = workspace_generation();
   if (G.graph.ready() && G.captured_gen != gen) G.graph = CudaGraph{};  // it holds moved workspaces
   if (!G.graph.ready() && G.warm_gen != gen) {
