@@ -707,16 +707,6 @@ void Pipeline::Impl::experts(int64_t l, const float* y, int64_t T, const std::ve
   const DevTensor &gw = L(l, wname::kGateExps), &uw = L(l, wname::kUpExps), &dw = L(l, wname::kDownExps);
   PinnedUpload& up = uploads[(size_t)cur];
   up.clear();
-  if (all_gemv) {  // a decode step: every (token, slot) pair at once
-    const int64_t n = T * k;
-    std::vector<int32_t> tok_of(n);
-    for (int64_t j = 0; j < n; ++j) tok_of[j] = (int32_t)(j / k);
-    const size_t o_ids = up.add(ids.data(), ids.size() * 4), o_tok = up.add(tok_of.data(), tok_of.size() * 4);
-    auto lists = upload_temp(up);
-    expert_pairs(l, y, T, reinterpret_cast<const int32_t*>(lists.as<char>() + o_ids),
-                 reinterpret_cast<const int32_t*>(lists.as<char>() + o_tok), eo);
-    return;
-  }
   int64_t max_n = 0;
   for (auto& v : tok) max_n = std::max<int64_t>(max_n, v.size());
   auto xe = fbuf(max_n * E), ge = fbuf(max_n * F), ue = fbuf(max_n * F), de = fbuf(max_n * E);
@@ -739,13 +729,18 @@ void Pipeline::Impl::experts(int64_t l, const float* y, int64_t T, const std::ve
   }
 }
 
-// Router in fp32 (GPU logits, host selection), tokens grouped per expert, expert GEMMs, weighted combine.
+// Router in fp32 (GPU logits, host selection; decode steps of a pass over sequences: device selection),
+// tokens grouped per expert, expert GEMMs, weighted combine.
 void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out, float* residual) {
   const int64_t E = c.n_embd, nE = c.n_expert, k = c.n_expert_used;
   auto logits = fbuf(T * nE);
   router_logits(l, y, T, logits.as<float>());
   done(l, op::kRouterLogits, logits.as<float>(), {T, nE});
-  if (sr && sr->graph_shape) {  // a step shaped for a CUDA graph: routing on the device, same bits
+  // A decode step of a pass over sequences (direct or a CUDA graph; no trace, no forced decisions): the
+  // routing on the device (route_experts: the host's selection and weights, bit for bit), so that the
+  // step never waits for the host (the host routing reads the logits back: one synchronization per MoE
+  // layer, after which the device idles until the host has routed and queued the experts).
+  if (sr && all_gemv) {
     DeviceBuffer d_ids = tbuf((size_t)(T * k) * 4), d_wts = tbuf((size_t)(T * k) * 4), d_tok = tbuf((size_t)(T * k) * 4);
     RouteArgs ra = route_args(l, true);
     ra.logits = logits.as<float>(), ra.T = T;
@@ -753,10 +748,12 @@ void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out, float
     route_experts(ra);
     auto eo = fbuf(T * k * E);
     expert_pairs(l, y, T, d_ids.as<int32_t>(), d_tok.as<int32_t>(), eo.as<float>());
+    done(l, op::kExpertOut, eo.as<float>(), {T, k, E});
     DeviceBuffer sh;
     if (c.n_expert_shared > 0) {
       sh = fbuf(T * E);
       shared_expert(l, y, T, sh.as<float>());
+      done(l, op::kSharedExpertOut, sh.as<float>(), {T, E});
     }
     weighted_combine(eo.as<float>(), d_wts.as<float>(), T, k, E, sh.get() ? sh.as<float>() : nullptr, out, residual);
     return;

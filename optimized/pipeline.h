@@ -11,7 +11,9 @@
 //   auto lg = p.decode_step(std::vector<int>{a, b}, {tok_a, tok_b});  // [2, vocab]: one token of each
 //   p.close_sequence(a);                                          // its pages go back to the pool
 // Each row's arithmetic does not depend on B or on the other sequences (PipelineOptions::batch_invariant):
-// row b of decode_step equals the logits of decoding that sequence alone, bit for bit.
+// row b of decode_step equals the logits of decoding that sequence alone, bit for bit. A decode step
+// routes its MoE layers on the device (the host's selection and weights, bit for bit: optimized/route.cu)
+// and so never waits for the host before its logits are read.
 //
 // Storage: weights as ggml blocks, the latent cache [ctx, kv_lora+rope] in fp16 per layer, attention
 // queries in fp16, the residual stream in fp32; every product accumulates in fp32. The indexer (q, key
@@ -75,8 +77,8 @@ struct PipelineOptions {
   // for the B queries (fewer, larger splits at large B; the bits then depend on B). Environment
   // MLACONF_CUDA_BATCH_INVARIANT=0|1 overrides.
   bool batch_invariant = true;
-  // decode_step as a CUDA graph per B (captured on its second step, replayed after): routing on the
-  // device (bit-exact with the host's), the indexer over max_ctx keys, the same logits as without.
+  // decode_step as a CUDA graph per B (captured on its second step, replayed after): the indexer over
+  // max_ctx keys, the same logits as without.
   // Used where the pipeline has one stage and overflow_check is off (otherwise steps run directly).
   // Environment MLACONF_CUDA_GRAPH=0|1 overrides.
   bool decode_graph = false;
