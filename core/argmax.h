@@ -11,7 +11,11 @@
 
 namespace mlaconf {
 
-inline int32_t argmax_lower(const double* row, size_t n, double* margin = nullptr) {
+// T: double (the reference's logits, captures) or float (the CUDA pipeline's logits, read in place: a
+// driver that copied each 154880-entry row into doubles first spent ~0.5 ms (B = 1) to ~3 ms (B = 8) of
+// host time per decode step on the H200 host, during which the device idled).
+template <class T>
+inline int32_t argmax_lower(const T* row, size_t n, double* margin = nullptr) {
   int64_t best = -1, second = -1;
   for (size_t i = 0; i < n; ++i) {
     if (std::isnan(row[i])) continue;
@@ -22,7 +26,7 @@ inline int32_t argmax_lower(const double* row, size_t n, double* margin = nullpt
       second = static_cast<int64_t>(i);
     }
   }
-  if (margin) *margin = second < 0 ? 0.0 : row[best] - row[second];
+  if (margin) *margin = second < 0 ? 0.0 : (double)row[best] - (double)row[second];
   return static_cast<int32_t>(best);
 }
 inline int32_t argmax_lower(const std::vector<double>& row, double* margin = nullptr) {
