@@ -230,6 +230,10 @@ void weighted_combine(const float* d_x, const float* d_w, int64_t T, int64_t k, 
                       float* d_residual = nullptr);
 // Device-to-device 2-D copy: rows of `width_bytes` bytes (cudaMemcpy2D).
 void copy2d(void* d_dst, size_t dst_pitch, const void* d_src, size_t src_pitch, size_t width_bytes, size_t rows);
+// Greedy pick of each row of x [rows, n]: out[r] = the lowest index of the row's largest non-NaN value
+// (-1 for an all-NaN row): core/argmax.h's rule (ties to the lower id, -0 == +0), on the device, so that a
+// decode loop downloads B ids instead of B x vocab logits and scans nothing on the host.
+void argmax_rows(const float* d_x, int64_t rows, int64_t n, int32_t* d_out);
 // Counts non-finite values of x[0..n) (returns the count; synchronizes).
 int64_t count_nonfinite(const float* d_x, int64_t n);
 

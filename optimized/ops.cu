@@ -232,6 +232,44 @@ void move_rows(const float* d_src, int64_t ld_src, const int32_t* d_idx, int64_t
   MLACONF_CUDA_LAUNCH_CHECK("move_rows_kernel");
 }
 
+// One CTA per row. Each thread scans its strided values in index order keeping the first of its largest
+// (strict >, NaN skipped); the CTA then combines candidates by (larger value, else lower index), so the
+// result is the row's first index of its maximum whatever the thread count.
+constexpr int kArgmaxThreads = 1024;
+__device__ __forceinline__ void argmax_merge(float& v, int& i, float ov, int oi) {
+  if (oi >= 0 && (i < 0 || ov > v || (ov == v && oi < i))) v = ov, i = oi;
+}
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float* __restrict__ x, int64_t n, int32_t* __restrict__ out) {
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  const float* row = x + (int64_t)blockIdx.x * n;
+  float v = 0.f;
+  int i = -1;
+  for (int64_t k = threadIdx.x; k < n; k += kArgmaxThreads) {
+    const float a = row[k];
+    if (!isnan(a) && (i < 0 || a > v)) v = a, i = (int)k;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    argmax_merge(v, i, ov, oi);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) sv[warp] = v, si[warp] = i;
+  __syncthreads();
+  if (warp == 0) {
+    v = sv[lane], i = si[lane];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+      argmax_merge(v, i, ov, oi);
+    }
+    if (lane == 0) out[blockIdx.x] = i;
+  }
+}
+
 }  // namespace
 
 void rmsnorm(const float* d_x, const float* d_w, int64_t T, int64_t D, int64_t ld, float eps, float* d_y) {
@@ -261,6 +299,12 @@ void silu_gate(const float* d_gate, const float* d_up, int64_t n, float* d_out) 
   if (n == 0) return;
   silu_gate_kernel<<<grid_for((n + 3) / 4), 256, 0, cur_stream()>>>(d_gate, d_up, n, d_out);
   MLACONF_CUDA_LAUNCH_CHECK("silu_gate_kernel");
+}
+void argmax_rows(const float* d_x, int64_t rows, int64_t n, int32_t* d_out) {
+  if (rows == 0) return;
+  if (n > INT32_MAX || rows > 0x7fffffff) throw InputError("cuda::argmax_rows: rows of more than 2^31 values");
+  argmax_rows_kernel<<<(unsigned)rows, kArgmaxThreads, 0, cur_stream()>>>(d_x, n, d_out);
+  MLACONF_CUDA_LAUNCH_CHECK("argmax_rows_kernel");
 }
 void to_half(const float* d_x, int64_t n, uint16_t* d_y) {
   if (n == 0) return;

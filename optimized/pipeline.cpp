@@ -98,6 +98,21 @@ struct Pipeline::Impl {
   };
   std::map<int64_t, StepGraph> step_graphs;  // by B
   int64_t graph_replays = 0;
+  // Set by decode_step_greedy for one step: the pass's logits stay on the device and their rows' greedy
+  // picks (argmax_rows) are written here instead (B ids downloaded instead of B x vocab floats).
+  int32_t* greedy_out = nullptr;
+  // The end of a pass: logits [T, vocab] on the device to the host, or their greedy picks to greedy_out.
+  std::vector<float> logits_out(const float* d_lg, int64_t T) {
+    if (greedy_out) {
+      DeviceBuffer d_ids((size_t)std::max<int64_t>(T, 1) * 4);
+      argmax_rows(d_lg, T, c.n_vocab, d_ids.as<int32_t>());
+      copy_to_host(greedy_out, d_ids.get(), (size_t)T * 4);
+      return {};
+    }
+    std::vector<float> out((size_t)(T * c.n_vocab));
+    copy_to_host(out.data(), d_lg, out.size() * 4);
+    return out;
+  }
   const SeqRows* sr = nullptr;
   bool all_gemv = false;  // decode steps: every product by the fused GEMV, whatever the number of rows
 
@@ -950,9 +965,7 @@ std::vector<float> Pipeline::Impl::run_pass(std::span<const int32_t> ids, const 
   auto lg = Impl::fbuf(T * c.n_vocab);
   m.linear(m.W(wname::kOutput), fn.as<float>(), T, lg.as<float>());
   m.done(-1, op::kLogits, lg.as<float>(), {T, c.n_vocab});
-  std::vector<float> out(T * c.n_vocab);
-  copy_to_host(out.data(), lg.get(), out.size() * 4);
-  return out;
+  return m.logits_out(lg.as<float>(), T);
 }
 
 // Gives the rows' sequences their pages and computes the rows' host tables.
@@ -1064,8 +1077,7 @@ std::vector<float> Pipeline::Impl::graph_step(std::span<const int32_t> ids, SeqR
     G.graph.launch();
     ++graph_replays;
   }
-  std::vector<float> out((size_t)(B * V));
-  copy_to_host(out.data(), G.logits.get(), out.size() * 4);
+  std::vector<float> out = logits_out(G.logits.as<float>(), B);
   advance(r);
   return out;
 }
@@ -1128,6 +1140,17 @@ std::vector<float> Pipeline::decode_step(std::span<const int> seqs, std::span<co
   r.plan_queries = m.opt.batch_invariant ? 1 : 0;
   if (m.opt.decode_graph && m.stage_dev.size() == 1 && !m.opt.overflow_check) return m.graph_step(ids, r);
   return m.seq_pass(ids, r, true);
+}
+
+std::vector<int32_t> Pipeline::decode_step_greedy(std::span<const int> seqs, std::span<const int32_t> ids) {
+  std::vector<int32_t> picks(seqs.size());
+  struct Reset {
+    int32_t*& p;
+    ~Reset() { p = nullptr; }
+  } reset{impl_->greedy_out};
+  impl_->greedy_out = picks.data();
+  decode_step(seqs, ids);
+  return picks;
 }
 
 void Pipeline::append_synthetic_context(int seq, int64_t n, uint64_t seed) {

@@ -135,6 +135,9 @@ class Pipeline {
   std::vector<float> prefill(int seq, std::span<const int32_t> ids);
   // One token for each of B distinct open sequences, in one pass: logits [B, vocab], row b for seqs[b].
   std::vector<float> decode_step(std::span<const int> seqs, std::span<const int32_t> ids);
+  // The same step, returning each row's greedy pick (core/argmax.h's rule: the lowest id of the largest
+  // non-NaN logit) computed on the device instead of the logits: what a server's greedy decode downloads.
+  std::vector<int32_t> decode_step_greedy(std::span<const int> seqs, std::span<const int32_t> ids);
   // For benchmarks: appends n positions whose latent and indexer-key rows are pattern values (no
   // model pass), so that decode at a long context can be timed without prefilling it.
   void append_synthetic_context(int seq, int64_t n, uint64_t seed);

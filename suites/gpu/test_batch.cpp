@@ -26,8 +26,10 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <random>
 
+#include "core/argmax.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/model_config.h"
@@ -299,6 +301,88 @@ void check_misuse(const std::string& model) {
   EXPECT_EQ(p.sequence_length(a), 40);
 }
 
+// decode_step_greedy: the device's greedy picks equal core/argmax.h's on the logits decode_step returns,
+// step by step, for twin sequences (the same prompts and tokens, in two halves of one pipeline: each
+// row's logits do not depend on the batch, so the twins' logits are the same bits).
+void check_greedy(const std::string& model, int64_t B, bool graph) {
+  GgufFile f = GgufFile::open(model);
+  ModelConfig c = ModelConfig::from_gguf(f);
+  cuda::PipelineOptions o;
+  o.max_ctx = 256;
+  o.max_seqs = 2 * B;
+  o.page_rows = kPageRows;
+  o.decode_graph = graph;
+  o.overflow_check = !graph;
+  cuda::Pipeline p(f, c, o);
+  std::vector<int> a, g;
+  std::vector<SeqInput> in;
+  for (int64_t b = 0; b < B; ++b) {
+    in.push_back(seq_input(b, c.n_vocab, c.indexer_top_k));
+    in.back().prompt.resize(std::min<size_t>(in.back().prompt.size(), 100));
+    a.push_back(p.open_sequence());
+    g.push_back(p.open_sequence());
+    p.prefill(a.back(), in.back().prompt);
+    p.prefill(g.back(), in.back().prompt);
+  }
+  int64_t differ = 0;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    std::vector<int32_t> ids;
+    for (int64_t b = 0; b < B; ++b) ids.push_back(in[(size_t)b].steps[(size_t)s]);
+    const std::vector<float> lg = p.decode_step(a, ids);
+    const std::vector<int32_t> picks = p.decode_step_greedy(g, ids);
+    ASSERT_EQ((int64_t)picks.size(), B);
+    for (int64_t b = 0; b < B; ++b) differ += picks[(size_t)b] != argmax_lower(lg.data() + b * c.n_vocab, (size_t)c.n_vocab);
+  }
+  EXPECT_EQ(differ, 0) << differ << " of " << B * kSteps << " device greedy picks differ from the host's on the same logits";
+}
+
+// argmax_rows against core/argmax.h on rows built to break a careless pick: the maximum repeated (ties to
+// the lower id), NaN before and at the maximum, -0 and +0 as the maximum, -inf only, all NaN (-1), one
+// value, a maximum in the last slot; widths off the CTA's 1024 threads.
+void check_argmax_rows() {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<std::vector<float>> rows;
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> u(-4, 4);
+  for (int64_t n : {1, 3, 1023, 1025, 154880}) {
+    std::vector<float> r((size_t)n);
+    for (auto& v : r) v = u(rng);
+    rows.push_back(r);
+    auto tie = r;
+    tie[n / 2] = 9.f;
+    tie[n - 1] = 9.f;
+    if (n > 3) tie[n / 3] = 9.f;
+    rows.push_back(tie);
+    auto with_nan = tie;
+    with_nan[0] = nan;
+    if (n > 3) with_nan[n / 3] = nan;
+    rows.push_back(with_nan);
+    auto last = r;
+    last[n - 1] = 100.f;
+    rows.push_back(last);
+  }
+  rows.push_back({-0.f, 0.f, -1.f});
+  rows.push_back({-1.f, 0.f, -0.f});
+  rows.push_back({-inf, -inf, -inf});
+  rows.push_back({nan, nan, nan});
+  rows.push_back({nan, -inf, nan});
+  for (const auto& r : rows) {
+    auto d_x = cuda::to_device(r);
+    cuda::DeviceBuffer d_o(4);
+    cuda::argmax_rows(d_x.as<float>(), 1, (int64_t)r.size(), d_o.as<int32_t>());
+    EXPECT_EQ(cuda::to_host<int32_t>(d_o, 1)[0], argmax_lower(r.data(), r.size())) << "row of " << r.size();
+  }
+  // Several rows in one launch.
+  std::vector<float> m(3 * 2000);
+  for (auto& v : m) v = u(rng);
+  m[1999] = 50.f, m[2000 + 7] = 50.f, m[2000 + 8] = 50.f, m[4000] = nan;
+  auto d_m = cuda::to_device(m);
+  cuda::DeviceBuffer d_o(3 * 4);
+  cuda::argmax_rows(d_m.as<float>(), 3, 2000, d_o.as<int32_t>());
+  const auto got = cuda::to_host<int32_t>(d_o, 3);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(got[(size_t)r], argmax_lower(m.data() + r * 2000, 2000)) << "row " << r;
+}
+
 // Registration under canonical case names (suites/common/case_registry.h), suite "batch".
 void run_case(const std::string& model_name, const std::function<void(const std::string&)>& body) {
   MLACONF_REQUIRE_CUDA();
@@ -324,6 +408,14 @@ const bool registered = [] {
                   [stages] { run_case("glm_dsa_tiny", [stages](const std::string& m) { check_split(m, 8, stages); }); });
   register_case("batch", CaseName("batched_decode_misuse").p("model", "glm_dsa_tiny").str(),
                 [] { run_case("glm_dsa_tiny", [](const std::string& m) { check_misuse(m); }); });
+  for (bool graph : {false, true})
+    for (int64_t B : {1, 5})
+      register_case("batch", CaseName("greedy_on_device").p("model", "glm_dsa_tiny").p("B", B).p("graph", graph ? 1 : 0).str(),
+                    [B, graph] { run_case("glm_dsa_tiny", [B, graph](const std::string& m) { check_greedy(m, B, graph); }); });
+  register_case("batch", "argmax_rows(rules=ties_nan_zero_inf,cols=1..154880)", [] {
+    MLACONF_REQUIRE_CUDA();
+    check_argmax_rows();
+  });
   return true;
 }();
 
