@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Where a decode step's time goes, from a bench/cupti_trace.cpp CSV (device activity + runtime calls).
 
-A step is the interval between the ends of two consecutive logits downloads (device-to-host copies of
-the step's size, --step-bytes; default: the most frequent device-to-host size of at least 100 KB). Per
+A step is the interval between the ends of two consecutive downloads that end a step (device-to-host
+copies of the step's size, --step-bytes; default: the size of the trace's last device-to-host copy, which
+ends the last decode step: the logits of decode_step, or the B greedy ids of decode_step_greedy that
+`mlaconf bench` uses). Per
 step: wall time, the time the device runs anything (union of kernel, memset and memcpy intervals), the
 idle rest, counts, and the idle gaps attributed to what the host was doing meanwhile (the runtime calls
 overlapping each gap). The last --steps steps are averaged (the earlier ones include warm-up and graph
@@ -59,10 +61,9 @@ def main():
     d2h = [r for r in dev if r["kind"] == "memcpy" and r["name"] == "memcpy_kind2"]
     size = a.step_bytes
     if not size:
-        sizes = collections.Counter(int(r["extra"]) for r in d2h if int(r["extra"]) >= 100_000)
-        if not sizes:
-            sys.exit("trace_summary: no device-to-host copy of at least 100 KB: no steps found")
-        size = sizes.most_common(1)[0][0]
+        if not d2h:
+            sys.exit("trace_summary: no device-to-host copy: no steps found")
+        size = int(max(d2h, key=lambda r: r["end"])["extra"])
     ends = sorted(r["end"] for r in d2h if int(r["extra"]) == size)
     if len(ends) < 2:
         sys.exit("trace_summary: fewer than two steps")
@@ -116,24 +117,21 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)
-    print(f"steps averaged: {n} (logits download of {size} bytes ends each step)")
+    print(f"steps averaged: {n} (a download of {size} bytes ends each step)")
     print(f"wall {out['wall_us']:.1f} us | device busy {out['device_busy_us']:.1f} (kernels {out['kernel_busy_us']:.1f}) "
           f"| idle {out['idle_us']:.1f} us")
     print(f"per step: {out.get('kernels', 0):.0f} kernels, {out.get('memsets', 0):.0f} memsets ({out.get('memset_us', 0):.1f} us), "
           f"{out.get('memcpys', 0):.0f} memcpys")
-    print("kernels by time (calls, us):")
-    for k, v in list(out["kernels_by_name"].items())[:25]:
-        print(f"  {v['us']:9.1f} us {v['calls']:5.1f}x  {k}")
-    print("runtime calls by host time (calls, us):")
-    for k, v in list(out["runtime_calls"].items())[:15]:
-        print(f"  {v['us']:9.1f} us {v['calls']:5.1f}x  {k}")
-    print("idle device time, by what ran next (gaps, us):")
-    for k, v in list(out["idle_before"].items())[:15]:
-        print(f"  {v['us']:9.1f} us {v['gaps']:5.1f}x  {k}")
+    def show(title, items, count, n):
+        print(title)
+        for k, v in list(items.items())[:n]:
+            print(f"  {v['us']:9.1f} us {v[count]:5.1f}x  {k}")
+    show("kernels by time (calls, us):", out["kernels_by_name"], "calls", 25)
+    show("runtime calls by host time (calls, us):", out["runtime_calls"], "calls", 15)
+    show("idle device time, by what ran next (gaps, us):", out["idle_before"], "gaps", 15)
     print("host runtime calls overlapping the idle time (us):")
     for k, v in list(out["host_during_idle_us"].items())[:10]:
         print(f"  {v:9.1f} us  {k}")
-
 
 if __name__ == "__main__":
     main()

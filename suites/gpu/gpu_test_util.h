@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <stdexcept>
@@ -47,6 +48,13 @@ inline double nmse(const std::vector<float>& a, const std::vector<double>& b) {
 inline double cosine(const std::vector<float>& a, const std::vector<double>& b) {
   const fx::DatasetResult m = metrics(a, b);
   return m.nonfinite_mismatch ? 0.0 : m.cosine;
+}
+// Values whose bits differ (memcmp; the larger size when the sizes differ): the bit-identity checks.
+inline size_t n_differ(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::max(a.size(), b.size());
+  size_t d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d += std::memcmp(&a[i], &b[i], 4) != 0;
+  return d;
 }
 inline bool all_finite(const std::vector<float>& a) {
   for (float v : a)

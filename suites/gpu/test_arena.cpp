@@ -224,12 +224,6 @@ std::vector<float> pipeline_run(const GgufFile& f, const ModelConfig& c, int64_t
   }
   return all;
 }
-size_t n_differ(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return std::max(a.size(), b.size());
-  size_t d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d += std::memcmp(&a[i], &b[i], 4) != 0;
-  return d;
-}
 void arena_pipeline() {
   MLACONF_REQUIRE_CUDA();
   if (!std::filesystem::exists(tiny_model())) GTEST_SKIP() << "skipped: " << tiny_model() << " is absent";

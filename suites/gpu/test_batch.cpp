@@ -146,12 +146,6 @@ std::vector<SeqLogits> batched(const GgufFile& f, const ModelConfig& c, int64_t 
   return out;
 }
 
-size_t n_differ(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return std::max(a.size(), b.size());
-  size_t d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d += std::memcmp(&a[i], &b[i], 4) != 0;
-  return d;
-}
 double nmse_f(const std::vector<float>& a, const std::vector<float>& b) {
   return nmse(a, std::vector<double>(b.begin(), b.end()));
 }
