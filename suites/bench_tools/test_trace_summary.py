@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""bench/trace_summary.py on a made-up trace whose figures are known (exit 0 pass, 1 fail).
+
+Three decode steps of 1000 us each, ended by a 4-byte device-to-host copy (decode_step_greedy's ids;
+an earlier prefill downloads a larger block first, which must not be taken for a step). Per step: the
+device runs kernel A 100-400 us and kernel B 500-700 us (busy 500 us, idle 500 us: 100 us after the step
+starts, 100 us before B, 300 us before the step's copy); the host launches are 10 us runtime calls, and
+a 50 us cudaMemcpy overlaps the last gap. A mutation check: the same trace with B moved to overlap A must
+report less busy time, so the union of intervals is computed, not a sum.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def write_trace(path, overlap=False):
+    rows = ["kind,name,start_ns,end_ns,stream,correlation,extra"]
+    us = 1000
+    # a prefill before the steps: its logits download is larger than the steps' ids
+    rows.append(f"memcpy,memcpy_kind2,{0},{50 * us},7,1,619520")
+    t0 = 1000 * us
+    for s in range(4):  # the first end starts the first step
+        base = t0 + s * 1000 * us
+        if s > 0:
+            b0 = base - 1000 * us
+            rows.append(f'kernel,"A(int, float)",{b0 + 100 * us},{b0 + 400 * us},7,10,1x1x1')
+            bs, be = (b0 + 300 * us, b0 + 500 * us) if overlap else (b0 + 500 * us, b0 + 700 * us)
+            rows.append(f'kernel,"B<1, 2>(int)",{bs},{be},7,11,2x1x1')
+            rows.append(f"api,cudaLaunchKernel_v7000,{b0 + 90 * us},{b0 + 100 * us},0,10,1")
+            rows.append(f"api,cudaLaunchKernel_v7000,{b0 + 480 * us},{b0 + 490 * us},0,11,1")
+            rows.append(f"api,cudaMemcpy_v3020,{b0 + 940 * us},{b0 + 990 * us},0,12,1")
+        rows.append(f"memcpy,memcpy_kind2,{base - 10 * us},{base},7,12,4")
+    with open(path, "w") as f:
+        f.write("\n".join(rows) + "\n")
+
+
+def run(script, csv_path, out_json):
+    subprocess.run([sys.executable, script, csv_path, "--steps", "3", "--json", out_json], check=True,
+                   stdout=subprocess.DEVNULL)
+    with open(out_json) as f:
+        return json.load(f)
+
+
+def main():
+    script = sys.argv[1]
+    bad = []
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "t.csv")
+        write_trace(p)
+        j = run(script, p, os.path.join(d, "t.json"))
+
+        def near(key, want):
+            if abs(j[key] - want) > 1e-6:
+                bad.append(f"{key} = {j[key]}, want {want}")
+        near("steps_averaged", 3)
+        near("step_bytes", 4)
+        near("wall_us", 1000)
+        near("kernel_busy_us", 500)
+        near("device_busy_us", 510)  # + the 10 us copy that ends the step
+        near("idle_us", 490)
+        near("kernels", 2)
+        if abs(j["idle_before"]["B<1, 2>"]["us"] - 100) > 1e-6:
+            bad.append(f"idle before B: {j['idle_before']}")
+        if abs(j["host_during_idle_us"].get("cudaMemcpy_v3020", 0) - 50) > 1e-6:
+            bad.append(f"host during idle: {j['host_during_idle_us']}")
+        if abs(j["kernels_by_name"]["A"]["us"] - 300) > 1e-6:
+            bad.append(f"kernels by name: {j['kernels_by_name']}")
+        # mutation: B overlapping A shrinks the union (a sum of durations would not notice)
+        write_trace(p, overlap=True)
+        m = run(script, p, os.path.join(d, "m.json"))
+        if abs(m["kernel_busy_us"] - 400) > 1e-6:
+            bad.append(f"overlapping kernels: busy {m['kernel_busy_us']}, want 400 (the union)")
+    for b in bad:
+        print("FAIL:", b)
+    print("trace_summary: " + ("ok" if not bad else f"{len(bad)} checks failed"))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
