@@ -16,6 +16,8 @@ import argparse
 import collections
 import csv
 import json
+import shutil
+import subprocess
 import sys
 
 
@@ -43,8 +45,25 @@ def union_ns(intervals):
     return total
 
 
+def demangled(names):
+    """Mangled C++ names -> readable ones by binutils' c++filt (the names unchanged where it is absent)."""
+    names = sorted(set(names))
+    if not names or not shutil.which("c++filt"):
+        return {n: n for n in names}
+    r = subprocess.run(["c++filt"], input="\n".join(names) + "\n", capture_output=True, text=True)
+    out = r.stdout.split("\n")
+    return {n: (out[i] if r.returncode == 0 and i < len(out) and out[i] else n) for i, n in enumerate(names)}
+
+
+READABLE = {}
+
+
 def short(name):
-    name = name.split("(")[0]
+    """A kernel's name without return type, namespaces and parameters: gemv_blocks_kernel<14, 1, 0>."""
+    name = READABLE.get(name, name).replace("(anonymous namespace)::", "")
+    if name.startswith("void "):
+        name = name[5:]
+    name = name.split("(")[0].replace("mlaconf::cuda::", "")
     return name if len(name) < 70 else name[:67] + "..."
 
 
@@ -56,6 +75,7 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     rows = load(a.csv)
+    READABLE.update(demangled(r["name"] for r in rows if r["kind"] == "kernel"))
     dev = [r for r in rows if r["kind"] in ("kernel", "memset", "memcpy")]
     api = [r for r in rows if r["kind"] == "api"]
     d2h = [r for r in dev if r["kind"] == "memcpy" and r["name"] == "memcpy_kind2"]

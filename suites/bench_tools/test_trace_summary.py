@@ -10,6 +10,7 @@ report less busy time, so the union of intervals is computed, not a sum.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,8 @@ def write_trace(path, overlap=False):
         if s > 0:
             b0 = base - 1000 * us
             rows.append(f'kernel,"A(int, float)",{b0 + 100 * us},{b0 + 400 * us},7,10,1x1x1')
+            # a mangled name (as CUPTI reports them), 1 us, inside A's interval
+            rows.append(f"kernel,_ZN7mlaconf4cuda12embed_kernelEiPKhlPKilliiPf,{b0 + 150 * us},{b0 + 151 * us},7,13,1x1x1")
             bs, be = (b0 + 300 * us, b0 + 500 * us) if overlap else (b0 + 500 * us, b0 + 700 * us)
             rows.append(f'kernel,"B<1, 2>(int)",{bs},{be},7,11,2x1x1')
             rows.append(f"api,cudaLaunchKernel_v7000,{b0 + 90 * us},{b0 + 100 * us},0,10,1")
@@ -60,13 +63,17 @@ def main():
         near("kernel_busy_us", 500)
         near("device_busy_us", 510)  # + the 10 us copy that ends the step
         near("idle_us", 490)
-        near("kernels", 2)
+        near("kernels", 3)
         if abs(j["idle_before"]["B<1, 2>"]["us"] - 100) > 1e-6:
             bad.append(f"idle before B: {j['idle_before']}")
         if abs(j["host_during_idle_us"].get("cudaMemcpy_v3020", 0) - 50) > 1e-6:
             bad.append(f"host during idle: {j['host_during_idle_us']}")
         if abs(j["kernels_by_name"]["A"]["us"] - 300) > 1e-6:
             bad.append(f"kernels by name: {j['kernels_by_name']}")
+        # names readable where binutils' c++filt is installed (as on the GPU host and in CI)
+        want = "embed_kernel" if shutil.which("c++filt") else "_ZN7mlaconf4cuda12embed_kernelEiPKhlPKilliiPf"
+        if want not in j["kernels_by_name"]:
+            bad.append(f"kernel names: {list(j['kernels_by_name'])}, want {want}")
         # mutation: B overlapping A shrinks the union (a sum of durations would not notice)
         write_trace(p, overlap=True)
         m = run(script, p, os.path.join(d, "m.json"))
