@@ -58,7 +58,7 @@ struct Costs {
   const MemoryPlan& p;
   const ModelConfig& c;
   uint64_t head_dequant = 0;
-  uint64_t per_device_fixed = 0;  // reserve + hidden state (+ its copy from the previous device)
+  uint64_t per_device_fixed = 0;  // reserve + pass arena + hidden state (+ its copy from the previous device)
   uint64_t head_extra = 0;        // final norm output + logits
 
   // What device d (of n) needs with layers [b, e).
@@ -167,6 +167,7 @@ std::string MemoryPlan::json() const {
        ", \"context\": " + std::to_string(request.context) + ", \"batch\": " + std::to_string(request.batch) +
        ", \"ubatch\": " + std::to_string(request.ubatch) +
        ", \"reserve_per_device_bytes\": " + std::to_string(request.reserve_per_device) +
+       ", \"pass_arena_per_device_bytes\": " + std::to_string(request.pass_arena_per_device) +
        ", \"layers\": " + std::to_string(layers.size()) + ", \"embedding_bytes\": " + std::to_string(embedding_bytes) +
        ", \"head_bytes\": " + std::to_string(head_bytes) + ", \"fits\": " + (fits ? "true" : "false") +
        ", \"total_bytes\": " + std::to_string(total()) + ", \"plan\": [";
@@ -220,7 +221,7 @@ MemoryPlan plan_memory(const GgufFile& f, const ModelConfig& c, const MemoryPlan
   Costs k{p, c};
   for (const TensorSpec& s : model_tensor_specs(c))
     if (s.role == WeightRole::Output) k.head_dequant = dequant_need(s, U);
-  k.per_device_fixed = r.reserve_per_device + 2 * static_cast<uint64_t>(U) * c.n_embd * 4;
+  k.per_device_fixed = r.reserve_per_device + r.pass_arena_per_device + 2 * static_cast<uint64_t>(U) * c.n_embd * 4;
   k.head_extra = static_cast<uint64_t>(U) * (c.n_embd + c.n_vocab) * 4;
 
   // Binary search on the largest device total; everything on one device bounds it from above.

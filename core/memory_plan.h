@@ -10,7 +10,9 @@
 //             one layer (all of its temporaries at once, the indexer scores [ubatch, context] included),
 //             the hidden state, the per-layer top-k lists, the prefill dequantization buffer (the largest
 //             matrix of the device: fp32 + fp16 hi + lo = 8 bytes per value, fp32 only for the indexer's),
-//             the logits on the last device, and a fixed reserve for the CUDA context and cuBLAS.
+//             the logits on the last device, a fixed reserve for the CUDA context and cuBLAS, and the
+//             pipeline's per-pass arena (PipelineOptions::pass_arena_bytes: once a pass outgrew it, the
+//             arena stays at its cap while that pass's temporaries come from the pool as listed above).
 // The layers are split into contiguous ranges, the embedding on the first device and the head on the
 // last, so as to minimise the largest device total (binary search on that total; for a given cap, each
 // device taking as many layers as fit is optimal for contiguous ranges). The same function serves
@@ -33,6 +35,8 @@ struct MemoryPlanRequest {
   int64_t batch = 1;               // sequences (caches scale with it)
   int64_t ubatch = 512;            // tokens per forward pass (sizes the activations)
   uint64_t reserve_per_device = uint64_t{1} << 30;  // CUDA context, cuBLAS workspace, small scratch
+  // The CUDA pipeline's per-pass arena, held per device (the default of PipelineOptions::pass_arena_bytes).
+  uint64_t pass_arena_per_device = uint64_t{1} << 30;
 };
 
 struct LayerCost {

@@ -194,6 +194,7 @@ struct Pipeline::Impl {
     MemoryPlanRequest r;
     r.n_devices = (int)stage_dev.size();
     r.context = ctx;
+    r.pass_arena_per_device = (uint64_t)std::max<int64_t>(opt.pass_arena_bytes, 0);
     MemoryPlan p = plan_memory(f, c, r);
     layer_stage.assign((size_t)nl, 0);
     for (const DevicePlan& d : p.devices) {

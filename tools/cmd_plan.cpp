@@ -1,7 +1,7 @@
 // `mlaconf plan`: the memory plan of a layer split over N devices, from the GGUF header only.
 //
 //   mlaconf plan --model M.gguf --devices 8 --memory-per-device 96 [--context 32768] [--batch 1]
-//                [--ubatch 512] [--reserve 1] [--json]
+//                [--ubatch 512] [--reserve 1] [--pass-arena 1] [--json]
 //
 // Assigns contiguous layer ranges to the devices by bytes (core/memory_plan.h: quantized weights as
 // stored, latent and indexer key caches at the context and batch, the CUDA pipeline's scratch for a
@@ -31,6 +31,7 @@ struct PlanArgs {
   int64_t batch = 1;
   int64_t ubatch = 512;
   double reserve_gib = 1.0;
+  double pass_arena_gib = 1.0;  // PipelineOptions::pass_arena_bytes' default
   bool json = false;
 };
 
@@ -48,6 +49,7 @@ void run(const PlanArgs& a) {
   r.batch = a.batch;
   r.ubatch = a.ubatch;
   r.reserve_per_device = gib_to_bytes(a.reserve_gib, "--reserve");
+  r.pass_arena_per_device = gib_to_bytes(a.pass_arena_gib, "--pass-arena");
   GgufFile f = GgufFile::open(a.model);
   ModelConfig c = ModelConfig::from_gguf(f);
   c.validate(a.model);
@@ -80,6 +82,8 @@ CommandRegistration reg(35, [](CLI::App& root) {
   s->add_option("--batch", a->batch, "sequences (the caches scale with it)")->capture_default_str()->check(CLI::PositiveNumber);
   s->add_option("--ubatch", a->ubatch, "tokens per forward pass (sizes the scratch)")->capture_default_str()->check(CLI::PositiveNumber);
   s->add_option("--reserve", a->reserve_gib, "GiB per device for the CUDA context and cuBLAS")->capture_default_str();
+  s->add_option("--pass-arena", a->pass_arena_gib, "GiB per device for the CUDA pipeline's per-pass arena (its cap)")
+      ->capture_default_str();
   s->add_flag("--json", a->json, "one JSON object on stdout");
   s->callback([a] { run(*a); });
 });

@@ -41,6 +41,7 @@ MemoryPlan tiny_plan(int n, uint64_t limit = 0, int64_t ctx = 256) {
   r.context = ctx;
   r.ubatch = 64;
   r.reserve_per_device = 0;
+  r.pass_arena_per_device = 0;
   return plan_memory(f, c, r);
 }
 
@@ -97,11 +98,35 @@ TEST(memory_plan, largest_device_is_the_optimum) {
     r.context = 256;
     r.ubatch = 64;
     r.reserve_per_device = 0;
+    r.pass_arena_per_device = 0;
     r.memory_per_device = best;
     EXPECT_TRUE(plan_memory(f, c, r).fits) << "fits at exactly the largest device total";
     r.memory_per_device = best - 1;
     EXPECT_FALSE(plan_memory(f, c, r).fits) << "one byte less must not fit (negative control)";
   }
+}
+
+// The CUDA pipeline's per-pass arena (PipelineOptions::pass_arena_bytes, 1 GiB by default) is held on every
+// device: the plan counts it in each device's scratch, once, and reports it in the JSON.
+TEST(memory_plan, pass_arena_counted_per_device) {
+  GgufFile f = GgufFile::open(testing_synth::tiny_seed11());
+  ModelConfig c = ModelConfig::from_gguf(f);
+  MemoryPlanRequest r;
+  r.n_devices = 2;
+  r.context = 256;
+  r.ubatch = 64;
+  r.reserve_per_device = 0;
+  r.pass_arena_per_device = 0;
+  const MemoryPlan without = plan_memory(f, c, r);
+  r.pass_arena_per_device = uint64_t{3} << 20;
+  const MemoryPlan with = plan_memory(f, c, r);
+  ASSERT_EQ(without.devices.size(), with.devices.size());
+  for (size_t d = 0; d < with.devices.size(); ++d) {
+    EXPECT_EQ(with.devices[d].layer_begin, without.devices[d].layer_begin) << "a constant per device moves no layer";
+    EXPECT_EQ(with.devices[d].scratch, without.devices[d].scratch + (uint64_t{3} << 20)) << "device " << d;
+  }
+  EXPECT_NE(with.json().find("\"pass_arena_per_device_bytes\": 3145728"), std::string::npos) << with.json();
+  EXPECT_EQ(MemoryPlanRequest{}.pass_arena_per_device, uint64_t{1} << 30) << "the pipeline's default cap";
 }
 
 std::string ud_mix_args() {
