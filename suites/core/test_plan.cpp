@@ -32,7 +32,8 @@ uint64_t all_tensor_bytes(const GgufFile& f, const ModelConfig& c) {
   return n;
 }
 
-MemoryPlan tiny_plan(int n, uint64_t limit = 0, int64_t ctx = 256) {
+// Reserve 0 and, unless given, no arena: the plan's arithmetic alone.
+MemoryPlan tiny_plan(int n, uint64_t limit = 0, int64_t ctx = 256, uint64_t pass_arena = 0) {
   GgufFile f = GgufFile::open(testing_synth::tiny_seed11());
   ModelConfig c = ModelConfig::from_gguf(f);
   MemoryPlanRequest r;
@@ -41,7 +42,7 @@ MemoryPlan tiny_plan(int n, uint64_t limit = 0, int64_t ctx = 256) {
   r.context = ctx;
   r.ubatch = 64;
   r.reserve_per_device = 0;
-  r.pass_arena_per_device = 0;
+  r.pass_arena_per_device = pass_arena;
   return plan_memory(f, c, r);
 }
 
@@ -109,17 +110,7 @@ TEST(memory_plan, largest_device_is_the_optimum) {
 // The CUDA pipeline's per-pass arena (PipelineOptions::pass_arena_bytes, 1 GiB by default) is held on every
 // device: the plan counts it in each device's scratch, once, and reports it in the JSON.
 TEST(memory_plan, pass_arena_counted_per_device) {
-  GgufFile f = GgufFile::open(testing_synth::tiny_seed11());
-  ModelConfig c = ModelConfig::from_gguf(f);
-  MemoryPlanRequest r;
-  r.n_devices = 2;
-  r.context = 256;
-  r.ubatch = 64;
-  r.reserve_per_device = 0;
-  r.pass_arena_per_device = 0;
-  const MemoryPlan without = plan_memory(f, c, r);
-  r.pass_arena_per_device = uint64_t{3} << 20;
-  const MemoryPlan with = plan_memory(f, c, r);
+  const MemoryPlan without = tiny_plan(2), with = tiny_plan(2, 0, 256, uint64_t{3} << 20);
   ASSERT_EQ(without.devices.size(), with.devices.size());
   for (size_t d = 0; d < with.devices.size(); ++d) {
     EXPECT_EQ(with.devices[d].layer_begin, without.devices[d].layer_begin) << "a constant per device moves no layer";
