@@ -28,6 +28,10 @@ namespace mlaconf {
 
 class GgufFile;
 
+// The CUDA pipeline's per-pass arena cap per device (PipelineOptions::pass_arena_bytes' default), which
+// the plan counts as held on every device: one value for the pipeline, the plan and `mlaconf plan`.
+inline constexpr uint64_t kPassArenaDefaultBytes = uint64_t{1} << 30;
+
 struct MemoryPlanRequest {
   int n_devices = 1;
   uint64_t memory_per_device = 0;  // bytes; 0 = no limit (only balance)
@@ -36,7 +40,7 @@ struct MemoryPlanRequest {
   int64_t ubatch = 512;            // tokens per forward pass (sizes the activations)
   uint64_t reserve_per_device = uint64_t{1} << 30;  // CUDA context, cuBLAS workspace, small scratch
   // The CUDA pipeline's per-pass arena, held per device (the default of PipelineOptions::pass_arena_bytes).
-  uint64_t pass_arena_per_device = uint64_t{1} << 30;
+  uint64_t pass_arena_per_device = kPassArenaDefaultBytes;
 };
 
 struct LayerCost {

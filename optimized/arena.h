@@ -36,9 +36,9 @@ namespace mlaconf::cuda {
 
 class PassArenas {
  public:
-  static constexpr size_t kDefaultMaxBytes = size_t{1} << 30;  // per device
   static constexpr size_t kAlign = 256;
-  explicit PassArenas(size_t max_bytes = kDefaultMaxBytes) : max_bytes_(max_bytes) {}
+  // max_bytes: the cap per device (the pipeline's PipelineOptions::pass_arena_bytes; 0: never an arena).
+  explicit PassArenas(size_t max_bytes) : max_bytes_(max_bytes) {}
   PassArenas(const PassArenas&) = delete;
   PassArenas& operator=(const PassArenas&) = delete;
 

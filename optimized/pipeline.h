@@ -36,6 +36,7 @@
 
 #include "core/decisions.h"
 #include "core/gguf.h"
+#include "core/memory_plan.h"
 #include "core/model_config.h"
 #include "core/trace.h"
 
@@ -86,7 +87,7 @@ struct PipelineOptions {
   // from one buffer and poisoned (0xFF) by one memset per pass (optimized/arena.h); what does not fit
   // comes from the pool buffer by buffer (its own allocation and poison memset), as all did before. The
   // arena grows to 1.5x the largest pass that asked for more, up to this. 0: no arena.
-  int64_t pass_arena_bytes = int64_t{1} << 30;
+  int64_t pass_arena_bytes = (int64_t)kPassArenaDefaultBytes;
 };
 
 // A host tensor of op replay: row-major values, shape.

@@ -31,7 +31,7 @@ struct PlanArgs {
   int64_t batch = 1;
   int64_t ubatch = 512;
   double reserve_gib = 1.0;
-  double pass_arena_gib = 1.0;  // PipelineOptions::pass_arena_bytes' default
+  double pass_arena_gib = double(kPassArenaDefaultBytes) / double(uint64_t{1} << 30);  // the pipeline's default
   bool json = false;
 };
 

@@ -117,7 +117,7 @@ TEST(memory_plan, pass_arena_counted_per_device) {
     EXPECT_EQ(with.devices[d].scratch, without.devices[d].scratch + (uint64_t{3} << 20)) << "device " << d;
   }
   EXPECT_NE(with.json().find("\"pass_arena_per_device_bytes\": 3145728"), std::string::npos) << with.json();
-  EXPECT_EQ(MemoryPlanRequest{}.pass_arena_per_device, uint64_t{1} << 30) << "the pipeline's default cap";
+  EXPECT_EQ(MemoryPlanRequest{}.pass_arena_per_device, uint64_t{1} << 30) << "the pipeline's default cap (1 GiB)";
 }
 
 std::string ud_mix_args() {
