@@ -103,6 +103,28 @@ __device__ __forceinline__ void decode8<kQ5_K>(const uint8_t* b, int i0, float (
   }
 }
 
+// acc[rr][j] += the 8 decoded values of each row rr times x[0..8), one fmaf chain in column order (the
+// order suites/gpu emulates), for both mappings.
+template <int NB>
+__device__ __forceinline__ void fma_rows(float (&acc)[kRowsPerWarp][NB], int j, const float (&wv)[kRowsPerWarp][8],
+                                         const float* x) {
+  const float4 x0 = __ldg(reinterpret_cast<const float4*>(x));
+  const float4 x1 = __ldg(reinterpret_cast<const float4*>(x + 4));
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    float s = acc[rr][j];
+    s = fmaf(wv[rr][0], x0.x, s);
+    s = fmaf(wv[rr][1], x0.y, s);
+    s = fmaf(wv[rr][2], x0.z, s);
+    s = fmaf(wv[rr][3], x0.w, s);
+    s = fmaf(wv[rr][4], x1.x, s);
+    s = fmaf(wv[rr][5], x1.y, s);
+    s = fmaf(wv[rr][6], x1.z, s);
+    s = fmaf(wv[rr][7], x1.w, s);
+    acc[rr][j] = s;
+  }
+}
+
 struct Args {
   const uint8_t* w;
   int64_t n_rows, nblocks, row_bytes;  // nblocks: blocks per row
@@ -258,22 +280,7 @@ __global__ void __launch_bounds__(kThreads) gemv_blocks_kernel(Args a) {
 #pragma unroll
             for (int j = 0; j < NB; ++j) {
               if (j >= nm) break;
-              const float* xp = a.x + bx[j] * a.x_stride + col;
-              const float4 x0 = __ldg(reinterpret_cast<const float4*>(xp));
-              const float4 x1 = __ldg(reinterpret_cast<const float4*>(xp + 4));
-#pragma unroll
-              for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-                float s = acc[rr][j];
-                s = fmaf(wv[rr][0], x0.x, s);
-                s = fmaf(wv[rr][1], x0.y, s);
-                s = fmaf(wv[rr][2], x0.z, s);
-                s = fmaf(wv[rr][3], x0.w, s);
-                s = fmaf(wv[rr][4], x1.x, s);
-                s = fmaf(wv[rr][5], x1.y, s);
-                s = fmaf(wv[rr][6], x1.z, s);
-                s = fmaf(wv[rr][7], x1.w, s);
-                acc[rr][j] = s;
-              }
+              fma_rows(acc, j, wv, a.x + bx[j] * a.x_stride + col);
             }
           }
         }
@@ -307,21 +314,7 @@ __global__ void __launch_bounds__(kThreads) gemv_blocks_kernel(Args a) {
 #pragma unroll
             for (int j = 0; j < NB; ++j) {
               if (j >= nm) break;
-              const float4 x0 = __ldg(reinterpret_cast<const float4*>(xs[j] + 8 * p));
-              const float4 x1 = __ldg(reinterpret_cast<const float4*>(xs[j] + 8 * p + 4));
-#pragma unroll
-              for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-                float s = acc[rr][j];
-                s = fmaf(wv[rr][0], x0.x, s);
-                s = fmaf(wv[rr][1], x0.y, s);
-                s = fmaf(wv[rr][2], x0.z, s);
-                s = fmaf(wv[rr][3], x0.w, s);
-                s = fmaf(wv[rr][4], x1.x, s);
-                s = fmaf(wv[rr][5], x1.y, s);
-                s = fmaf(wv[rr][6], x1.z, s);
-                s = fmaf(wv[rr][7], x1.w, s);
-                acc[rr][j] = s;
-              }
+              fma_rows(acc, j, wv, xs[j] + 8 * p);
             }
           }
         }
