@@ -432,6 +432,8 @@ void gemv_block_cases() {
     gemv_block_case(GgmlType::Q8_0, 6144, 16384, B);
     gemv_block_case(GgmlType::Q5_K, 6144, 16384, B);
   }
+  // The head at a server's batch: above 8 x the kernels take passes of 8 over the matrix.
+  gemv_block_case(GgmlType::Q6_K, 154880, 6144, 64);
   for (int64_t T : {1, 8}) {
     gemv_per_head_case(GgmlType::Q5_0, 512, 192, 64, T);
     gemv_per_head_case(GgmlType::Q6_K, 256, 512, 64, T);

@@ -64,6 +64,23 @@ __host__ __device__ __forceinline__ float half_bits_to_float(uint16_t h) {
 }
 __host__ __device__ __forceinline__ float ld_f16(const uint8_t* p) { return half_bits_to_float(ld_u16(p)); }
 
+#if defined(__CUDACC__)
+// Little-endian u32 at any byte address p of shared memory (reads up to 7 bytes past p + 3, inside the
+// caller's staging headroom): two aligned loads and a funnel shift. The aligned address is formed by
+// pointer arithmetic on p, not through an integer, so the compiler keeps it in the shared window (LDS with a
+// 32-bit address); a round trip through uintptr_t made these generic 64-bit loads (LD.E in the SASS).
+__device__ __forceinline__ uint32_t lds_u32(const uint8_t* p) {
+  const unsigned mis = (unsigned)reinterpret_cast<uintptr_t>(p) & 3u;
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(p - mis);
+  return __funnelshift_r(w[0], w[1], mis * 8);
+}
+// An f16 at an even address, by the hardware conversion: the same bits as half_bits_to_float for every
+// input (the conversion is exact; NaN stays NaN with its payload, quieted), in one instruction.
+__device__ __forceinline__ float ld_f16_hw(const uint8_t* p) {
+  return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(p)));
+}
+#endif
+
 // The stream of every launch, stream-ordered allocation and async copy on this thread: the legacy
 // default stream (0), or, while a CudaGraph captures, its capture stream.
 cudaStream_t cur_stream();

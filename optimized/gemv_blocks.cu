@@ -49,13 +49,6 @@ template <> struct Shape<kQ3_K> { static constexpr int bs = 256, ts = 110; };
 template <> struct Shape<kQ5_K> { static constexpr int bs = 256, ts = 176; };
 template <> struct Shape<kQ6_K> { static constexpr int bs = 256, ts = 210; };
 
-// Little-endian u32 at any byte address of shared memory: two aligned loads and a funnel shift (reads up
-// to 7 bytes past p + 3 inside the slot's 32 bytes of headroom).
-__device__ __forceinline__ uint32_t lds_u32(const uint8_t* p) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~(uintptr_t)3);
-  return __funnelshift_r(w[0], w[1], (unsigned)(a & 3) * 8);
-}
 // Byte k of a word holding small unsigned integers, as an exact float minus `off`: the byte goes into the
 // mantissa of 2^23 (0x4B0000qq) and 2^23 + off is subtracted (exact for q, off < 2^23).
 __device__ __forceinline__ float byte_as_float(uint32_t word, int k, float off) {
@@ -77,7 +70,7 @@ __device__ __forceinline__ void decode8<kQ6_K>(const uint8_t* b, int i0, float (
   const int n = i0 >> 7, r = i0 & 127, gq = r >> 5, l0 = r & 31;
   const uint8_t* ql = b + 64 * n + ((gq & 1) ? 32 : 0) + l0;
   const uint8_t* qh = b + 128 + 32 * n + l0;
-  const float dsc = MUL_RN(ld_f16(b + 208), (float)(int8_t)b[192 + 8 * n + (l0 >> 4) + 2 * gq]);
+  const float dsc = MUL_RN(ld_f16_hw(b + 208), (float)(int8_t)b[192 + 8 * n + (l0 >> 4) + 2 * gq]);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const uint32_t q = lds_u32(ql + 4 * h), hb = lds_u32(qh + 4 * h);
@@ -93,7 +86,7 @@ __device__ __forceinline__ void decode8<kQ5_K>(const uint8_t* b, int i0, float (
   const int c = i0 >> 6, hi = (i0 >> 5) & 1, l0 = i0 & 31, j = 2 * c + hi;
   int sc, m;
   scale_min_k4(j, b + 4, &sc, &m);
-  const float d1 = MUL_RN(ld_f16(b), (float)sc), m1 = MUL_RN(ld_f16(b + 2), (float)m);
+  const float d1 = MUL_RN(ld_f16_hw(b), (float)sc), m1 = MUL_RN(ld_f16_hw(b + 2), (float)m);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const uint32_t q = lds_u32(b + 48 + 32 * c + l0 + 4 * h), hb = lds_u32(b + 16 + l0 + 4 * h);

@@ -88,7 +88,8 @@ struct MmaArgs {
   int rt, ks;  // row tiles (16 rows) per CTA, warps per row tile splitting K; rt * ks == kWarps
   const int32_t* ids;
   int64_t w_count, w_stride, batch;
-  bool shared;  // one matrix for the batch: CTA y takes entries 8 y .. 8 y + 7 (slots = entries)
+  bool shared;  // one matrix for the batch: entry group y (entries 8 y .. 8 y + 7, slots = entries)
+  int ny;       // shared: entry groups, the fastest-varying part of blockIdx.x
   bool one_x;   // (not shared) every entry reads x slot 0
   const uint2* xi;
   const float* xs;
@@ -115,9 +116,14 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
 }
 
+// bf16 128's high byte in every byte. A __constant__ (not a literal) so that PRMT takes it from the constant
+// bank and the selector as its immediate: with both literal, the compiler re-materialised the selector in
+// a register before every PRMT (6 extra instructions per k-step).
+__constant__ uint32_t c_bf128_bytes = 0x43434343u;
+
 // Bytes 0,1 (sel 0x4140) or 2,3 (0x4342) of q (each < 128) as two bf16 128 + q, minus `off` (bf16x2 bits).
 __device__ __forceinline__ uint32_t q_pair(uint32_t q, unsigned sel, uint32_t off) {
-  const uint32_t v = __byte_perm(q, 0x43u, sel);
+  const uint32_t v = __byte_perm(q, c_bf128_bytes, sel);
   const __nv_bfloat162 r = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), *reinterpret_cast<const __nv_bfloat162*>(&off));
   return *reinterpret_cast<const uint32_t*>(&r);
 }
@@ -127,36 +133,52 @@ constexpr uint32_t kBf128 = 0x43004300u, kBf160 = 0x43204320u;
 __device__ __forceinline__ float ubyte_f(uint32_t w, int k) {
   return __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | (unsigned)k)), 8388608.f);
 }
-// Little-endian u32 at any even address of shared memory (two aligned loads and a funnel shift).
-__device__ __forceinline__ uint32_t lds_u32(const uint8_t* p) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~(uintptr_t)3);
-  return __funnelshift_r(w[0], w[1], (unsigned)(a & 3) * 8);
-}
-__device__ __forceinline__ float f16_at(const uint8_t* p) {
-  return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(p)));
+
+// A row's block in shared memory as aligned 32-bit words and the funnel shift that undoes its misalignment
+// (Q6_K's 210-byte blocks start at any even byte): one LOP3 per row and block, and every word after it at a
+// fixed offset (LDS with an immediate; v3 recomputed the alignment of every word, ~6 instructions each).
+struct Words {
+  const uint32_t* w;
+  unsigned sh;
+  __device__ __forceinline__ explicit Words(const uint8_t* p) {
+    const unsigned mis = (unsigned)reinterpret_cast<uintptr_t>(p) & 3u;
+    w = reinterpret_cast<const uint32_t*>(p - mis);
+    sh = 8 * mis;
+  }
+  // The u32 at byte offset 4 i of the block (i a compile-time constant after unrolling, plus a lane term).
+  __device__ __forceinline__ uint32_t at(int i) const { return __funnelshift_r(w[i], w[i + 1], sh); }
+};
+
+// 2^23's exponent bytes, a __constant__ for the reason of c_bf128_bytes.
+__constant__ uint32_t c_f2p23_bits = 0x4B000000u;
+
+// int8 scale byte k of word v (stored ^ 0x80, so unsigned) as an exact float: 2^23 + 128 + sc, minus that.
+__device__ __forceinline__ float sbyte_f(uint32_t v, int k) {
+  return __fsub_rn(__uint_as_float(__byte_perm(v, c_f2p23_bits, 0x7540u | (unsigned)k)), 8388736.f);
 }
 
 // One Q6_K block (ql[128] qh[64] scales[16] d) of rows g (s0) and g + 8 (s1). Sub-block u (16 values,
 // u = 8 half + 2 j + lh) is positions 16 u of the block: lane t takes l = 16 lh + 4 t .. + 3 of its quarter j,
-// from ql[64 half + 32 (j & 1) + l] (nibble j / 2) and qh[32 half + l] (bits 2 j).
+// from ql[64 half + 32 (j & 1) + l] (nibble j / 2) and qh[32 half + l] (bits 2 j). xb: the lane's B fragment
+// of the block's first k-step in column group 0 (k-step u at xb[32 u], group c at + c * xg_stride).
 template <int NCG>
-__device__ __forceinline__ void block_q6k(const uint8_t* s0, const uint8_t* s1, int64_t kbase, int t, int ncg,
-                                          const uint2* xg, int64_t xg_stride, float (&acc)[NCG][4]) {
+__device__ __forceinline__ void block_q6k(const uint8_t* s0, const uint8_t* s1, int t, const uint2* xb,
+                                          int64_t xg_stride, float (&acc)[NCG][4]) {
   float bacc[NCG][4];
 #pragma unroll
   for (int c = 0; c < NCG; ++c) bacc[c][0] = bacc[c][1] = bacc[c][2] = bacc[c][3] = 0.f;
+  const Words r0(s0), r1(s1);
   // The 16 int8 scales of each row as words, offset to unsigned (x ^ 0x80) for the exact float trick.
   uint32_t scw0[4], scw1[4];
 #pragma unroll
-  for (int w = 0; w < 4; ++w) scw0[w] = lds_u32(s0 + 192 + 4 * w) ^ 0x80808080u, scw1[w] = lds_u32(s1 + 192 + 4 * w) ^ 0x80808080u;
+  for (int w = 0; w < 4; ++w) scw0[w] = r0.at(48 + w) ^ 0x80808080u, scw1[w] = r1.at(48 + w) ^ 0x80808080u;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
     for (int lh = 0; lh < 2; ++lh) {
-      const int o = 16 * lh + 4 * t;
-      const uint32_t wa0 = lds_u32(s0 + 64 * hf + o), wb0 = lds_u32(s0 + 64 * hf + 32 + o), h0 = lds_u32(s0 + 128 + 32 * hf + o);
-      const uint32_t wa1 = lds_u32(s1 + 64 * hf + o), wb1 = lds_u32(s1 + 64 * hf + 32 + o), h1 = lds_u32(s1 + 128 + 32 * hf + o);
+      const int o = 4 * lh + t;  // word index of l = 16 lh + 4 t
+      const uint32_t wa0 = r0.at(16 * hf + o), wb0 = r0.at(16 * hf + 8 + o), h0 = r0.at(32 + 8 * hf + o);
+      const uint32_t wa1 = r1.at(16 * hf + o), wb1 = r1.at(16 * hf + 8 + o), h1 = r1.at(32 + 8 * hf + o);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int u = 8 * hf + 2 * j + lh;
@@ -166,12 +188,11 @@ __device__ __forceinline__ void block_q6k(const uint8_t* s0, const uint8_t* s1, 
         const uint32_t q1 = n1 | ((j == 0 ? h1 << 4 : j == 1 ? h1 << 2 : j == 2 ? h1 : h1 >> 2) & 0x30303030u);
         const uint32_t a[4] = {q_pair(q0, 0x4140u, kBf160), q_pair(q1, 0x4140u, kBf160), q_pair(q0, 0x4342u, kBf160),
                                q_pair(q1, 0x4342u, kBf160)};
-        const float sc0 = ubyte_f(scw0[u >> 2], u & 3) - 128.f, sc1 = ubyte_f(scw1[u >> 2], u & 3) - 128.f;
+        const float sc0 = sbyte_f(scw0[u >> 2], u & 3), sc1 = sbyte_f(scw1[u >> 2], u & 3);
 #pragma unroll
-        for (int c = 0; c < NCG; ++c) {
-          if (c >= ncg) break;
+        for (int c = 0; c < NCG; ++c) {  // every group: padded with zero x (no branch around the mma)
           float C[4] = {0.f, 0.f, 0.f, 0.f};
-          mma_bf16(C, a, __ldg(xg + c * xg_stride + (kbase + u) * 32));
+          mma_bf16(C, a, __ldg(xb + c * xg_stride + 32 * u));
           bacc[c][0] = fmaf(sc0, C[0], bacc[c][0]);
           bacc[c][1] = fmaf(sc0, C[1], bacc[c][1]);
           bacc[c][2] = fmaf(sc1, C[2], bacc[c][2]);
@@ -179,7 +200,7 @@ __device__ __forceinline__ void block_q6k(const uint8_t* s0, const uint8_t* s1, 
         }
       }
     }
-  const float d0 = f16_at(s0 + 208), d1 = f16_at(s1 + 208);
+  const float d0 = ld_f16_hw(s0 + 208), d1 = ld_f16_hw(s1 + 208);
 #pragma unroll
   for (int c = 0; c < NCG; ++c) {
     acc[c][0] = fmaf(d0, bacc[c][0], acc[c][0]);
@@ -193,7 +214,7 @@ __device__ __forceinline__ void block_q6k(const uint8_t* s0, const uint8_t* s1, 
 // qs bytes hold sub-block 2c (low nibbles) and 2c + 1 (high); k-step (sub-block sb, half s) is positions
 // 16 s .. 16 s + 15 of sb, lane t taking qs byte 32 c + 16 s + 4 t .. + 3.
 template <int NCG>
-__device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, int64_t kbase, int64_t sbase, int t, int ncg,
+__device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, int64_t kbase, int64_t sbase, int t,
                                           const uint2* xg, int64_t xg_stride, const float2* xsg, int64_t xs_stride,
                                           float (&acc)[NCG][4]) {
   const uint4 h0 = *reinterpret_cast<const uint4*>(s0), h1 = *reinterpret_cast<const uint4*>(s1);
@@ -226,8 +247,7 @@ __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, 
         const uint32_t a[4] = {q_pair(n0, 0x4140u, kBf128), q_pair(n1, 0x4140u, kBf128), q_pair(n0, 0x4342u, kBf128),
                                q_pair(n1, 0x4342u, kBf128)};
 #pragma unroll
-        for (int c = 0; c < NCG; ++c) {
-          if (c >= ncg) break;
+        for (int c = 0; c < NCG; ++c) {  // every group: padded with zero x (no branch around the mma)
           mma_bf16(C[c], a, __ldg(xg + c * xg_stride + (kbase + 2 * sb + s) * 32));
         }
       }
@@ -235,7 +255,6 @@ __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, 
       const float f_sc1 = ubyte_f(sc1[sb >> 2], sb & 3), f_m1 = ubyte_f(m1[sb >> 2], sb & 3);
 #pragma unroll
       for (int c = 0; c < NCG; ++c) {
-        if (c >= ncg) break;
         const float2 X = __ldg(xsg + c * xs_stride + (sbase + sb) * 4);
         bs[c][0] = fmaf(f_sc0, C[c][0], bs[c][0]);
         bs[c][1] = fmaf(f_sc0, C[c][1], bs[c][1]);
@@ -269,9 +288,13 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_mma_kernel(MmaArgs a) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int rtl = warp / a.ks, kp = warp % a.ks;
-  const int64_t tile = (int64_t)blockIdx.x * a.rt + rtl;
+  // Shared matrix: the entry groups of a row tile are adjacent CTAs, so that they run together and all but
+  // the first read the tile's weights from L2 (B > 8 reads the matrix from DRAM about once, not B / 8 times).
+  const int64_t tb = a.shared ? (int64_t)blockIdx.x / a.ny : (int64_t)blockIdx.x;
+  const int64_t yg = a.shared ? (int64_t)blockIdx.x % a.ny : (int64_t)blockIdx.y;
+  const int64_t tile = tb * a.rt + rtl;
   const bool tile_ok = tile * 16 < a.n_rows;
-  const int64_t e0 = a.shared ? (int64_t)blockIdx.y * 8 : (int64_t)blockIdx.y;
+  const int64_t e0 = a.shared ? yg * 8 : yg;
   const int64_t mat = a.ids ? (int64_t)a.ids[e0] : (a.shared ? 0 : e0 % a.w_count);
   const int64_t slot = a.shared ? e0 : (a.one_x ? 0 : e0);  // the x slot of column group 0's first token
   const int64_t left = a.batch - e0 < 8 ? a.batch - e0 : 8;
@@ -294,8 +317,17 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_mma_kernel(MmaArgs a) {
   auto issue = [&](int b, int st) {
     const uint8_t* src = my_row + (int64_t)b * S::ts;
     const uint8_t* w0 = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(src) & ~(uintptr_t)15);
-    const int nw = (int)((src + S::ts - w0 + 15) >> 4);
     uint8_t* d0 = my_slot + (size_t)st * 16 * S::slot;
+    const uint8_t* p0 = w0 + 16 * kHalf * (lane & 1);
+    if (mat_end - p0 >= 16 * kHalf) {
+      // The usual case, one test per block: this lane's words are all inside the matrix. Both halves copy
+      // every word they own (a word past the block's end lands in the slot's headroom, unread).
+#pragma unroll
+      for (int k = 0; k < kHalf; ++k)
+        if ((lane & 1) * kHalf + k < S::words) cp_async_16(smem_addr(d0 + 16 * k), p0 + 16 * k, 16);
+      return;
+    }
+    const int nw = (int)((src + S::ts - w0 + 15) >> 4);
 #pragma unroll
     for (int k = 0; k < kHalf; ++k) {
       const int i = kHalf * (lane & 1) + k;
@@ -331,9 +363,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_mma_kernel(MmaArgs a) {
       const uint8_t* s0 = stg + ((size_t)st * 16 + g) * S::slot + o0;
       const uint8_t* s1 = stg + ((size_t)st * 16 + g + 8) * S::slot + o1;
       if constexpr (TYPE == kQ6_K)
-        block_q6k<NCG>(s0, s1, (int64_t)b * 16, t, ncg, xg, K16 * 32, acc);
+        block_q6k<NCG>(s0, s1, t, xg + (int64_t)b * 16 * 32, K16 * 32, acc);
       else
-        block_q4k<NCG>(s0, s1, (int64_t)b * 16, (int64_t)b * 8, t, ncg, xg, K16 * 32, xsg, (int64_t)a.nb * 32, acc);
+        block_q4k<NCG>(s0, s1, (int64_t)b * 16, (int64_t)b * 8, t, xg, K16 * 32, xsg, (int64_t)a.nb * 32, acc);
       __syncwarp();  // the stage is refilled `stages` blocks on
     }
   }
@@ -399,13 +431,17 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   if (n_rows <= 0 || batch <= 0 || w_count <= 0 || ncols % 256 || ncols / 256 > (1 << 24)) return false;
   if ((reinterpret_cast<uintptr_t>(d_w) % 16) || w_stride % 16 || x_stride < 0) return false;
   const bool shared = !d_ids && (w_stride == 0 || w_count == 1);
-  if ((shared ? (batch + 7) / 8 : batch) > 65535) return false;
+  if (!shared && batch > 65535) return false;
   const int64_t K = ncols, nb = ncols / 256;
   // x slots: a shared matrix gives every entry its own (even when x_stride is 0); experts at one token
   // (x_stride 0) read one.
   const bool one_x = !shared && x_stride == 0;
-  const int64_t ntok = one_x ? 1 : batch, groups = (ntok + 1) / 2;
-  if (2 * groups > 65535) return false;
+  const int64_t ntok = one_x ? 1 : batch, ny = shared ? (batch + 7) / 8 : 0;
+  const int ncg = shared ? (int)std::min<int64_t>(kMaxCg, (batch + 1) / 2) : 1;  // column groups per pass (NCG)
+  // Column groups hold 2 slots each. A shared pass reads NCG groups from 4 y on, so past the last entry
+  // they are padded with zero x (the kernel never branches around an mma).
+  const int64_t groups = shared ? (ny == 1 ? ncg : kMaxCg * ny) : (ntok + 1) / 2;
+  if (2 * groups > 65535 || (shared && (n_rows + 15) / 16 * ny > 0x7fffffff)) return false;
   auto* xi = static_cast<__nv_bfloat16*>(scratch(5, (size_t)groups * K * 16));
   auto* xs = static_cast<float*>(scratch(6, (size_t)groups * (K / 32) * 32));
   split_x_kernel<<<dim3((unsigned)(K / 256), (unsigned)(2 * groups)), 256, 0, cur_stream()>>>(d_x, x_stride, K, ntok, xi, xs,
@@ -417,9 +453,8 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   const int64_t tiles = (n_rows + 15) / 16;
   const int rt = tiles >= 132 * 8 ? 8 : tiles >= 132 * 4 ? 4 : tiles >= 132 * 2 ? 2 : 1;
   MmaArgs a{static_cast<const uint8_t*>(d_w), n_rows, row_bytes(t, ncols), (int)nb, rt, kWarps / rt, d_ids, w_count,
-            w_stride, batch, shared, one_x, reinterpret_cast<const uint2*>(xi), xs, d_y, y_stride};
-  const dim3 grid(ceil_div(tiles, rt), (unsigned)(shared ? (batch + 7) / 8 : batch));
-  const int ncg = shared ? (int)std::min<int64_t>(kMaxCg, (batch + 1) / 2) : 1;
+            w_stride, batch, shared, (int)ny, one_x, reinterpret_cast<const uint2*>(xi), xs, d_y, y_stride};
+  const dim3 grid = shared ? dim3((unsigned)(ceil_div(tiles, rt) * ny)) : dim3(ceil_div(tiles, rt), (unsigned)batch);
   if (t == GgmlType::Q6_K) {
     if (ncg == 1) launch<kQ6_K, 1>(a, grid);
     else if (ncg == 2) launch<kQ6_K, 2>(a, grid);
