@@ -277,12 +277,21 @@ void random_q4k(DeviceBuffer* w, int64_t n_mats, int64_t rows, int64_t cols) {
   for (int64_t i = 0; i < n_mats; ++i) w->upload(h.data(), per, (size_t)i * per);  // same bytes, distinct addresses
 }
 
-// Variant suffix of a case name (set_gemv_variant: 0 = the default kernels, 1 = the v1 kernels, 2 = the
-// default with more loads in flight, 3 = Q4_K and Q6_K on the tensor cores).
-std::string variant_tag(int v) { return v == 0 ? "" : v == 1 ? ",variant=v1" : v == 2 ? ",variant=deep" : ",variant=mma"; }
-// The variants timed on every case (the same inputs): 0 default, 1 the v1 kernels, 2 default with more
-// loads in flight (Q4_K: two items ahead; block kernel: two 256-value passes unrolled), 3 tensor cores.
-constexpr int kVariants[] = {0, 1, 2, 3};
+// Variant suffix of a case name (optimized/api.h, set_gemv_variant): none for the default kernels (tensor cores
+// or SIMT by the shape), v1 the v1 SIMT kernels, deep the SIMT v2 kernels with more loads in flight (Q4_K: two
+// items ahead; block kernel: two 256-value passes unrolled), mma Q4_K and Q6_K on the tensor cores at every
+// shape, simt the SIMT v2 kernels at every shape.
+std::string variant_tag(int v) {
+  switch (v) {
+    case kGemvV1: return ",variant=v1";
+    case kGemvDeep: return ",variant=deep";
+    case kGemvMma: return ",variant=mma";
+    case kGemvSimt: return ",variant=simt";
+    default: return "";
+  }
+}
+// The variants timed on every case (the same inputs).
+constexpr int kVariants[] = {kGemvDefault, kGemvV1, kGemvDeep, kGemvMma, kGemvSimt};
 
 // B x vectors on one rows x cols Q4_K matrix (batched decode: every sequence's token through the same
 // weights; B = 1 is plain decode), rotating over a pool of matrices. Bytes: the matrix once, B x, B y.

@@ -176,11 +176,16 @@ void gemv_experts(GgmlType t, const void* d_w, int64_t expert_stride, const int3
 void gemv_per_head(GgmlType t, const void* d_w, int64_t rows, int64_t cols, int64_t H, const float* d_x, int64_t x_stride,
                    float* d_y, int64_t y_stride, int64_t batch);
 // Kernel variant of gemv / gemv_experts / gemv_per_head (kernel_bench times each on the same shapes in
-// one run; the pipeline never calls this): 0 = the default kernels, 1 = the v1 kernels (Q4_K
-// gemv_q4k_kernel with its per-CTA x pre-pass; the block kernel with one sub-block per lane), 2 = the
-// default kernels with more loads in flight (the same fp32 orders), 3 = Q4_K and Q6_K on the tensor cores
-// (gemv_mma.cu; suites/gpu test_gemv_mma). Variants 1 and 3 sum in other fp32 orders than the ones
-// suites/gpu emulates: benchmarking only.
+// one run; suites/gpu pins the kernel it checks; the pipeline never calls this):
+//   kGemvDefault: Q4_K and Q6_K on the tensor cores where gemv_mma_by_default says so (by the shape alone,
+//                 never by the batch), the SIMT kernels elsewhere;
+//   kGemvV1:      the v1 SIMT kernels (Q4_K gemv_q4k_kernel with its per-CTA x pre-pass; the block kernel
+//                 with one sub-block per lane);
+//   kGemvDeep:    the SIMT v2 kernels with more loads in flight (the same fp32 orders as kGemvSimt);
+//   kGemvMma:     Q4_K and Q6_K on the tensor cores at every shape (gemv_mma.cu; suites/gpu test_gemv_mma);
+//   kGemvSimt:    the SIMT v2 kernels at every shape (the orders suites/gpu emulates bit for bit).
+// MLACONF_GEMV_VARIANT=N sets it for a process.
+constexpr int kGemvDefault = 0, kGemvV1 = 1, kGemvDeep = 2, kGemvMma = 3, kGemvSimt = 4;
 void set_gemv_variant(int v);
 int gemv_variant();
 // Y [T, n_rows] f32 = X [T, ncols] f16 times W^T, W [n_rows, ncols] f16 row-major: cuBLAS, fp32 accumulate.

@@ -23,12 +23,10 @@ namespace mlaconf::cuda {
 
 namespace {
 // MLACONF_GEMV_VARIANT selects a variant for a whole process (a debugging and measuring knob; kernel_bench
-// sets it per case): 0 the default (the SIMT v2 kernels), 1 the v1 SIMT kernels (other fp32 orders), 2 the
-// v2 kernels with more loads in flight (the same orders as 0), 3 Q4_K and Q6_K on the tensor cores
-// (gemv_mma.cu: measured slower than 0 except the Q6_K head at B = 1, docs/PERF_H200_gemv_blocks.md v3).
+// sets it per case; api.h lists them: kGemvDefault .. kGemvSimt).
 int g_gemv_variant = [] {
   const char* v = std::getenv("MLACONF_GEMV_VARIANT");
-  return v && v[0] >= '1' && v[0] <= '3' && !v[1] ? v[0] - '0' : 0;
+  return v && v[0] >= '1' && v[0] <= '4' && !v[1] ? v[0] - '0' : kGemvDefault;
 }();
 }
 int gemv_variant() { return g_gemv_variant; }
@@ -373,7 +371,7 @@ bool gemv_q4k_v2(const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* 
   const dim3 grid = bm ? dim3((unsigned)passes, blocks) : dim3(blocks, (unsigned)passes);
   const uint8_t* w = static_cast<const uint8_t*>(d_w);
   // Variant 2 keeps two items' loads ahead in flight instead of one (the same order of sums).
-  const bool deep = gemv_variant() == 2;
+  const bool deep = gemv_variant() == kGemvDeep;
   const int T = G * kQ4v2Rows;
   if (shared && deep)
     gemv_q4k_v2_kernel<kQ4v2MaxX, 2><<<grid, T, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride,
@@ -411,13 +409,14 @@ void gemv_impl(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const
   // The negative control "gemv-drop-tail": a grid sized by n_rows / 8 instead of ceil(n_rows / 8).
   if (active_fault() == Fault::GemvDropTail) n_rows -= n_rows % 8;
   if (n_rows == 0) return;
-  // Variant 3: Q4_K and Q6_K on the tensor cores.
-  if ((t == GgmlType::Q4_K || t == GgmlType::Q6_K) && gemv_variant() == 3 &&
+  // Q4_K and Q6_K on the tensor cores: by the shape alone in the default (one kernel whatever the batch:
+  // batched decode needs each row's bits independent of it), at every shape in kGemvMma.
+  const int v = gemv_variant();
+  if ((v == kGemvMma || (v == kGemvDefault && gemv_mma_by_default(t, n_rows, ncols))) &&
       gemv_mma(t, d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch))
     return;
-  // Q4_K: the vectorised kernel, for every batch shape (one kernel whatever the batch: batched decode
-  // needs each row's bits independent of it).
-  if (t == GgmlType::Q4_K && gemv_variant() != 1 &&
+  // Q4_K: the vectorised SIMT kernel, for every batch shape.
+  if (t == GgmlType::Q4_K && v != kGemvV1 &&
       gemv_q4k_v2(d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch))
     return;
   if (t == GgmlType::Q4_K && gemv_q4k(d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch))

@@ -337,12 +337,12 @@ bool launch(const Args& a, int64_t groups, bool wide) {
   // at B = 1 and 6 % at B = 8 for it (docs/PERF_H200_gemv_blocks.md, v2 measured); its order is v1's.
   constexpr bool kLaneSub = TYPE == kQ8_0;
   constexpr bool kHot = TYPE == kQ6_K || TYPE == kQ5_K || TYPE == kQ5_0;  // GLM-5's other block types
-  if (kLaneSub || gemv_variant() == 1) {
+  if (kLaneSub || gemv_variant() == kGemvV1) {
     if (wide)
       gemv_blocks_kernel<TYPE, kMaxX, 1><<<grid, kThreads, 0, cur_stream()>>>(a);
     else
       gemv_blocks_kernel<TYPE, 1, 1><<<grid, kThreads, 0, cur_stream()>>>(a);
-  } else if (kHot && gemv_variant() == 2) {
+  } else if (kHot && gemv_variant() == kGemvDeep) {
     if (wide)
       gemv_blocks_kernel<TYPE, kMaxX, kHot ? 2 : 0><<<grid, kThreads, 0, cur_stream()>>>(a);
     else

@@ -425,6 +425,10 @@ void launch(const MmaArgs& a, dim3 grid) {
 
 }  // namespace
 
+bool gemv_mma_by_default(GgmlType t, int64_t n_rows, int64_t ncols) {
+  return (t == GgmlType::Q4_K || t == GgmlType::Q6_K) && n_rows >= 1024 && ncols >= 2048;
+}
+
 bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_ids, int64_t w_count,
               int64_t w_stride, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride, int64_t batch) {
   if (t != GgmlType::Q4_K && t != GgmlType::Q6_K) return false;

@@ -65,6 +65,7 @@ Judged judge(GgmlType t, const std::vector<float>& got, const std::vector<float>
 // B x vectors on one matrix (batched decode); then each entry alone, bit-identical.
 void batch_case(GgmlType t, int64_t rows, int64_t cols, int B) {
   MLACONF_REQUIRE_CUDA();
+  GemvVariantScope simt(cuda::kGemvSimt);  // the kernel this file emulates, at every shape
   gemv_batch_check(t, rows, cols, B, 1000 + 7 * rows + cols + (int)t, 17 + B, emulation(t, rows, cols));
 }
 
@@ -72,12 +73,14 @@ void batch_case(GgmlType t, int64_t rows, int64_t cols, int B) {
 // of order and repeated (11 entries on expert 2: two passes), one x per entry.
 void experts_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> ids) {
   MLACONF_REQUIRE_CUDA();
+  GemvVariantScope simt(cuda::kGemvSimt);  // the kernel this file emulates, at every shape
   gemv_experts_check(t, rows, cols, ids, 4, 77 + (int)t, 5, emulation(t, rows, cols));
 }
 
 // Per-head matrices (b % H): T = 3 tokens x H = 4 heads, groups of 3 entries with step 4.
 void per_head_case(GgmlType t, int64_t rows, int64_t cols) {
   MLACONF_REQUIRE_CUDA();
+  GemvVariantScope simt(cuda::kGemvSimt);  // the kernel this file emulates, at every shape
   const int64_t bs = traits(t).block_size, H = 4, n = 3 * H;
   const auto blocks = random_blocks(t, H * rows * cols / bs, 91 + (int)t);
   const auto W = ref_dequant(t, blocks, H * rows * cols);
@@ -94,6 +97,7 @@ void per_head_case(GgmlType t, int64_t rows, int64_t cols) {
 // the emulated bits, so checks 1 and 2 can fail.
 void negative_control_case() {
   MLACONF_REQUIRE_CUDA();
+  GemvVariantScope simt(cuda::kGemvSimt);  // the kernel this file emulates, at every shape
   const GgmlType t = GgmlType::Q6_K;
   const int64_t rows = 33, cols = 768;
   const auto blocks = random_blocks(t, rows * cols / 256, 4242);

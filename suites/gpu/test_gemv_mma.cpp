@@ -1,4 +1,5 @@
-// suites/gpu: the tensor-core dequant GEMV for Q4_K and Q6_K (optimized/gemv_mma.cu; kernel variant 3).
+// suites/gpu: the tensor-core dequant GEMV for Q4_K and Q6_K (optimized/gemv_mma.cu), pinned by kernel variant
+// kGemvMma; the default runs it where gemv_mma_by_default says (checked by default_dispatch below).
 //
 // Its fp32 order is the tensor cores' (not emulated on the host), so each case is judged two ways
 // (suites/gpu/gemv_bits.h, the checks shared with the SIMT suites): (1) every output against float64 on the
@@ -12,14 +13,19 @@
 // 8449, 16897 rows: 2, 4, 8 tiles per CTA, so 4, 2, 1 warps split K), blocks per row 1, 2, 11, 24 (K split
 // unevenly over 8 warps, warps without blocks), batches 1, 2, 3, 8, 17 (8 x per pass: 17 is three passes,
 // the last with one x). Expert strides stay 16-byte aligned (rows x row bytes; a misaligned matrix takes the
-// SIMT kernels, whose bits differ). Negative control: the fault gemv-x-bf16 (x kept as one bf16 term) must fail (1).
+// SIMT kernels, whose bits differ); 64 x on one matrix (8 entry groups, adjacent in the grid). Negative
+// control: the fault gemv-x-bf16 (x kept as one bf16 term) must fail (1). default_dispatch: on both sides of
+// each of the rule's thresholds the default gives the bits of the kernel the rule names, which differ from
+// the other kernel's (so the check can fail).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstring>
+#include <tuple>
 
 #include "optimized/api.h"
 #include "optimized/faults.h"
+#include "optimized/gemv_mma.cuh"
 #include "suites/gpu/gemv_bits.h"
 #include "suites/gpu/gpu_test_util.h"
 #include "suites/gpu/host_ref.h"
@@ -35,13 +41,13 @@ MakeEmulation no_emulation() {
 
 void batch_case(GgmlType t, int64_t rows, int64_t cols, int B) {
   MLACONF_REQUIRE_CUDA();
-  GemvVariantScope mma(3);
+  GemvVariantScope mma(cuda::kGemvMma);
   gemv_batch_check(t, rows, cols, B, 3000 + 7 * rows + cols + (int)t, 41 + B, no_emulation(), kMmaBound);
 }
 
 void experts_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> ids) {
   MLACONF_REQUIRE_CUDA();
-  GemvVariantScope mma(3);
+  GemvVariantScope mma(cuda::kGemvMma);
   gemv_experts_check(t, rows, cols, ids, 4, 97 + (int)t, 13, no_emulation(), kMmaBound);
 }
 
@@ -49,7 +55,7 @@ void experts_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> i
 // each entry against float64 and bit-identical to its expert run alone on that x.
 void experts_shared_x_case(GgmlType t, int64_t rows, int64_t cols) {
   MLACONF_REQUIRE_CUDA();
-  GemvVariantScope mma(3);
+  GemvVariantScope mma(cuda::kGemvMma);
   const std::vector<int32_t> ids = {3, 0, 2, 3, 1};
   const int64_t n = (int64_t)ids.size(), pool = 4;
   const auto blocks = random_blocks(t, pool * rows * cols / 256, 555 + (int)t);
@@ -79,7 +85,7 @@ void experts_shared_x_case(GgmlType t, int64_t rows, int64_t cols) {
 // without the fault the same case passes.
 void negative_control_case(GgmlType t) {
   MLACONF_REQUIRE_CUDA();
-  GemvVariantScope mma(3);
+  GemvVariantScope mma(cuda::kGemvMma);
   const int64_t rows = 33, cols = 2048;
   const auto blocks = random_blocks(t, rows * cols / 256, 4343 + (int)t);
   const auto W = ref_dequant(t, blocks, rows * cols);
@@ -96,6 +102,29 @@ void negative_control_case(GgmlType t) {
   std::printf("  correct: %.3e, gemv-x-bf16: %.3e (bound %.0e)\n", ok.worst, bad.worst, kMmaBound);
   EXPECT_LE(ok.worst, kMmaBound);
   EXPECT_GT(bad.worst, 10 * kMmaBound);
+}
+
+// y of B = 3 x on one rows x cols matrix under kernel variant v.
+std::vector<float> run_variant(int v, GgmlType t, const cuda::DeviceBuffer& d_w, const cuda::DeviceBuffer& d_x, int64_t rows,
+                               int64_t cols) {
+  GemvVariantScope scope(v);
+  cuda::DeviceBuffer d_y((size_t)3 * rows * 4);
+  cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), 3, 0, cols, rows);
+  return cuda::to_host<float>(d_y, (size_t)3 * rows);
+}
+
+void default_dispatch_case(GgmlType t, int64_t rows, int64_t cols, bool want_mma) {
+  MLACONF_REQUIRE_CUDA();
+  ASSERT_EQ(cuda::gemv_mma_by_default(t, rows, cols), want_mma) << "the rule moved: update this case's expectation";
+  const auto blocks = random_blocks(t, rows * cols / 256, 808 + rows + cols + (int)t);
+  auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(random_x((size_t)3 * cols, 23));
+  const auto def = run_variant(cuda::kGemvDefault, t, d_w, d_x, rows, cols);
+  const auto mma = run_variant(cuda::kGemvMma, t, d_w, d_x, rows, cols);
+  const auto simt = run_variant(cuda::kGemvSimt, t, d_w, d_x, rows, cols);
+  const size_t bytes = def.size() * 4;
+  EXPECT_NE(std::memcmp(mma.data(), simt.data(), bytes), 0) << "the two kernels agree bit for bit: no evidence either way";
+  EXPECT_EQ(std::memcmp(def.data(), (want_mma ? mma : simt).data(), bytes), 0)
+      << "the default did not run the " << (want_mma ? "tensor-core" : "SIMT") << " kernel";
 }
 
 const bool registered = [] {
@@ -124,6 +153,11 @@ const bool registered = [] {
                   [=] { experts_case(t, 77, 2816, {2, 0, 2, 3, 1, 2}); });
     register_case("gemv_mma", "experts_one_x(type=" + tn + ",rows=132,cols=1536)", [=] { experts_shared_x_case(t, 132, 1536); });
     register_case("gemv_mma", "negative_control(type=" + tn + ",fault=gemv_x_bf16)", [=] { negative_control_case(t); });
+    register_case("gemv_mma", "gemv(type=" + tn + ",rows=1040,cols=2048,b=64)", [=] { batch_case(t, 1040, 2048, 64); });
+    for (const auto& [rows, cols, want] : {std::tuple<int64_t, int64_t, bool>{1024, 2048, true}, {1023, 2048, false},
+                                           {1024, 1792, false}})
+      register_case("gemv_mma", "default_dispatch(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) + ")",
+                    [=] { default_dispatch_case(t, rows, cols, want); });
   }
   return true;
 }();

@@ -119,12 +119,14 @@ MakeEmulation emulation(int64_t rows, int64_t cols) {
 // B x on one matrix, then each entry alone (bit-identical).
 void batch_case(int64_t rows, int64_t cols, int B) {
   MLACONF_REQUIRE_CUDA();
+  GemvVariantScope simt(cuda::kGemvSimt);  // the kernel this file emulates, at every shape
   gemv_batch_check(GgmlType::Q4_K, rows, cols, B, 500 + 3 * rows + cols, 23 + B, emulation(rows, cols));
 }
 
 // Experts by id (repeated, out of order), one x per entry; each entry alone bit-identical.
 void experts_case(int64_t rows, int64_t cols, std::vector<int32_t> ids) {
   MLACONF_REQUIRE_CUDA();
+  GemvVariantScope simt(cuda::kGemvSimt);  // the kernel this file emulates, at every shape
   gemv_experts_check(GgmlType::Q4_K, rows, cols, ids, 4, 71 + rows, 8, emulation(rows, cols));
 }
 
