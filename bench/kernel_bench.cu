@@ -349,12 +349,55 @@ void q4k_experts_case(int64_t rows, int64_t cols) {
   }
 }
 
+// Batched MoE decode: B tokens x 8 used experts each (distinct per token, random from GLM-5's 256), one x
+// per (token, expert) entry, all 8 B entries in one call. Bytes: each distinct expert once, x and y per entry.
+void q4k_experts_batch_case(int64_t rows, int64_t cols, int B) {
+  const std::string stem = "gemv_experts(type=Q4_K,experts=8,of=256,b=" + std::to_string(B) + ",rows=" + std::to_string(rows) +
+                           ",cols=" + std::to_string(cols);
+  if (failed("gemv") || !wanted(stem)) return;
+  const double mat_bytes = (double)rows * row_bytes(GgmlType::Q4_K, cols);
+  constexpr int64_t kPool = 256, kSets = 16;
+  DeviceBuffer w;
+  random_q4k(&w, kPool, rows, cols);
+  const int64_t n = 8 * B;
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> hx((size_t)n * cols);
+  for (auto& v : hx) v = u(rng);
+  std::vector<int32_t> ids((size_t)kSets * n);
+  double distinct = 0;
+  for (int64_t set = 0; set < kSets; ++set) {
+    std::vector<char> used(kPool, 0);
+    for (int b = 0; b < B; ++b) {
+      std::vector<int32_t> p(kPool);
+      std::iota(p.begin(), p.end(), 0);
+      std::shuffle(p.begin(), p.end(), rng);
+      for (int j = 0; j < 8; ++j) ids[set * n + b * 8 + j] = p[j], used[p[j]] = 1;
+    }
+    distinct += std::count(used.begin(), used.end(), 1) / (double)kSets;
+  }
+  DeviceBuffer x = to_device(hx), y((size_t)n * rows * 4), d_ids = to_device(ids);
+  const uint8_t* wp = w.as<uint8_t>();
+  for (int variant : kVariants) {
+  set_gemv_variant(variant);
+  const double us = time_us([&](int i) {
+    gemv_experts(GgmlType::Q4_K, wp, (int64_t)mat_bytes, d_ids.as<int32_t>() + (i % kSets) * n, n, rows, cols, x.as<float>(),
+                 cols, y.as<float>(), rows);
+  });
+  set_gemv_variant(0);
+  report({stem + variant_tag(variant) + ")", "gemv_experts",
+          std::to_string(n) + " entries, " + std::to_string((int)distinct) + " distinct experts on average", us,
+          distinct * mat_bytes + n * (cols + rows) * 4.0, n * 2.0 * rows * cols});
+  }
+}
+
 // The pipeline's Q4_K decode shapes (GLM-5 dims), each kernel variant in the same run.
 void gemv_cases() {
   const int64_t shapes[][2] = {{2048, 6144}, {16384, 2048}, {6144, 16384}, {576, 6144}, {12288, 6144}, {6144, 12288}};
   for (int B : {1, 8})
     for (const auto& sh : shapes) q4k_case(sh[0], sh[1], B);
   for (const auto& sh : {std::array<int64_t, 2>{2048, 6144}, std::array<int64_t, 2>{6144, 2048}}) q4k_experts_case(sh[0], sh[1]);
+  for (int B : {8, 32}) q4k_experts_batch_case(2048, 6144, B);
 }
 
 // ---- block-type GEMVs (optimized/gemv_blocks.cu): GLM-5's Q6_K output head and attention shapes ------

@@ -13,7 +13,8 @@
 // 8449, 16897 rows: 2, 4, 8 tiles per CTA, so 4, 2, 1 warps split K), blocks per row 1, 2, 11, 24 (K split
 // unevenly over 8 warps, warps without blocks), batches 1, 2, 3, 8, 17 (8 x per pass: 17 is three passes,
 // the last with one x). Expert strides stay 16-byte aligned (rows x row bytes; a misaligned matrix takes the
-// SIMT kernels, whose bits differ); 64 x on one matrix (8 entry groups, adjacent in the grid). Negative
+// SIMT kernels, whose bits differ); 64 x on one matrix (8 entry groups, adjacent in the grid); experts by
+// id grouped per expert (up to 8 entries per CTA; 11 on one expert take two CTAs). Negative
 // control: the fault gemv-x-bf16 (x kept as one bf16 term) must fail (1). default_dispatch: on both sides of
 // each of the rule's thresholds the default gives the bits of the kernel the rule names, which differ from
 // the other kernel's (so the check can fail).
@@ -151,6 +152,9 @@ const bool registered = [] {
     register_case("gemv_mma", "gemv(type=" + tn + ",rows=6144,cols=2048,b=1)", [=] { batch_case(t, 6144, 2048, 1); });
     register_case("gemv_mma", "experts(type=" + tn + ",rows=77,cols=2816,ids=2.0.2.3.1.2)",
                   [=] { experts_case(t, 77, 2816, {2, 0, 2, 3, 1, 2}); });
+    // 11 entries on expert 1: two CTAs of its group (ranks 0-7 and 8-10), interleaved with others.
+    register_case("gemv_mma", "experts(type=" + tn + ",rows=40,cols=512,ids=1.1.0.1.1.1.1.1.2.1.1.1.1.3)",
+                  [=] { experts_case(t, 40, 512, {1, 1, 0, 1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 3}); });
     register_case("gemv_mma", "experts_one_x(type=" + tn + ",rows=132,cols=1536)", [=] { experts_shared_x_case(t, 132, 1536); });
     register_case("gemv_mma", "negative_control(type=" + tn + ",fault=gemv_x_bf16)", [=] { negative_control_case(t); });
     register_case("gemv_mma", "gemv(type=" + tn + ",rows=1040,cols=2048,b=64)", [=] { batch_case(t, 1040, 2048, 64); });
