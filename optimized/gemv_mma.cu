@@ -453,9 +453,12 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   MLACONF_CUDA_LAUNCH_CHECK("split_x_kernel");
 
   // Row tiles per CTA from the shape alone (so the split of K, hence each row's order of sums, never
-  // depends on the batch): at least ~8 warps per SM of a 132-SM device, K split over up to 8 warps.
+  // depends on the batch): at least ~8 warps per SM of a 132-SM device, K split over up to 8 warps. Up to
+  // 128 tiles (2048 rows: an expert's gate and up, q_a) K is split over 4 warps, not 8: measured on the
+  // H200 (docs/PERF_H200_gemv_blocks.md v4), 4-way was 22 % faster for the experts by id at B = 8 and 32
+  // (each warp streams 6 blocks instead of 3) and ~6 % slower for one such matrix alone at B = 1.
   const int64_t tiles = (n_rows + 15) / 16;
-  const int rt = tiles >= 132 * 8 ? 8 : tiles >= 132 * 4 ? 4 : tiles >= 132 * 2 ? 2 : 1;
+  const int rt = tiles >= 132 * 8 ? 8 : tiles >= 132 * 4 ? 4 : tiles >= 132 * 2 ? 2 : tiles > 128 ? 1 : 2;
   MmaArgs a{static_cast<const uint8_t*>(d_w), n_rows, row_bytes(t, ncols), (int)nb, rt, kWarps / rt, d_ids, w_count,
             w_stride, batch, shared, (int)ny, one_x, reinterpret_cast<const uint2*>(xi), xs, d_y, y_stride};
   const dim3 grid = shared ? dim3((unsigned)(ceil_div(tiles, rt) * ny)) : dim3(ceil_div(tiles, rt), (unsigned)batch);

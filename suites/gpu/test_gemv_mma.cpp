@@ -9,12 +9,13 @@
 // the fp32 accumulation's: the worst over these cases on the H200 was 6.9e-8 of sum |w x| (2026-12-01; the
 // SIMT kernels' emulations show up to 3e-8 on similar shapes), so the bound is 7e-7, about 10x it; the fault
 // gemv-x-bf16 shows 2-3e-4.
-// Shapes: rows off the 16-row tile (1, 15, 17, 33, 257) and past each row-tile-per-CTA threshold (4225,
-// 8449, 16897 rows: 2, 4, 8 tiles per CTA, so 4, 2, 1 warps split K), blocks per row 1, 2, 11, 24 (K split
-// unevenly over 8 warps, warps without blocks), batches 1, 2, 3, 8, 17 (8 x per pass: 17 is three passes,
+// Shapes: rows off the 16-row tile (1, 15, 17, 33, 257: 2 tiles per CTA, K over 4 warps) and past each
+// row-tile-per-CTA threshold (2065, 4225, 8449, 16897 rows: 1, 2, 4, 8 tiles per CTA, so 8, 4, 2, 1 warps
+// split K), blocks per row 1, 2, 11, 24 (K split
+// unevenly over the warps, warps without blocks), batches 1, 2, 3, 8, 17 (8 x per pass: 17 is three passes,
 // the last with one x). Expert strides stay 16-byte aligned (rows x row bytes; a misaligned matrix takes the
-// SIMT kernels, whose bits differ); 64 x on one matrix (8 entry groups, adjacent in the grid); experts by
-// id grouped per expert (up to 8 entries per CTA; 11 on one expert take two CTAs). Negative
+// SIMT kernels, whose bits differ); 64 x on one matrix (8 entry groups, adjacent in the grid); 11
+// entries on one expert, interleaved with others (each entry its own CTAs; bits as run alone). Negative
 // control: the fault gemv-x-bf16 (x kept as one bf16 term) must fail (1). default_dispatch: on both sides of
 // each of the rule's thresholds the default gives the bits of the kernel the rule names, which differ from
 // the other kernel's (so the check can fail).
@@ -144,7 +145,7 @@ const bool registered = [] {
                           std::to_string(B) + ")",
                       [=] { batch_case(t, rows, nb * 256, B); });
       }
-    for (int64_t rows : {4225, 8449, 16897})  // 2, 4, 8 row tiles per CTA
+    for (int64_t rows : {2065, 4225, 8449, 16897})  // 1 (K over 8 warps), 2, 4, 8 row tiles per CTA
       register_case("gemv_mma", "gemv(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=512,b=3)",
                     [=] { batch_case(t, rows, 512, 3); });
     // Production shapes: an expert's gate/up (2048 x 6144) and down (6144 x 2048).
@@ -152,7 +153,7 @@ const bool registered = [] {
     register_case("gemv_mma", "gemv(type=" + tn + ",rows=6144,cols=2048,b=1)", [=] { batch_case(t, 6144, 2048, 1); });
     register_case("gemv_mma", "experts(type=" + tn + ",rows=77,cols=2816,ids=2.0.2.3.1.2)",
                   [=] { experts_case(t, 77, 2816, {2, 0, 2, 3, 1, 2}); });
-    // 11 entries on expert 1: two CTAs of its group (ranks 0-7 and 8-10), interleaved with others.
+    // 11 entries on expert 1, interleaved with others.
     register_case("gemv_mma", "experts(type=" + tn + ",rows=40,cols=512,ids=1.1.0.1.1.1.1.1.2.1.1.1.1.3)",
                   [=] { experts_case(t, 40, 512, {1, 1, 0, 1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 3}); });
     register_case("gemv_mma", "experts_one_x(type=" + tn + ",rows=132,cols=1536)", [=] { experts_shared_x_case(t, 132, 1536); });
