@@ -34,6 +34,7 @@
 #include "core/gguf.h"
 #include "core/model_config.h"
 #include "optimized/pipeline.h"
+#include "suites/gpu/gemv_bits.h"
 #include "suites/gpu/gpu_test_util.h"
 
 namespace mlaconf::gputest {
@@ -397,6 +398,14 @@ const bool registered = [] {
       register_case("batch", CaseName("batched_decode_graph").p("model", mn).p("B", B).str(),
                     [mn, B] { run_case(mn, [B](const std::string& m) { check_graph(m, {B}); }); });
   }
+  // The tensor-core GEMV (GLM-5's Q4_K / Q6_K matrices; the tiny model's are below the default's threshold)
+  // pinned for every Q4_K / Q6_K matrix: each sequence still the bits of decoding it alone.
+  register_case("batch", CaseName("batched_decode").p("model", "glm_dsa_tiny").p("B", 8).p("gemv", "mma").str(), [] {
+    run_case("glm_dsa_tiny", [](const std::string& m) {
+      GemvVariantScope mma(cuda::kGemvMma);
+      check_model(m, {8});
+    });
+  });
   for (int stages : {2, 3})
     register_case("batch", CaseName("batched_decode_split").p("model", "glm_dsa_tiny").p("B", 8).p("stages", stages).str(),
                   [stages] { run_case("glm_dsa_tiny", [stages](const std::string& m) { check_split(m, 8, stages); }); });

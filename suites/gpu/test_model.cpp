@@ -21,6 +21,7 @@
 #include "fixtures/tolerances.h"
 #include "optimized/faults.h"
 #include "optimized/pipeline.h"
+#include "suites/gpu/gemv_bits.h"
 #include "suites/gpu/gpu_test_util.h"
 #ifdef MLACONF_HAVE_REF_MODEL
 #include "reference/model.h"
@@ -342,6 +343,12 @@ const bool registered = [] {
   register_case("model", "model_layers(model=glm_dsa_tiny,T=12)", [] { layers_case(12); });
   register_case("model", "model_layers(model=glm_dsa_tiny,T=200)", [] { layers_case(200); });
   register_case("model", "model_decode(model=glm_dsa_tiny,prefill=40,steps=20)", decode_case);
+  // The tiny model's matrices are below gemv_mma_by_default's 1024 x 2048, so the default runs them on the
+  // SIMT kernels; GLM-5's run on the tensor cores. Its 24 Q4_K and 3 Q6_K matrices pinned there:
+  register_case("model", "model_decode(model=glm_dsa_tiny,prefill=40,steps=20,gemv=mma)", [] {
+    GemvVariantScope mma(cuda::kGemvMma);
+    decode_case();
+  });
   register_case("model", "model_decode_long(model=glm_dsa_tiny,prefill=200,steps=1)", [] { long_decode_case(200); });
   register_case("model", "model_greedy(model=glm_dsa_tiny,T=200,new=24)", [] { greedy_case(200, 24); });
   register_case("model", "model_negative_control(fault=dense_attention,T=200)", [] { dense_case(200, true); });
