@@ -16,8 +16,8 @@
 // is multiplied by its integer scale; per block by d (and, Q4_K, minus dmin * sum_sb m * sum(x over sb)).
 // The three terms of a column are added last: y = (hi + mid) + lo. Error against float64: the fp32
 // roundings of the SIMT kernels' size (suites/gpu test_gemv_mma measures it); the bits differ from the SIMT
-// kernels'. Kernel variant 3 (MLACONF_GEMV_VARIANT=3) only: measured slower than the SIMT default except for
-// the Q6_K head at B = 1 (docs/PERF_H200_gemv_blocks.md, v3).
+// kernels'. The default for matrices of at least 1024 x 2048 (gemv_mma_by_default: on the H200 faster than
+// the SIMT kernels there at B = 8, and for Q6_K at B = 1; docs/PERF_H200_gemv_blocks.md v4).
 //
 // Bit-identity across batches: a column's result depends only on its own x and the rows' weights (an mma
 // output element is the same function of its A row and B column whatever the other columns hold); the

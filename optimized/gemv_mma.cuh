@@ -1,5 +1,5 @@
 // mlaconf optimized: the tensor-core dequant GEMV for Q4_K and Q6_K (optimized/gemv_mma.cu), called by
-// gemv.cu's dispatch for kernel variant 3.
+// gemv.cu's dispatch: in the default where gemv_mma_by_default says so, at every shape for kGemvMma.
 #pragma once
 #include <cstdint>
 
