@@ -41,8 +41,8 @@
 namespace mlaconf::cuda {
 namespace {
 
+// Warps per CTA: 8, or 4 for matrices of up to 128 row tiles (one tile per CTA, K over 4 warps).
 constexpr int kWarps = 8;
-constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxCg = 4;  // column groups per pass: 2 x each, so up to 8 x per pass
 
 // ---- x as bf16 terms (one launch per GEMV call) ----
@@ -85,7 +85,7 @@ struct MmaArgs {
   const uint8_t* w;
   int64_t n_rows, row_bytes;
   int nb;      // blocks (256 values) per row
-  int rt, ks;  // row tiles (16 rows) per CTA, warps per row tile splitting K; rt * ks == kWarps
+  int rt, ks;  // row tiles (16 rows) per CTA, warps per row tile splitting K; rt * ks == the CTA's warps
   const int32_t* ids;
   int64_t w_count, w_stride, batch;
   bool shared;  // one matrix for the batch: entry group y (entries 8 y .. 8 y + 7, slots = entries)
@@ -104,8 +104,8 @@ template <> struct MmaShape<kQ4_K> { static constexpr int ts = 144, words = 9, s
 template <> struct MmaShape<kQ6_K> { static constexpr int ts = 210, words = 14, slot = 272, stages = 2; };
 
 template <int TYPE>
-constexpr size_t smem_bytes() {
-  return (size_t)kWarps * MmaShape<TYPE>::stages * 16 * MmaShape<TYPE>::slot;
+constexpr size_t smem_bytes(int warps) {
+  return (size_t)warps * MmaShape<TYPE>::stages * 16 * MmaShape<TYPE>::slot;
 }
 
 // Not volatile: a pure function of its operands, so the compiler may schedule the x loads ahead of it.
@@ -282,8 +282,8 @@ __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, 
 
 // grid (ceil(tiles / rt), shared ? ceil(batch / 8) : batch). Warp w: row tile blockIdx.x * rt + w / ks, blocks
 // [nb * kp / ks, nb * (kp + 1) / ks) of it for kp = w % ks.
-template <int TYPE, int NCG>
-__global__ void __launch_bounds__(kThreads, 2) gemv_mma_kernel(MmaArgs a) {
+template <int TYPE, int NCG, int W>
+__global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
   using S = MmaShape<TYPE>;
   extern __shared__ __align__(16) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -373,8 +373,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_mma_kernel(MmaArgs a) {
   __syncthreads();  // the staging memory becomes the reduction's
 
   // The ks warps of a row tile: partials added in warp order; then per x: (hi + mid) + lo.
-  float* red = reinterpret_cast<float*>(smem);  // [kWarps][NCG][4][32]
-  float* vals = red + kWarps * NCG * 4 * 32;     // [rt][NCG][8 columns][16 rows]
+  float* red = reinterpret_cast<float*>(smem);  // [W][NCG][4][32]
+  float* vals = red + W * NCG * 4 * 32;          // [rt][NCG][8 columns][16 rows]
 #pragma unroll
   for (int c = 0; c < NCG; ++c)
 #pragma unroll
@@ -409,18 +409,25 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_mma_kernel(MmaArgs a) {
   }
 }
 
-template <int TYPE, int NCG>
-void launch(const MmaArgs& a, dim3 grid) {
+template <int TYPE, int NCG, int W>
+void launch_w(const MmaArgs& a, dim3 grid) {
   static bool attr[64] = {};  // per instantiation and device
   const int dev = current_device();
   if (dev >= 64) throw CudaError("gemv_mma: device ordinal beyond 63");
   if (!attr[dev]) {
-    MLACONF_CUDA_CHECK(cudaFuncSetAttribute(gemv_mma_kernel<TYPE, NCG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)smem_bytes<TYPE>()));
+    MLACONF_CUDA_CHECK(cudaFuncSetAttribute(gemv_mma_kernel<TYPE, NCG, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)smem_bytes<TYPE>(W)));
     attr[dev] = true;
   }
-  gemv_mma_kernel<TYPE, NCG><<<grid, kThreads, smem_bytes<TYPE>(), cur_stream()>>>(a);
+  gemv_mma_kernel<TYPE, NCG, W><<<grid, 32 * W, smem_bytes<TYPE>(W), cur_stream()>>>(a);
   MLACONF_CUDA_LAUNCH_CHECK("gemv_mma_kernel");
+}
+template <int TYPE, int NCG>
+void launch(const MmaArgs& a, dim3 grid) {
+  if (a.rt * a.ks == 4)
+    launch_w<TYPE, NCG, 4>(a, grid);
+  else
+    launch_w<TYPE, NCG, kWarps>(a, grid);
 }
 
 }  // namespace
@@ -454,12 +461,14 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
 
   // Row tiles per CTA from the shape alone (so the split of K, hence each row's order of sums, never
   // depends on the batch): at least ~8 warps per SM of a 132-SM device, K split over up to 8 warps. Up to
-  // 128 tiles (2048 rows: an expert's gate and up, q_a) K is split over 4 warps, not 8: measured on the
-  // H200 (docs/PERF_H200_gemv_blocks.md v4), 4-way was 22 % faster for the experts by id at B = 8 and 32
-  // (each warp streams 6 blocks instead of 3) and ~6 % slower for one such matrix alone at B = 1.
+  // 128 tiles (2048 rows: an expert's gate and up, q_a) K is split over 4 warps, not 8, in CTAs of 4 warps
+  // (one tile each): measured on the H200 (docs/PERF_H200_gemv_blocks.md v4), the 4-way split was 22 %
+  // faster for the experts by id at B = 8 and 32 (each warp streams 6 blocks instead of 3) and slower for
+  // one such matrix alone at B = 1 (the split's bits do not depend on the CTA's size).
   const int64_t tiles = (n_rows + 15) / 16;
-  const int rt = tiles >= 132 * 8 ? 8 : tiles >= 132 * 4 ? 4 : tiles >= 132 * 2 ? 2 : tiles > 128 ? 1 : 2;
-  MmaArgs a{static_cast<const uint8_t*>(d_w), n_rows, row_bytes(t, ncols), (int)nb, rt, kWarps / rt, d_ids, w_count,
+  const int rt = tiles >= 132 * 8 ? 8 : tiles >= 132 * 4 ? 4 : tiles >= 132 * 2 ? 2 : 1;
+  const int ks = tiles > 128 ? kWarps / rt : 4;
+  MmaArgs a{static_cast<const uint8_t*>(d_w), n_rows, row_bytes(t, ncols), (int)nb, rt, ks, d_ids, w_count,
             w_stride, batch, shared, (int)ny, one_x, reinterpret_cast<const uint2*>(xi), xs, d_y, y_stride};
   const dim3 grid = shared ? dim3((unsigned)(ceil_div(tiles, rt) * ny)) : dim3(ceil_div(tiles, rt), (unsigned)batch);
   if (t == GgmlType::Q6_K) {
