@@ -280,8 +280,9 @@ __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, 
   }
 }
 
-// grid (ceil(tiles / rt), shared ? ceil(batch / 8) : batch). Warp w: row tile blockIdx.x * rt + w / ks, blocks
-// [nb * kp / ks, nb * (kp + 1) / ks) of it for kp = w % ks.
+// grid: shared matrix, ceil(tiles / rt) * ny (row-tile block tb = blockIdx.x / ny, entry group blockIdx.x % ny);
+// else (ceil(tiles / rt), batch). Warp w: row tile tb * rt + w / ks, blocks [nb * kp / ks, nb * (kp + 1) / ks)
+// of it for kp = w % ks. W warps per CTA (rt * ks == W).
 template <int TYPE, int NCG, int W>
 __global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
   using S = MmaShape<TYPE>;
