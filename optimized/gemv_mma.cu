@@ -309,32 +309,38 @@ __global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
   const int b_lo = (int)((int64_t)a.nb * kp / a.ks), b_hi = (int)((int64_t)a.nb * (kp + 1) / a.ks);
   uint8_t* stg = smem + (size_t)warp * S::stages * 16 * S::slot;  // [stage][16 rows][slot]
 
-  // Block b of the warp's 16 rows into stage st: lanes 2 r and 2 r + 1 copy row r's aligned 16-byte words
-  // (the first and second half of them) by cp.async; the matrix's last word by byte loads (nothing past
-  // the matrix is read, whatever the block alignment).
-  const uint8_t* my_row = wm + min(tile * 16 + (lane >> 1), a.n_rows - 1) * a.row_bytes;
-  constexpr int kHalf = (S::words + 1) / 2;
-  uint8_t* my_slot = stg + (size_t)(lane >> 1) * S::slot + 16 * kHalf * (lane & 1);
+  // Block b of the warp's 16 rows into stage st by 16-byte cp.async: lane l copies aligned word l % 16 of
+  // rows l / 16, l / 16 + 2, ..., l / 16 + 14, so one instruction reads two rows' consecutive words (a few
+  // cache lines). The v4 mapping (lanes 2 r and 2 r + 1: the two halves of row r) touched 32 lines per
+  // instruction, 8x the ideal L1 wavefronts, and the shared-memory queue was the head's largest stall (ncu).
+  // The matrix's last word by byte loads (nothing past the matrix is read, whatever the block alignment).
+  const int cw = lane & 15, ch = lane >> 4;
+  const bool full_tile = (tile + 1) * 16 <= a.n_rows;
+  const uint8_t* row_ch = wm + min(tile * 16 + ch, a.n_rows - 1) * a.row_bytes;
+  const uint8_t* row_last = wm + min(tile * 16 + 15, a.n_rows - 1) * a.row_bytes;
+  uint8_t* slot_ch = stg + (size_t)ch * S::slot + 16 * cw;
+  auto align16 = [](const uint8_t* p) {
+    return reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)15);
+  };
   auto issue = [&](int b, int st) {
-    const uint8_t* src = my_row + (int64_t)b * S::ts;
-    const uint8_t* w0 = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(src) & ~(uintptr_t)15);
-    uint8_t* d0 = my_slot + (size_t)st * 16 * S::slot;
-    const uint8_t* p0 = w0 + 16 * kHalf * (lane & 1);
-    if (mat_end - p0 >= 16 * kHalf) {
-      // The usual case, one test per block: this lane's words are all inside the matrix. Both halves copy
-      // every word they own (a word past the block's end lands in the slot's headroom, unread).
+    if (cw >= S::words) return;
+    uint8_t* d0 = slot_ch + (size_t)st * 16 * S::slot;
+    const int64_t bo = (int64_t)b * S::ts;
+    // The usual case, one test per block: all 16 rows exist and the last one's words lie inside the matrix
+    // (rows ascend, so every other row's do too). A word past a block's end lands in the slot's headroom.
+    if (full_tile && mat_end - align16(row_last + bo) >= 16 * S::words) {
 #pragma unroll
-      for (int k = 0; k < kHalf; ++k)
-        if ((lane & 1) * kHalf + k < S::words) cp_async_16(smem_addr(d0 + 16 * k), p0 + 16 * k, 16);
+      for (int i = 0; i < 8; ++i)
+        cp_async_16(smem_addr(d0 + (size_t)2 * i * S::slot), align16(row_ch + 2 * i * a.row_bytes + bo) + 16 * cw, 16);
       return;
     }
-    const int nw = (int)((src + S::ts - w0 + 15) >> 4);
-#pragma unroll
-    for (int k = 0; k < kHalf; ++k) {
-      const int i = kHalf * (lane & 1) + k;
-      if (i >= nw || (lane & 1) * kHalf + k >= S::words) break;
-      const uint8_t* p = w0 + 16 * i;
-      uint8_t* d = d0 + 16 * k;
+#pragma unroll 1
+    for (int i = 0; i < 8; ++i) {
+      const uint8_t* src = wm + min(tile * 16 + 2 * i + ch, a.n_rows - 1) * a.row_bytes + bo;
+      const uint8_t* w0 = align16(src);
+      if (cw >= (int)((src + S::ts - w0 + 15) >> 4)) continue;
+      const uint8_t* p = w0 + 16 * cw;
+      uint8_t* d = d0 + (size_t)2 * i * S::slot;
       if (mat_end - p >= 16) {
         cp_async_16(smem_addr(d), p, 16);
       } else {
