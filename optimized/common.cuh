@@ -74,6 +74,14 @@ __device__ __forceinline__ uint32_t lds_u32(const uint8_t* p) {
   const uint32_t* w = reinterpret_cast<const uint32_t*>(p - mis);
   return __funnelshift_r(w[0], w[1], mis * 8);
 }
+// Byte k of a word holding small unsigned integers, as an exact float minus `off`: the byte goes into the
+// mantissa of 2^23 (0x4B0000qq) and 2^23 + off is subtracted (exact for q, off < 2^23). exp_bytes is
+// 2^23's exponent bytes (0x4B000000); a caller may pass them from __constant__ memory so that PRMT takes
+// them from the constant bank and its selector as the immediate (gemv_mma.cu: with both literal the
+// compiler re-materialised the selector before every PRMT).
+__device__ __forceinline__ float byte_as_float(uint32_t word, int k, float off, uint32_t exp_bytes = 0x4B000000u) {
+  return __fsub_rn(__uint_as_float(__byte_perm(word, exp_bytes, 0x7540u | (unsigned)k)), 8388608.f + off);
+}
 // An f16 at an even address, by the hardware conversion: the same bits as half_bits_to_float for every
 // input (the conversion is exact; NaN stays NaN with its payload, quieted), in one instruction.
 __device__ __forceinline__ float ld_f16_hw(const uint8_t* p) {
@@ -93,5 +101,7 @@ void* scratch(int slot, size_t bytes);
 int device_sm_count();
 
 inline unsigned ceil_div(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
+// n rounded up to a multiple of a (the arenas' and packed uploads' alignment).
+inline size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 }  // namespace mlaconf::cuda

@@ -49,12 +49,6 @@ template <> struct Shape<kQ3_K> { static constexpr int bs = 256, ts = 110; };
 template <> struct Shape<kQ5_K> { static constexpr int bs = 256, ts = 176; };
 template <> struct Shape<kQ6_K> { static constexpr int bs = 256, ts = 210; };
 
-// Byte k of a word holding small unsigned integers, as an exact float minus `off`: the byte goes into the
-// mantissa of 2^23 (0x4B0000qq) and 2^23 + off is subtracted (exact for q, off < 2^23).
-__device__ __forceinline__ float byte_as_float(uint32_t word, int k, float off) {
-  return __fsub_rn(__uint_as_float(__byte_perm(word, 0x4B000000u, 0x7540u | (unsigned)k)), 8388608.f + off);
-}
-
 // Values i0 .. i0 + 7 (i0 a multiple of 8) of the block at b (shared memory), bit for bit dq_elem's: the
 // generic form calls it per value; Q6_K and Q5_K (the GLM-5 attention / head types) decode 4 values per
 // 32-bit word with the same products (tested bit for bit against the reference dequantizer's values).

@@ -41,8 +41,9 @@
 namespace mlaconf::cuda {
 namespace {
 
-// Warps per CTA: 8, or 4 for matrices of up to 128 row tiles (one tile per CTA, K over 4 warps).
-constexpr int kWarps = 8;
+// Warps per CTA: kWarps, or kWarpsSmall for matrices of up to 128 row tiles (one tile per CTA, K over
+// kWarpsSmall warps).
+constexpr int kWarps = 8, kWarpsSmall = 4;
 constexpr int kMaxCg = 4;  // column groups per pass: 2 x each, so up to 8 x per pass
 
 // ---- x as bf16 terms (one launch per GEMV call) ----
@@ -129,10 +130,6 @@ __device__ __forceinline__ uint32_t q_pair(uint32_t q, unsigned sel, uint32_t of
 }
 constexpr uint32_t kBf128 = 0x43004300u, kBf160 = 0x43204320u;
 
-// Byte k of a word of small unsigned integers as an exact float (the byte in 2^23's mantissa).
-__device__ __forceinline__ float ubyte_f(uint32_t w, int k) {
-  return __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | (unsigned)k)), 8388608.f);
-}
 
 // A row's block in shared memory as aligned 32-bit words and the funnel shift that undoes its misalignment
 // (Q6_K's 210-byte blocks start at any even byte): one LOP3 per row and block, and every word after it at a
@@ -149,13 +146,8 @@ struct Words {
   __device__ __forceinline__ uint32_t at(int i) const { return __funnelshift_r(w[i], w[i + 1], sh); }
 };
 
-// 2^23's exponent bytes, a __constant__ for the reason of c_bf128_bytes.
+// 2^23's exponent bytes, a __constant__ for the reason of c_bf128_bytes (byte_as_float's exp_bytes).
 __constant__ uint32_t c_f2p23_bits = 0x4B000000u;
-
-// int8 scale byte k of word v (stored ^ 0x80, so unsigned) as an exact float: 2^23 + 128 + sc, minus that.
-__device__ __forceinline__ float sbyte_f(uint32_t v, int k) {
-  return __fsub_rn(__uint_as_float(__byte_perm(v, c_f2p23_bits, 0x7540u | (unsigned)k)), 8388736.f);
-}
 
 // One Q6_K block (ql[128] qh[64] scales[16] d) of rows g (s0) and g + 8 (s1). Sub-block u (16 values,
 // u = 8 half + 2 j + lh) is positions 16 u of the block: lane t takes l = 16 lh + 4 t .. + 3 of its quarter j,
@@ -188,7 +180,9 @@ __device__ __forceinline__ void block_q6k(const uint8_t* s0, const uint8_t* s1, 
         const uint32_t q1 = n1 | ((j == 0 ? h1 << 4 : j == 1 ? h1 << 2 : j == 2 ? h1 : h1 >> 2) & 0x30303030u);
         const uint32_t a[4] = {q_pair(q0, 0x4140u, kBf160), q_pair(q1, 0x4140u, kBf160), q_pair(q0, 0x4342u, kBf160),
                                q_pair(q1, 0x4342u, kBf160)};
-        const float sc0 = sbyte_f(scw0[u >> 2], u & 3), sc1 = sbyte_f(scw1[u >> 2], u & 3);
+        // The int8 scales (stored ^ 0x80, so unsigned): 128 + sc as a float, minus 128.
+        const float sc0 = byte_as_float(scw0[u >> 2], u & 3, 128.f, c_f2p23_bits);
+        const float sc1 = byte_as_float(scw1[u >> 2], u & 3, 128.f, c_f2p23_bits);
 #pragma unroll
         for (int c = 0; c < NCG; ++c) {  // every group: padded with zero x (no branch around the mma)
           float C[4] = {0.f, 0.f, 0.f, 0.f};
@@ -251,8 +245,8 @@ __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, 
           mma_bf16(C[c], a, __ldg(xg + c * xg_stride + (kbase + 2 * sb + s) * 32));
         }
       }
-      const float f_sc0 = ubyte_f(sc0[sb >> 2], sb & 3), f_m0 = ubyte_f(m0[sb >> 2], sb & 3);
-      const float f_sc1 = ubyte_f(sc1[sb >> 2], sb & 3), f_m1 = ubyte_f(m1[sb >> 2], sb & 3);
+      const float f_sc0 = byte_as_float(sc0[sb >> 2], sb & 3, 0.f), f_m0 = byte_as_float(m0[sb >> 2], sb & 3, 0.f);
+      const float f_sc1 = byte_as_float(sc1[sb >> 2], sb & 3, 0.f), f_m1 = byte_as_float(m1[sb >> 2], sb & 3, 0.f);
 #pragma unroll
       for (int c = 0; c < NCG; ++c) {
         const float2 X = __ldg(xsg + c * xs_stride + (sbase + sb) * 4);
@@ -431,8 +425,8 @@ void launch_w(const MmaArgs& a, dim3 grid) {
 }
 template <int TYPE, int NCG>
 void launch(const MmaArgs& a, dim3 grid) {
-  if (a.rt * a.ks == 4)
-    launch_w<TYPE, NCG, 4>(a, grid);
+  if (a.rt * a.ks == kWarpsSmall)
+    launch_w<TYPE, NCG, kWarpsSmall>(a, grid);
   else
     launch_w<TYPE, NCG, kWarps>(a, grid);
 }
@@ -474,7 +468,7 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   // one such matrix alone at B = 1 (the split's bits do not depend on the CTA's size).
   const int64_t tiles = (n_rows + 15) / 16;
   const int rt = tiles >= 132 * 8 ? 8 : tiles >= 132 * 4 ? 4 : tiles >= 132 * 2 ? 2 : 1;
-  const int ks = tiles > 128 ? kWarps / rt : 4;
+  const int ks = tiles > 128 ? kWarps / rt : kWarpsSmall;
   MmaArgs a{static_cast<const uint8_t*>(d_w), n_rows, row_bytes(t, ncols), (int)nb, rt, ks, d_ids, w_count,
             w_stride, batch, shared, (int)ny, one_x, reinterpret_cast<const uint2*>(xi), xs, d_y, y_stride};
   const dim3 grid = shared ? dim3((unsigned)(ceil_div(tiles, rt) * ny)) : dim3(ceil_div(tiles, rt), (unsigned)batch);
