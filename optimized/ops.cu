@@ -239,6 +239,15 @@ constexpr int kArgmaxThreads = 1024;
 __device__ __forceinline__ void argmax_merge(float& v, int& i, float ov, int oi) {
   if (oi >= 0 && (i < 0 || ov > v || (ov == v && oi < i))) v = ov, i = oi;
 }
+// The warp's best (value, index) candidate, in every lane.
+__device__ __forceinline__ void warp_argmax(float& v, int& i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    argmax_merge(v, i, ov, oi);
+  }
+}
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float* __restrict__ x, int64_t n, int32_t* __restrict__ out) {
   __shared__ float sv[32];
   __shared__ int si[32];
@@ -249,23 +258,13 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float
     const float a = row[k];
     if (!isnan(a) && (i < 0 || a > v)) v = a, i = (int)k;
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-    argmax_merge(v, i, ov, oi);
-  }
+  warp_argmax(v, i);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) sv[warp] = v, si[warp] = i;
   __syncthreads();
   if (warp == 0) {
     v = sv[lane], i = si[lane];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-      argmax_merge(v, i, ov, oi);
-    }
+    warp_argmax(v, i);
     if (lane == 0) out[blockIdx.x] = i;
   }
 }

@@ -42,6 +42,15 @@ __device__ void top2_merge(float& a1, float& a2, float b1, float b2) {
   a1 = hi;
 }
 
+// Entry i's place in a stable descending sort of v[0..n): the entries greater than it plus the equal ones
+// before it (the host's std::stable_sort order, ties to the lower index).
+__device__ __forceinline__ int64_t stable_desc_rank(const float* v, int64_t n, int64_t i) {
+  const float x = v[i];
+  int64_t rank = 0;
+  for (int64_t j = 0; j < n; ++j) rank += (v[j] > x) | (v[j] == x && j < i);
+  return rank;
+}
+
 __global__ void __launch_bounds__(kRouteThreads) route_kernel(RouteArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float red[kRouteWarps];
@@ -92,12 +101,7 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(RouteArgs a) {
       if (lane == 0) gs[g] = __fadd_rn(m1, per > 1 ? m2 : 0.f);
     }
     __syncthreads();
-    for (int64_t g = tid; g < G; g += kRouteThreads) {  // its place in a stable descending sort of the groups
-      const float v = gs[g];
-      int64_t rank = 0;
-      for (int64_t h = 0; h < G; ++h) rank += (gs[h] > v) | (gs[h] == v && h < g);
-      gkeep[g] = rank < a.groups_used;
-    }
+    for (int64_t g = tid; g < G; g += kRouteThreads) gkeep[g] = stable_desc_rank(gs, G, g) < a.groups_used;
     __syncthreads();
     for (int64_t e = tid; e < nE; e += kRouteThreads)
       if (!gkeep[e / per]) choice[e] = -INFINITY;
@@ -114,12 +118,7 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(RouteArgs a) {
   for (int64_t base = 0; base < nE; base += kRouteThreads) {
     const int64_t e = base + tid;
     bool picked = false;
-    if (e < nE) {
-      const float v = choice[e];
-      int64_t rank = 0;
-      for (int64_t f = 0; f < nE; ++f) rank += (choice[f] > v) | (choice[f] == v && f < e);
-      picked = rank < k;
-    }
+    if (e < nE) picked = stable_desc_rank(choice, nE, e) < k;
     const unsigned ballot = __ballot_sync(0xffffffffu, picked);
     if (lane == 0) warp_count[warp] = __popc(ballot);
     __syncthreads();
