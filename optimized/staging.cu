@@ -10,7 +10,7 @@
 namespace mlaconf::cuda {
 
 size_t PinnedUpload::add(const void* host, size_t bytes) {
-  const size_t off = (image_.size() + kAlign - 1) / kAlign * kAlign;
+  const size_t off = round_up(image_.size(), kAlign);
   image_.resize(off + bytes);
   if (bytes) std::memcpy(image_.data() + off, host, bytes);
   return off;

@@ -15,8 +15,8 @@ namespace mlaconf::gputest {
 
 inline constexpr double kGemvBound = 2e-6;
 
-// Runs the enclosing scope's GEMVs with kernel variant v (optimized/api.h set_gemv_variant): the
-// tensor-core suite selects 3.
+// Runs the enclosing scope's GEMVs with kernel variant v (optimized/api.h set_gemv_variant): each suite
+// pins the kernel it checks (kGemvSimt for the bit-exact emulations, kGemvMma for the tensor cores).
 class GemvVariantScope {
  public:
   explicit GemvVariantScope(int v);
