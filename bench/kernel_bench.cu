@@ -316,6 +316,18 @@ void q4k_case(int64_t rows, int64_t cols, int B) {
   }
 }
 
+// The 8 used experts of each of `tokens` tokens (distinct within a token), drawn at random from a pool of
+// `pool`: ids [tokens * 8].
+std::vector<int32_t> draw_expert_ids(std::mt19937_64& rng, int64_t pool, int64_t tokens) {
+  std::vector<int32_t> ids((size_t)tokens * 8), p(pool);
+  for (int64_t b = 0; b < tokens; ++b) {
+    std::iota(p.begin(), p.end(), 0);
+    std::shuffle(p.begin(), p.end(), rng);
+    std::copy(p.begin(), p.begin() + 8, ids.begin() + b * 8);
+  }
+  return ids;
+}
+
 // 8 used experts of one token (one x, 8 outputs) in one call, chosen at random from a pool each call.
 void q4k_experts_case(int64_t rows, int64_t cols) {
   const std::string stem = "gemv_experts(type=Q4_K,experts=8,rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols);
@@ -328,13 +340,7 @@ void q4k_experts_case(int64_t rows, int64_t cols) {
   std::mt19937_64 rng(2);
   std::uniform_real_distribution<float> u(-1, 1);
   for (auto& v : hx) v = u(rng);
-  std::vector<int32_t> ids(8 * 64);
-  for (int c = 0; c < 64; ++c) {
-    std::vector<int32_t> p(pool);
-    std::iota(p.begin(), p.end(), 0);
-    std::shuffle(p.begin(), p.end(), rng);
-    for (int j = 0; j < 8; ++j) ids[c * 8 + j] = p[j];
-  }
+  const std::vector<int32_t> ids = draw_expert_ids(rng, pool, 64);  // 64 calls' sets
   DeviceBuffer x = to_device(hx), y((size_t)8 * rows * 4), d_ids = to_device(ids);
   const uint8_t* wp = w.as<uint8_t>();
   for (int variant : kVariants) {
@@ -364,16 +370,11 @@ void q4k_experts_batch_case(int64_t rows, int64_t cols, int B) {
   std::uniform_real_distribution<float> u(-1, 1);
   std::vector<float> hx((size_t)n * cols);
   for (auto& v : hx) v = u(rng);
-  std::vector<int32_t> ids((size_t)kSets * n);
+  const std::vector<int32_t> ids = draw_expert_ids(rng, kPool, kSets * B);  // kSets sets of B tokens
   double distinct = 0;
   for (int64_t set = 0; set < kSets; ++set) {
     std::vector<char> used(kPool, 0);
-    for (int b = 0; b < B; ++b) {
-      std::vector<int32_t> p(kPool);
-      std::iota(p.begin(), p.end(), 0);
-      std::shuffle(p.begin(), p.end(), rng);
-      for (int j = 0; j < 8; ++j) ids[set * n + b * 8 + j] = p[j], used[p[j]] = 1;
-    }
+    for (int64_t j = 0; j < n; ++j) used[ids[set * n + j]] = 1;
     distinct += std::count(used.begin(), used.end(), 1) / (double)kSets;
   }
   DeviceBuffer x = to_device(hx), y((size_t)n * rows * 4), d_ids = to_device(ids);
