@@ -773,9 +773,12 @@ int main(int argc, char** argv) {
     sparse_mla_case(64, 32768, 16);
     sparse_mla_case(64, 32768, 64, 2048);  // no split: 64 CTAs
     sparse_mla_case(1, 32768, 64);
-    for (int64_t split : {64, 256, 512}) sparse_mla_case(1, 32768, 16, split);
+    for (int64_t split : {128, 512}) sparse_mla_case(1, 32768, 64, split);
+    for (int64_t split : {32, 64, 128, 256, 512}) sparse_mla_case(1, 32768, 16, split);
     sparse_mla_case(8, 32768);
+    sparse_mla_case(8, 32768, 16);
     sparse_mla_case(32, 32768);
+    sparse_mla_case(32, 32768, 16);
     indexer_case<uint16_t>(1, 131072, true);
     indexer_case<uint16_t>(16, 131072, true);
     // fp32 keys (the pipeline's indexer): one query and B = 16, at the 32K context of the GLM-5 stack and 128K

@@ -102,6 +102,6 @@ int device_sm_count();
 
 inline unsigned ceil_div(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 // n rounded up to a multiple of a (the arenas' and packed uploads' alignment).
-inline size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+constexpr size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 }  // namespace mlaconf::cuda

@@ -229,22 +229,32 @@ __global__ void sparse_mla_merge(const float* o_part, const float* m_part, const
 
 // ---- tensor-core kernel for d_qk = 576, d_v = 512 -------------------------------------------------
 // A CTA holds HG groups of 16 heads of one query and one split of its index list; 4 warps per head
-// group. Each step gathers kTileRows listed rows (1152 bytes each) into shared memory with 16-byte
-// cp.async copies, three stages deep, so every row is read from memory once for all the CTA's heads.
-// Warp (group g, part p): S partial = Q[16 heads, dims 144p..144p+143] . K^T over the tile (Q's A
-// fragments stay in registers for the whole split), the 4 parts are summed through shared memory,
+// group. The split's rows (validated; -1 = none) are read into shared memory once, up front, so that
+// no gather waits on an index load. Each step gathers kTileRows listed rows (1152 bytes each) into
+// shared memory with 16-byte cp.async copies, kStages deep, so every row is read from memory once for
+// all the CTA's heads. Warp (group g, part p): S partial = Q[16 heads, dims 144p..144p+143] . K^T over
+// the tile (Q's A fragments stay in registers for the whole split), the 4 parts are summed through
+// shared memory (a barrier of the group's 4 warps only, so that groups drift apart within a step),
 // every warp of the group runs the same online softmax on the full S, and accumulates
 // O[16 heads, values 128p..128p+127] += P . V with P rounded to fp16 (the normaliser sums the
 // rounded P, so the weights stay consistent). fp32 accumulation throughout.
 constexpr int kMmaDqk = 576, kMmaDv = 512;
 constexpr int kTileRows = 16;
-constexpr int kStages = 3;
 constexpr int kLdk = kMmaDqk + 8;       // halves per shared row: 1168 bytes, ldmatrix rows hit distinct banks
 constexpr int kKPart = kMmaDqk / 4;     // 144 = 9 k16 steps per warp
 constexpr int kNPart = kMmaDv / 4;      // 128 = 16 n8 tiles per warp
 constexpr int kChunks = kMmaDqk / 8;    // 16-byte chunks per row
 constexpr int kFusedMaxSplits = 4;      // up to this many splits the last CTA merges (it reads them all)
 constexpr int kMaxAutoSplits = 16;
+constexpr int kMaxSplitRows = 2048;     // a split's rows sit in shared memory (8 KB at most)
+constexpr float kLazyLog2 = 8.f;        // the running max lags the true one by at most 2^8 (see the softmax)
+
+// Tiles in flight: 64-head CTAs (one per SM, registers) keep 3 stages within 99 KB next to their 32 KB
+// score exchange; 16-head CTAs afford 4, which the latency-bound small batches need.
+template <int HG>
+constexpr int stages_of() {
+  return HG == 4 ? 3 : 4;
+}
 
 struct MmaParams : ListParams {
   bool plain_sum;
@@ -254,17 +264,18 @@ struct MmaParams : ListParams {
 };
 
 template <int HG>
-constexpr size_t mma_smem_bytes() {
-  return (size_t)kStages * kTileRows * kLdk * 2 + (size_t)2 * HG * 4 * 32 * 8 * 4 + kStages * kTileRows * 4;
+constexpr size_t mma_smem_bytes(int split) {
+  return (size_t)stages_of<HG>() * kTileRows * kLdk * 2 + (size_t)2 * HG * 4 * 32 * 8 * 4 + (size_t)round_up(split, kTileRows) * 4;
 }
 
 template <int HG>
 __global__ void __launch_bounds__(HG * 128, HG == 4 ? 1 : 2) sparse_mla_mma(MmaParams p) {
   constexpr int kThreadsM = HG * 128;
+  constexpr int kStages = stages_of<HG>();
   extern __shared__ __align__(16) unsigned char smem[];
   __half* k_s = reinterpret_cast<__half*>(smem);                            // [kStages][kTileRows][kLdk]
-  float* sp_s = reinterpret_cast<float*>(k_s + kStages * kTileRows * kLdk);  // [2][HG][4][32 lanes][8]
-  int* valid_s = reinterpret_cast<int*>(sp_s + 2 * HG * 4 * 32 * 8);        // [kStages][kTileRows]
+  float* sp_s = reinterpret_cast<float*>(k_s + kStages * kTileRows * kLdk);  // [2][HG][4][2][32 lanes][4]
+  int* rows_s = reinterpret_cast<int*>(sp_s + 2 * HG * 4 * 32 * 8);          // [split rounded to tiles]: row or -1
 
   const int split = blockIdx.x, t = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -273,36 +284,59 @@ __global__ void __launch_bounds__(HG * 128, HG == 4 ? 1 : 2) sparse_mla_mma(MmaP
   const int head_block = blockIdx.y * 16 * HG;
   const int hA = head_block + grp * 16 + g, hB = hA + 8;  // this thread's two heads (fragment rows g, g+8)
 
-  const int begin = split * p.split, end = min(begin + p.split, p.entries);
-  const int n_tiles = (end - begin + kTileRows - 1) / kTileRows;
-  const int64_t base = (p.dense && p.row_base) ? (int64_t)p.row_base[t] : 0;
-  const int64_t limit = p.dense ? (p.q_pos ? (int64_t)p.q_pos[t] : p.L - 1) : 0;
+  const int begin = split * p.split, n_rows = min(p.split, p.entries - begin);  // this split's entries
+  const int n_tiles = (n_rows + kTileRows - 1) / kTileRows;
+  {
+    // The split's rows, all index loads in flight at once (slots past the split's end become -1).
+    constexpr int kPer = kMaxSplitRows / kThreadsM;
+    const int slots = n_tiles * kTileRows;
+    int v[kPer];
+    if (p.dense) {
+      const int64_t base = p.row_base ? (int64_t)p.row_base[t] : 0;
+      const int64_t limit = p.q_pos ? (int64_t)p.q_pos[t] : p.L - 1;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int e = tid + j * kThreadsM;
+        v[j] = (e < n_rows && begin + e <= limit && base + begin + e < p.L) ? (int)(base + begin + e) : -1;
+      }
+    } else {
+      const int32_t* list = p.idx + (int64_t)t * p.top_k + begin;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int e = tid + j * kThreadsM;
+        v[j] = e < n_rows ? __ldg(list + e) : -1;
+      }
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) v[j] = (v[j] >= 0 && v[j] < p.L) ? v[j] : -1;
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j)
+      if (tid + j * kThreadsM < slots) rows_s[tid + j * kThreadsM] = v[j];
+  }
+  __syncthreads();
 
   // Gather tile i into stage i % kStages: row slots past the split's end or with index -1 become zeros.
+  // kThreadsM / kTileRows threads per row slot, each copying every (that many)-th 16-byte word of
+  // it: one row lookup per thread and tile, and the words' offsets are immediates.
+  constexpr int kPerRow = kThreadsM / kTileRows;
+  constexpr int kWords = (kChunks + kPerRow - 1) / kPerRow;
+  const int slot = tid / kPerRow, word0 = tid % kPerRow;
+  const uint32_t dst0 = smem_addr(k_s + slot * kLdk + word0 * 8);
   auto issue = [&](int i) {
     if (i < n_tiles) {
-      const int stage = i % kStages;
-      for (int c = tid; c < kTileRows * kChunks; c += kThreadsM) {
-        const int r = c / kChunks, w = c - r * kChunks;
-        const int e = begin + i * kTileRows + r;
-        int64_t row = -1;
-        if (e < end) {
-          if (p.dense) {
-            row = (e <= limit && base + e < p.L) ? base + e : -1;
-          } else {
-            const int32_t v = __ldg(p.idx + (int64_t)t * p.top_k + e);
-            row = (v >= 0 && v < p.L) ? v : -1;
-          }
-        }
-        const __half* src = row >= 0 ? p.cache + row * kMmaDqk + w * 8 : p.q;  // any valid address: nothing is read
-        cp_async_16(smem_addr(k_s + (stage * kTileRows + r) * kLdk + w * 8), src, row >= 0 ? 16 : 0);
-        if (w == 0) valid_s[stage * kTileRows + r] = row >= 0;
-      }
+      const uint32_t dst = dst0 + (uint32_t)((i % kStages) * kTileRows * kLdk * 2);
+      const int row = rows_s[i * kTileRows + slot];
+      // For a missing row, words of q stand in as addresses (inside its first 576 halves); nothing is read.
+      const __half* src = (row >= 0 ? p.cache + (int64_t)row * kMmaDqk : p.q) + word0 * 8;
+      const int bytes = row >= 0 ? 16 : 0;
+#pragma unroll
+      for (int k = 0; k < kWords; ++k)
+        if (kChunks % kPerRow == 0 || word0 + k * kPerRow < kChunks) cp_async_16(dst + k * kPerRow * 16, src + k * kPerRow * 8, bytes);
     }
     cp_async_commit();  // an empty group keeps the wait counts uniform
   };
-  issue(0);
-  issue(1);
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) issue(i);
 
   // Q's A fragments for this warp's 16 heads and 144 dims (zeros for heads past H).
   uint32_t qa[kKPart / 16][4];
@@ -331,9 +365,9 @@ __global__ void __launch_bounds__(HG * 128, HG == 4 ? 1 : 2) sparse_mla_mma(MmaP
   const uint32_t pv_off = (uint32_t)(((mr + (mi & 1) * 8) * kLdk + part * kNPart + (mi >> 1) * 8) * 2);
 
   for (int i = 0; i < n_tiles; ++i) {
-    cp_async_wait<1>();
+    cp_async_wait<kStages - 2>();
     __syncthreads();  // tile i is in place for everyone; step i - 1 is over, so its stage can be refilled
-    issue(i + 2);
+    issue(i + kStages - 1);
     const int stage = i % kStages;
     const uint32_t st = k_base + (uint32_t)(stage * kTileRows * kLdk * 2);
 
@@ -345,16 +379,19 @@ __global__ void __launch_bounds__(HG * 128, HG == 4 ? 1 : 2) sparse_mla_mma(MmaP
       mma_16816(s[0], qa[ks], b[0], b[1]);
       mma_16816(s[1], qa[ks], b[2], b[3]);
     }
-    float* my = sp_s + ((((i & 1) * HG + grp) * 4 + part) * 32 + lane) * 8;
+    // Each n-tile's 4 floats per lane are one float4, lanes adjacent: conflict-free 16-byte accesses.
+    float* my = sp_s + ((((i & 1) * HG + grp) * 4 + part) * 64 + lane) * 4;
     *reinterpret_cast<float4*>(my) = make_float4(s[0][0], s[0][1], s[0][2], s[0][3]);
-    *reinterpret_cast<float4*>(my + 4) = make_float4(s[1][0], s[1][1], s[1][2], s[1][3]);
-    __syncthreads();  // all four parts of S are written
+    *reinterpret_cast<float4*>(my + 128) = make_float4(s[1][0], s[1][1], s[1][2], s[1][3]);
+    // All four parts of S are written: a barrier of this head group's 4 warps (ids 1..HG; 0 is
+    // __syncthreads). The buffer (i & 1) is written again at step i + 2, after the next CTA barrier.
+    asm volatile("bar.sync %0, 128;\n" ::"r"(grp + 1) : "memory");
     // Summed in part order by every warp, so that the four warps of a group hold the same bits of S
     // (and so the same max, P and sum: the merge takes part 0's max and sum for all four quarters).
 #pragma unroll
     for (int o = 0; o < 4; ++o) {
-      const float* src = sp_s + ((((i & 1) * HG + grp) * 4 + o) * 32 + lane) * 8;
-      const float4 u = *reinterpret_cast<const float4*>(src), v = *reinterpret_cast<const float4*>(src + 4);
+      const float* src = sp_s + ((((i & 1) * HG + grp) * 4 + o) * 64 + lane) * 4;
+      const float4 u = *reinterpret_cast<const float4*>(src), v = *reinterpret_cast<const float4*>(src + 128);
       if (o == 0) {
         s[0][0] = u.x, s[0][1] = u.y, s[0][2] = u.z, s[0][3] = u.w;
         s[1][0] = v.x, s[1][1] = v.y, s[1][2] = v.z, s[1][3] = v.w;
@@ -369,7 +406,7 @@ __global__ void __launch_bounds__(HG * 128, HG == 4 ? 1 : 2) sparse_mla_mma(MmaP
     for (int n = 0; n < 2; ++n)
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const bool ok = valid_s[stage * kTileRows + 8 * n + 2 * tq + j] != 0;
+        const bool ok = rows_s[i * kTileRows + 8 * n + 2 * tq + j] >= 0;
         s[n][j] = ok ? s[n][j] * p.scale_log2 : -INFINITY;
         s[n][2 + j] = ok ? s[n][2 + j] * p.scale_log2 : -INFINITY;
         mxA = fmaxf(mxA, s[n][j]);
@@ -380,10 +417,24 @@ __global__ void __launch_bounds__(HG * 128, HG == 4 ? 1 : 2) sparse_mla_mma(MmaP
       mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, o));
       mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, o));
     }
-    const float nA = fmaxf(mA, mxA), nB = fmaxf(mB, mxB);
-    const float uA = nA == -INFINITY ? 0.f : nA, uB = nB == -INFINITY ? 0.f : nB;  // no (-inf) - (-inf)
-    const float aA = exp2f(mA - uA), aB = exp2f(mB - uB);
-    mA = nA, mB = nB;
+    // Lazy rescaling: the running max moves only when the tile's max exceeds it by more than
+    // kLazyLog2, so that the accumulators are rescaled on few tiles (the common case skips the
+    // multiplications, warp-uniformly). Until then P = 2^(s - m) <= 2^kLazyLog2, far inside fp16's
+    // range, and the sum and the merge use the same max as P did, so the result is the same softmax.
+    const bool upA = mxA > mA + kLazyLog2, upB = mxB > mB + kLazyLog2;  // mA = -inf: any valid score moves it
+    if (__any_sync(0xffffffffu, upA || upB)) {
+      const float aA = upA ? exp2f(mA - mxA) : 1.f, aB = upB ? exp2f(mB - mxB) : 1.f;  // exp2(-inf) = 0
+      if (upA) mA = mxA;
+      if (upB) mB = mxB;
+      lA *= aA;
+      lB *= aB;
+#pragma unroll
+      for (int n = 0; n < kNPart / 8; ++n) {
+        acc[n][0] *= aA, acc[n][1] *= aA;
+        acc[n][2] *= aB, acc[n][3] *= aB;
+      }
+    }
+    const float uA = mA == -INFINITY ? 0.f : mA, uB = mB == -INFINITY ? 0.f : mB;  // no (-inf) - (-inf)
     uint32_t pa[4];
     float sumA = 0.f, sumB = 0.f;
 #pragma unroll
@@ -394,13 +445,8 @@ __global__ void __launch_bounds__(HG * 128, HG == 4 ? 1 : 2) sparse_mla_mma(MmaP
       sumA += ra.x + ra.y;
       sumB += rb.x + rb.y;
     }
-    lA = lA * aA + sumA;
-    lB = lB * aB + sumB;
-#pragma unroll
-    for (int n = 0; n < kNPart / 8; ++n) {
-      acc[n][0] *= aA, acc[n][1] *= aA;
-      acc[n][2] *= aB, acc[n][3] *= aB;
-    }
+    lA += sumA;
+    lB += sumB;
 #pragma unroll
     for (int n = 0; n < kNPart / 16; ++n) {
       uint32_t b[4];
@@ -534,7 +580,7 @@ void launch_mma(const SparseMlaArgs& a, bool dense, int64_t entries) {
     const int64_t want = std::clamp<int64_t>(resident / ctas, 1, kMaxAutoSplits);
     split = (entries + want - 1) / want;
   }
-  split = std::max<int64_t>(kTileRows, ((split + kTileRows - 1) / kTileRows) * kTileRows);
+  split = std::clamp<int64_t>((int64_t)round_up((size_t)split, kTileRows), kTileRows, kMaxSplitRows);
   const int64_t n_splits = entries == 0 ? 1 : (entries + split - 1) / split;
   MmaParams p{};
   static_cast<ListParams&>(p) = list_params(a, dense, entries, split, n_splits, n_splits > 1, kMmaDv);
@@ -544,11 +590,12 @@ void launch_mma(const SparseMlaArgs& a, bool dense, int64_t entries) {
     p.fused_merge = n_splits <= kFusedMaxSplits;
     if (p.fused_merge) p.tickets = tickets((size_t)(head_blocks * a.T));  // one per (query, head block) launched
   }
-  constexpr size_t smem = mma_smem_bytes<HG>();
-  static_assert(smem <= 99 * 1024, "sparse MLA tile must fit sm_120's 99 KB");
+  constexpr size_t smem_max = mma_smem_bytes<HG>(kMaxSplitRows);
+  static_assert(smem_max <= 99 * 1024, "sparse MLA tile must fit sm_120's 99 KB");
+  const size_t smem = mma_smem_bytes<HG>((int)split);
   static bool attr_set[64] = {};  // one attribute call per device and instantiation (the attribute is per device)
   if (!attr_set[current_device() & 63]) {
-    MLACONF_CUDA_CHECK(cudaFuncSetAttribute(sparse_mla_mma<HG>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    MLACONF_CUDA_CHECK(cudaFuncSetAttribute(sparse_mla_mma<HG>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max));
     attr_set[current_device() & 63] = true;
   }
   const dim3 grid((unsigned)n_splits, (unsigned)head_blocks, (unsigned)a.T);
