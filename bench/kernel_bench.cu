@@ -729,7 +729,9 @@ void checks() {
   check_sparse_mla(2, 64, 2048);  // no split: the direct epilogue
   check_sparse_mla(2, 16, 48);    // many splits: the merge kernel
   check_sparse_mla(4, 64, 512);   // 4 splits: merged by the last CTA
-  check_sparse_mla(36, 0, 0);     // automatic: 64 heads per CTA, 3 splits
+  check_sparse_mla(2, 16, 2048);  // sparse_mla_rows: no split, and 4 splits merged by the last CTA
+  check_sparse_mla(4, 16, 512);
+  check_sparse_mla(36, 0, 0);     // automatic: 16 heads per CTA, no split
 }
 
 std::string json_escape(const std::string& s) {
@@ -769,16 +771,16 @@ int main(int argc, char** argv) {
     ceilings();
     sparse_mla_case(1, 32768);
     sparse_mla_case(64, 32768);
-    // The configuration space around the automatic choice (64 heads per CTA at B=64, 16 at B=1).
-    sparse_mla_case(64, 32768, 16);
+    // The configuration space around the automatic choice (16 heads per CTA: sparse_mla_rows).
+    sparse_mla_case(64, 32768, 64);
     sparse_mla_case(64, 32768, 64, 2048);  // no split: 64 CTAs
     sparse_mla_case(1, 32768, 64);
     for (int64_t split : {128, 512}) sparse_mla_case(1, 32768, 64, split);
     for (int64_t split : {32, 64, 128, 256, 512}) sparse_mla_case(1, 32768, 16, split);
     sparse_mla_case(8, 32768);
-    sparse_mla_case(8, 32768, 16);
+    sparse_mla_case(8, 32768, 64);
     sparse_mla_case(32, 32768);
-    sparse_mla_case(32, 32768, 16);
+    sparse_mla_case(32, 32768, 64);
     indexer_case<uint16_t>(1, 131072, true);
     indexer_case<uint16_t>(16, 131072, true);
     // fp32 keys (the pipeline's indexer): one query and B = 16, at the 32K context of the GLM-5 stack and 128K

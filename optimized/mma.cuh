@@ -1,6 +1,8 @@
 // mlaconf optimized: the warp-level tensor-core and async-copy primitives the kernels share. Only
 // instructions that sm_90 and sm_120 both have: mma.sync m16n8k16 (fp16 in, fp32 accumulate),
-// ldmatrix (x4, optionally transposed) and cp.async (16 bytes, L2 only, zero-fill). No wgmma, no tcgen05.
+// ldmatrix (x4, optionally transposed), cp.async (16 bytes, L2 only, zero-fill), and the bulk copy
+// (cp.async.bulk, global -> shared, completing on an mbarrier; sm_90 and later, not the tensor-map
+// form). No wgmma, no tcgen05.
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16 .f16): g = lane / 4, t = lane % 4.
 //   A (16 x 16, row-major), 4 regs of 2 halves: a[0] (g, 2t..2t+1), a[1] (g+8, 2t..), a[2] (g, 2t+8..), a[3] (g+8, 2t+8..)
@@ -45,6 +47,32 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+
+// ---- bulk copies completing on an mbarrier (one thread issues a whole contiguous piece) ----------
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// One arrival that also expects `bytes` more of copies to complete before the phase can end.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, unsigned bytes) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+// Until the phase with this parity has completed (acquire: the copies' bytes are visible after it).
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n wait_%=:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n @!done bra wait_%=;\n}\n" ::"r"(
+          smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+// bytes (a multiple of 16; 16-byte aligned ends) from global to this CTA's shared memory.
+__device__ __forceinline__ void cp_async_bulk(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+// Orders this thread's earlier ordinary shared-memory accesses before later bulk copies (async proxy).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);

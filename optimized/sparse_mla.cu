@@ -250,7 +250,7 @@ constexpr int kMaxSplitRows = 2048;     // a split's rows sit in shared memory (
 constexpr float kLazyLog2 = 8.f;        // the running max lags the true one by at most 2^8 (see the softmax)
 
 // Tiles in flight: 64-head CTAs (one per SM, registers) keep 3 stages within 99 KB next to their 32 KB
-// score exchange; 16-head CTAs afford 4, which the latency-bound small batches need.
+// score exchange; 16-head CTAs afford 4.
 template <int HG>
 constexpr int stages_of() {
   return HG == 4 ? 3 : 4;
@@ -262,6 +262,108 @@ struct MmaParams : ListParams {
   int* tickets;   // [T, head blocks], zero between launches (the merging CTA resets its own)
   bool fused_merge;  // the last CTA of a (query, head block) merges; else sparse_mla_mma_merge does
 };
+
+// The split's rows into shared memory, validated (-1 = none; slots from n_rows up to `slots` too), with
+// all index loads of a thread in flight at once, so that no gather waits on an index load.
+template <int kThreadsM>
+__device__ __forceinline__ void load_split_rows(const ListParams& p, int t, int begin, int n_rows, int slots, int* rows_s) {
+  const int tid = threadIdx.x;
+  constexpr int kPer = (kMaxSplitRows + kThreadsM - 1) / kThreadsM;
+  int v[kPer];
+  if (p.dense) {
+    const int64_t base = p.row_base ? (int64_t)p.row_base[t] : 0;
+    const int64_t limit = p.q_pos ? (int64_t)p.q_pos[t] : p.L - 1;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int e = tid + j * kThreadsM;
+      v[j] = (e < n_rows && begin + e <= limit && base + begin + e < p.L) ? (int)(base + begin + e) : -1;
+    }
+  } else {
+    const int32_t* list = p.idx + (int64_t)t * p.top_k + begin;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int e = tid + j * kThreadsM;
+      v[j] = e < n_rows ? __ldg(list + e) : -1;
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) v[j] = (v[j] >= 0 && v[j] < p.L) ? v[j] : -1;
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j)
+    if (tid + j * kThreadsM < slots) rows_s[tid + j * kThreadsM] = v[j];
+}
+
+// The end of a split, for the thread holding O[hA | hB, col0 + 8n + {0, 1}] (n < 16) with the heads'
+// final max and sum (every thread of a head holds the same ones; `writer` writes them). One split:
+// normalise and write out. Several: write the partial; the last CTA of the (query, head block), by
+// ticket, merges them all when p.fused_merge (w_s: 2 x kHeadsCta floats of shared memory).
+template <int kThreadsM, int kHeadsCta>
+__device__ __forceinline__ void finish_split(const MmaParams& p, const float (&acc)[kNPart / 8][4], float mA, float mB, float lA,
+                                             float lB, int hA, int hB, int col0, bool writer, int t, int split, int head_block,
+                                             float* w_s) {
+  const int tid = threadIdx.x;
+  if (p.n_splits == 1) {
+    const float iA = lA > 0.f ? 1.f / lA : 0.f, iB = lB > 0.f ? 1.f / lB : 0.f;
+#pragma unroll
+    for (int n = 0; n < kNPart / 8; ++n) {
+      if (hA < p.H)
+        *reinterpret_cast<float2*>(p.out + ((int64_t)t * p.H + hA) * kMmaDv + col0 + 8 * n) = make_float2(acc[n][0] * iA, acc[n][1] * iA);
+      if (hB < p.H)
+        *reinterpret_cast<float2*>(p.out + ((int64_t)t * p.H + hB) * kMmaDv + col0 + 8 * n) = make_float2(acc[n][2] * iB, acc[n][3] * iB);
+    }
+    return;
+  }
+  const int64_t pbase = ((int64_t)t * p.n_splits + split) * p.H;
+#pragma unroll
+  for (int n = 0; n < kNPart / 8; ++n) {
+    if (hA < p.H) *reinterpret_cast<float2*>(p.o_part + (pbase + hA) * kMmaDv + col0 + 8 * n) = make_float2(acc[n][0], acc[n][1]);
+    if (hB < p.H) *reinterpret_cast<float2*>(p.o_part + (pbase + hB) * kMmaDv + col0 + 8 * n) = make_float2(acc[n][2], acc[n][3]);
+  }
+  if (writer) {
+    if (hA < p.H) p.m_part[pbase + hA] = mA, p.l_part[pbase + hA] = lA;
+    if (hB < p.H) p.m_part[pbase + hB] = mB, p.l_part[pbase + hB] = lB;
+  }
+  if (!p.fused_merge) return;
+  __threadfence();
+  __syncthreads();
+  __shared__ int last;
+  int* ticket = p.tickets + (int64_t)t * gridDim.y + blockIdx.y;
+  if (tid == 0) last = atomicAdd(ticket, 1) == p.n_splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int nh = min(kHeadsCta, p.H - head_block);
+  for (int h = tid; h < nh; h += kThreadsM) {  // w_s: [kHeadsCta] max, [kHeadsCta] 1 / sum
+    float M = -INFINITY, Ls = 0.f;
+    for (int sp = 0; sp < p.n_splits; ++sp) M = fmaxf(M, __ldcg(p.m_part + ((int64_t)t * p.n_splits + sp) * p.H + head_block + h));
+    for (int sp = 0; sp < p.n_splits; ++sp) {
+      const int64_t k = ((int64_t)t * p.n_splits + sp) * p.H + head_block + h;
+      const float m = __ldcg(p.m_part + k);
+      Ls += (p.plain_sum ? 1.f : (m == -INFINITY ? 0.f : exp2f(m - M))) * __ldcg(p.l_part + k);
+    }
+    w_s[h] = M;
+    w_s[kHeadsCta + h] = (M == -INFINITY || Ls == 0.f) ? 0.f : 1.f / Ls;
+  }
+  __syncthreads();
+  for (int e = tid; e < nh * (kMmaDv / 4); e += kThreadsM) {
+    const int h = e / (kMmaDv / 4), c = (e - h * (kMmaDv / 4)) * 4;
+    const float M = w_s[h];
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int sp = 0; sp < p.n_splits; ++sp) {
+      const int64_t k = ((int64_t)t * p.n_splits + sp) * p.H + head_block + h;
+      const float m = __ldcg(p.m_part + k);
+      const float wgt = p.plain_sum ? 1.f : (m == -INFINITY ? 0.f : exp2f(m - M));
+      if (wgt != 0.f) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(p.o_part + k * kMmaDv + c));
+        o.x += wgt * v.x, o.y += wgt * v.y, o.z += wgt * v.z, o.w += wgt * v.w;
+      }
+    }
+    const float inv = w_s[kHeadsCta + h];
+    *reinterpret_cast<float4*>(p.out + ((int64_t)t * p.H + head_block + h) * kMmaDv + c) =
+        make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+  }
+  if (tid == 0) *ticket = 0;  // ready for the next launch
+}
 
 template <int HG>
 constexpr size_t mma_smem_bytes(int split) {
@@ -286,33 +388,7 @@ __global__ void __launch_bounds__(HG * 128, HG == 4 ? 1 : 2) sparse_mla_mma(MmaP
 
   const int begin = split * p.split, n_rows = min(p.split, p.entries - begin);  // this split's entries
   const int n_tiles = (n_rows + kTileRows - 1) / kTileRows;
-  {
-    // The split's rows, all index loads in flight at once (slots past the split's end become -1).
-    constexpr int kPer = kMaxSplitRows / kThreadsM;
-    const int slots = n_tiles * kTileRows;
-    int v[kPer];
-    if (p.dense) {
-      const int64_t base = p.row_base ? (int64_t)p.row_base[t] : 0;
-      const int64_t limit = p.q_pos ? (int64_t)p.q_pos[t] : p.L - 1;
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const int e = tid + j * kThreadsM;
-        v[j] = (e < n_rows && begin + e <= limit && base + begin + e < p.L) ? (int)(base + begin + e) : -1;
-      }
-    } else {
-      const int32_t* list = p.idx + (int64_t)t * p.top_k + begin;
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const int e = tid + j * kThreadsM;
-        v[j] = e < n_rows ? __ldg(list + e) : -1;
-      }
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) v[j] = (v[j] >= 0 && v[j] < p.L) ? v[j] : -1;
-    }
-#pragma unroll
-    for (int j = 0; j < kPer; ++j)
-      if (tid + j * kThreadsM < slots) rows_s[tid + j * kThreadsM] = v[j];
-  }
+  load_split_rows<kThreadsM>(p, t, begin, n_rows, n_tiles * kTileRows, rows_s);
   __syncthreads();
 
   // Gather tile i into stage i % kStages: row slots past the split's end or with index -1 become zeros.
@@ -461,70 +537,182 @@ __global__ void __launch_bounds__(HG * 128, HG == 4 ? 1 : 2) sparse_mla_mma(MmaP
     lA += __shfl_xor_sync(0xffffffffu, lA, o);
     lB += __shfl_xor_sync(0xffffffffu, lB, o);
   }
-  const int col0 = part * kNPart + 2 * tq;
-  if (p.n_splits == 1) {
-    const float iA = lA > 0.f ? 1.f / lA : 0.f, iB = lB > 0.f ? 1.f / lB : 0.f;
+  finish_split<kThreadsM, 16 * HG>(p, acc, mA, mB, lA, lB, hA, hB, part * kNPart + 2 * tq, part == 0 && tq == 0, t, split, head_block, sp_s);
+}
+
+// ---- 16 heads per CTA, rows split over the warps (d_qk = 576, d_v = 512) ------------------------------
+// Warp w computes S for all 16 heads over all 576 dims, for rows 8w..8w+7 of each 32-row tile (Q's A
+// fragments for the whole 576 dims stay in registers), so no warp repeats another's softmax and no
+// partial scores are exchanged: the warps share only the tile's max per head (64 floats) and P in fp16
+// (1 KB), which every warp then multiplies with its quarter of the values,
+// O[16 heads, 128w..128w+127] += P[16, 32] . V[32, 128w..]. Two stages: tile i + 1 is gathered while
+// tile i is computed, one bulk copy per row completing on the stage's mbarrier (each warp copies the 8
+// rows it scores), instead of 2304 16-byte cp.async per tile that crowd the memory pipeline ahead of
+// the ldmatrix loads. A bulk copy takes uniform operands, so a warp's copies issue one lane at a time:
+// spread over the 4 warps, that is 8 each.
+constexpr int kRowsTile = 32;
+constexpr int kRowsStages = 2;
+constexpr int kPLd = kRowsTile + 8;  // halves per P row: 80 bytes, ldmatrix rows hit distinct banks
+
+constexpr size_t rows_smem_bytes(int split) {
+  return (size_t)kRowsStages * kRowsTile * kLdk * 2 + (size_t)16 * kPLd * 2 + 64 * 4 + round_up(split, kRowsTile) * 4;
+}
+
+__global__ void __launch_bounds__(128, 2) sparse_mla_rows(MmaParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __half* k_s = reinterpret_cast<__half*>(smem);               // [kRowsStages][kRowsTile][kLdk]
+  __half* p_s = k_s + kRowsStages * kRowsTile * kLdk;           // [16 heads][kPLd]: P of the tile, fp16
+  float* mx_s = reinterpret_cast<float*>(p_s + 16 * kPLd);      // [4 warps][16 heads]: tile max, then sums
+  int* rows_s = reinterpret_cast<int*>(mx_s + 64);              // [split rounded to tiles]: row or -1
+
+  const int split = blockIdx.x, t = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+  const int head_block = blockIdx.y * 16;
+  const int hA = head_block + g, hB = hA + 8;  // this thread's two heads (fragment rows g, g+8)
+
+  const int begin = split * p.split, n_rows = min(p.split, p.entries - begin);
+  const int n_tiles = (n_rows + kRowsTile - 1) / kRowsTile;
+  __shared__ uint64_t full[kRowsStages];  // stage s holds tile i (i % kRowsStages == s) after phase i / kRowsStages
+  if (tid == 0)
+    for (int st = 0; st < kRowsStages; ++st) mbar_init(&full[st], 4);  // one arrival per warp
+  // Q of the 16 heads (zeros past H) into the last stage, which tile 1 overwrites only after the loop's
+  // first barrier: 16-byte copies here and ldmatrix below instead of 144 scattered 4-byte loads per thread.
+  __half* q_s = k_s + (kRowsStages - 1) * kRowsTile * kLdk;  // [16][kLdk]
+  for (int c = tid; c < 16 * kChunks; c += 128) {
+    const int h = c / kChunks, w = c - h * kChunks;
+    const bool ok = head_block + h < p.H;
+    cp_async_16(smem_addr(q_s + h * kLdk + w * 8), p.q + ((int64_t)t * p.H + (ok ? head_block + h : 0)) * kMmaDqk + w * 8, ok ? 16 : 0);
+  }
+  cp_async_commit();
+  load_split_rows<128>(p, t, begin, n_rows, n_tiles * kRowsTile, rows_s);
+  __syncthreads();
+
+  // Gather tile i: lane r < 8 of warp w copies row slot 8w + r. A missing row is zeroed instead (P is
+  // 0 there, and 0 times stale bits could be NaN); the fence orders those writes, like the step's
+  // earlier reads of the stage, before the lane's later bulk copies into it.
+  auto issue = [&](int i) {
+    if (i >= n_tiles) return;
+    const int stage = i % kRowsStages;
+    const bool mine = lane < 8;
+    __half* dst = k_s + (stage * kRowsTile + warp * 8 + (lane & 7)) * kLdk;
+    const int row = mine ? rows_s[i * kRowsTile + warp * 8 + lane] : -1;
+    if (mine && row < 0)
+      for (int w = 0; w < kChunks; ++w) reinterpret_cast<uint4*>(dst)[w] = make_uint4(0, 0, 0, 0);
+    fence_proxy_async();
+    const unsigned valid = __ballot_sync(0xffffffffu, row >= 0);
+    if (lane == 0) mbar_arrive_expect_tx(&full[stage], (unsigned)__popc(valid) * kMmaDqk * 2);
+    __syncwarp();
+    if (row >= 0) cp_async_bulk(dst, p.cache + (int64_t)row * kMmaDqk, kMmaDqk * 2, &full[stage]);
+  };
+  issue(0);
+
+  // ldmatrix lane addresses: matrix mi = lane / 8, row mr = lane % 8.
+  const int mi = lane >> 3, mr = lane & 7;
+  // Q's A fragments for this thread's two heads and all 576 dims: heads mr + 8 (mi & 1), dims 8 (mi >> 1).
+  uint32_t qa[kMmaDqk / 16][4];
+  cp_async_wait<0>();
+  __syncthreads();  // Q is in shared memory
+  {
+    const uint32_t q_addr = smem_addr(q_s + (mr + (mi & 1) * 8) * kLdk + (mi >> 1) * 8);
 #pragma unroll
-    for (int n = 0; n < kNPart / 8; ++n) {
-      if (hA < p.H)
-        *reinterpret_cast<float2*>(p.out + ((int64_t)t * p.H + hA) * kMmaDv + col0 + 8 * n) = make_float2(acc[n][0] * iA, acc[n][1] * iA);
-      if (hB < p.H)
-        *reinterpret_cast<float2*>(p.out + ((int64_t)t * p.H + hB) * kMmaDv + col0 + 8 * n) = make_float2(acc[n][2] * iB, acc[n][3] * iB);
-    }
-    return;
+    for (int ks = 0; ks < kMmaDqk / 16; ++ks) ldmatrix_x4(qa[ks], q_addr + ks * 32);
   }
-  // Split: write the partial, then the last CTA of this (query, head block) merges all splits.
-  const int64_t pbase = ((int64_t)t * p.n_splits + split) * p.H;
+  float acc[kNPart / 8][4];
 #pragma unroll
-  for (int n = 0; n < kNPart / 8; ++n) {
-    if (hA < p.H) *reinterpret_cast<float2*>(p.o_part + (pbase + hA) * kMmaDv + col0 + 8 * n) = make_float2(acc[n][0], acc[n][1]);
-    if (hB < p.H) *reinterpret_cast<float2*>(p.o_part + (pbase + hB) * kMmaDv + col0 + 8 * n) = make_float2(acc[n][2], acc[n][3]);
-  }
-  if (part == 0 && tq == 0) {
-    if (hA < p.H) p.m_part[pbase + hA] = mA, p.l_part[pbase + hA] = lA;
-    if (hB < p.H) p.m_part[pbase + hB] = mB, p.l_part[pbase + hB] = lB;
-  }
-  if (!p.fused_merge) return;
-  __threadfence();
-  __syncthreads();
-  __shared__ int last;
-  int* ticket = p.tickets + (int64_t)t * gridDim.y + blockIdx.y;
-  if (tid == 0) last = atomicAdd(ticket, 1) == p.n_splits - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const int nh = min(16 * HG, p.H - head_block);
-  float* w_s = sp_s;  // [16 HG] max, [16 HG] 1 / sum
-  for (int h = tid; h < nh; h += kThreadsM) {
-    float M = -INFINITY, Ls = 0.f;
-    for (int sp = 0; sp < p.n_splits; ++sp) M = fmaxf(M, __ldcg(p.m_part + ((int64_t)t * p.n_splits + sp) * p.H + head_block + h));
-    for (int sp = 0; sp < p.n_splits; ++sp) {
-      const int64_t k = ((int64_t)t * p.n_splits + sp) * p.H + head_block + h;
-      const float m = __ldcg(p.m_part + k);
-      Ls += (p.plain_sum ? 1.f : (m == -INFINITY ? 0.f : exp2f(m - M))) * __ldcg(p.l_part + k);
+  for (int n = 0; n < kNPart / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+  float mA = -INFINITY, mB = -INFINITY, lA = 0.f, lB = 0.f;  // running max (log2 domain), thread-partial sums
+
+  const uint32_t k_base = smem_addr(k_s);
+  // K of this warp's 8 rows, 4 consecutive 8-dim blocks (two k16 steps) per x4.
+  const uint32_t qk_off = (uint32_t)(((warp * 8 + mr) * kLdk + mi * 8) * 2);
+  // V, as in sparse_mla_mma: rows mr + 8 (mi & 1), values 128w + 8 (mi >> 1).
+  const uint32_t pv_off = (uint32_t)(((mr + (mi & 1) * 8) * kLdk + warp * kNPart + (mi >> 1) * 8) * 2);
+  // P's A fragments: heads mr + 8 (mi & 1), rows 8 (mi >> 1) of a k16 step.
+  const uint32_t p_addr = smem_addr(p_s + (mr + (mi & 1) * 8) * kPLd + (mi >> 1) * 8);
+
+  for (int i = 0; i < n_tiles; ++i) {
+    __syncthreads();  // step i - 1 is over: its stage, P and maxima are free
+    issue(i + 1);
+    mbar_wait(&full[i % kRowsStages], (unsigned)(i / kRowsStages) & 1);  // tile i is in place
+    const uint32_t st = k_base + (uint32_t)((i % kRowsStages) * kRowsTile * kLdk * 2);
+
+    // S[16 heads, 8 rows]: two accumulators (even and odd k steps) halve the dependent HMMA chain.
+    float s[4] = {0.f, 0.f, 0.f, 0.f}, s2[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < kMmaDqk / 32; ++j) {
+      uint32_t b[4];
+      ldmatrix_x4(b, st + qk_off + j * 64);
+      mma_16816(s, qa[2 * j], b[0], b[1]);
+      mma_16816(s2, qa[2 * j + 1], b[2], b[3]);
     }
-    w_s[h] = M;
-    w_s[16 * HG + h] = (M == -INFINITY || Ls == 0.f) ? 0.f : 1.f / Ls;
-  }
-  __syncthreads();
-  for (int e = tid; e < nh * (kMmaDv / 4); e += kThreadsM) {
-    const int h = e / (kMmaDv / 4), c = (e - h * (kMmaDv / 4)) * 4;
-    const float M = w_s[h];
-    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int sp = 0; sp < p.n_splits; ++sp) {
-      const int64_t k = ((int64_t)t * p.n_splits + sp) * p.H + head_block + h;
-      const float m = __ldcg(p.m_part + k);
-      const float wgt = p.plain_sum ? 1.f : (m == -INFINITY ? 0.f : exp2f(m - M));
-      if (wgt != 0.f) {
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(p.o_part + k * kMmaDv + c));
-        o.x += wgt * v.x, o.y += wgt * v.y, o.z += wgt * v.z, o.w += wgt * v.w;
+    // s[0], s[1]: head g, rows 8w + 2tq + {0, 1}; s[2], s[3]: head g + 8, the same rows.
+    float mxA = -INFINITY, mxB = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const bool ok = rows_s[i * kRowsTile + warp * 8 + 2 * tq + j] >= 0;
+      s[j] = ok ? (s[j] + s2[j]) * p.scale_log2 : -INFINITY;
+      s[2 + j] = ok ? (s[2 + j] + s2[2 + j]) * p.scale_log2 : -INFINITY;
+      mxA = fmaxf(mxA, s[j]);
+      mxB = fmaxf(mxB, s[2 + j]);
+    }
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) {
+      mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, o));
+      mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, o));
+    }
+    if (tq == 0) mx_s[warp * 16 + g] = mxA, mx_s[warp * 16 + g + 8] = mxB;
+    __syncthreads();  // every warp's maxima are written
+    mxA = fmaxf(fmaxf(mx_s[g], mx_s[16 + g]), fmaxf(mx_s[32 + g], mx_s[48 + g]));
+    mxB = fmaxf(fmaxf(mx_s[8 + g], mx_s[24 + g]), fmaxf(mx_s[40 + g], mx_s[56 + g]));
+    // Lazy rescaling as in sparse_mla_mma; every warp sees the same tile maxima, so all decide alike.
+    const bool upA = mxA > mA + kLazyLog2, upB = mxB > mB + kLazyLog2;
+    if (__any_sync(0xffffffffu, upA || upB)) {
+      const float aA = upA ? exp2f(mA - mxA) : 1.f, aB = upB ? exp2f(mB - mxB) : 1.f;
+      if (upA) mA = mxA;
+      if (upB) mB = mxB;
+      lA *= aA;
+      lB *= aB;
+#pragma unroll
+      for (int n = 0; n < kNPart / 8; ++n) {
+        acc[n][0] *= aA, acc[n][1] *= aA;
+        acc[n][2] *= aB, acc[n][3] *= aB;
       }
     }
-    const float inv = w_s[16 * HG + h];
-    *reinterpret_cast<float4*>(p.out + ((int64_t)t * p.H + head_block + h) * kMmaDv + c) =
-        make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+    const float uA = mA == -INFINITY ? 0.f : mA, uB = mB == -INFINITY ? 0.f : mB;
+    const uint32_t pA = pack_half2(exp2f(s[0] - uA), exp2f(s[1] - uA)), pB = pack_half2(exp2f(s[2] - uB), exp2f(s[3] - uB));
+    const float2 ra = unpack_half2(pA), rb = unpack_half2(pB);
+    lA += ra.x + ra.y;  // the sums of the rounded P, as P . V uses them
+    lB += rb.x + rb.y;
+    *reinterpret_cast<uint32_t*>(p_s + g * kPLd + warp * 8 + 2 * tq) = pA;
+    *reinterpret_cast<uint32_t*>(p_s + (g + 8) * kPLd + warp * 8 + 2 * tq) = pB;
+    __syncthreads();  // P of the whole tile is written
+#pragma unroll
+    for (int kk = 0; kk < kRowsTile / 16; ++kk) {
+      uint32_t pa[4];
+      ldmatrix_x4(pa, p_addr + kk * 32);
+#pragma unroll
+      for (int n = 0; n < kNPart / 16; ++n) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, st + pv_off + (uint32_t)(kk * 16 * kLdk * 2) + n * 32);
+        mma_16816(acc[2 * n], pa, b[0], b[1]);
+        mma_16816(acc[2 * n + 1], pa, b[2], b[3]);
+      }
+    }
   }
-  if (tid == 0) *ticket = 0;  // ready for the next launch
+  // The sums: over the quad's rows, then over the 4 warps in a fixed order (all warps hold the same).
+#pragma unroll
+  for (int o = 1; o < 4; o <<= 1) {
+    lA += __shfl_xor_sync(0xffffffffu, lA, o);
+    lB += __shfl_xor_sync(0xffffffffu, lB, o);
+  }
+  __syncthreads();  // the last tile's maxima are read
+  if (tq == 0) mx_s[warp * 16 + g] = lA, mx_s[warp * 16 + g + 8] = lB;
+  __syncthreads();
+  lA = (mx_s[g] + mx_s[16 + g]) + (mx_s[32 + g] + mx_s[48 + g]);
+  lB = (mx_s[8 + g] + mx_s[24 + g]) + (mx_s[40 + g] + mx_s[56 + g]);
+  __syncthreads();  // mx_s is the merge's scratch below
+  finish_split<128, 16>(p, acc, mA, mB, lA, lB, hA, hB, warp * kNPart + 2 * tq, warp == 0 && tq == 0, t, split, head_block, mx_s);
 }
 
 // The merge for many splits, where one CTA per (query, head block) would read too much: one CTA of
@@ -590,17 +778,21 @@ void launch_mma(const SparseMlaArgs& a, bool dense, int64_t entries) {
     p.fused_merge = n_splits <= kFusedMaxSplits;
     if (p.fused_merge) p.tickets = tickets((size_t)(head_blocks * a.T));  // one per (query, head block) launched
   }
-  constexpr size_t smem_max = mma_smem_bytes<HG>(kMaxSplitRows);
+  // 16 heads per CTA: sparse_mla_rows; 64: sparse_mla_mma<4>.
+  constexpr size_t smem_max = HG == 1 ? rows_smem_bytes(kMaxSplitRows) : mma_smem_bytes<HG>(kMaxSplitRows);
   static_assert(smem_max <= 99 * 1024, "sparse MLA tile must fit sm_120's 99 KB");
-  const size_t smem = mma_smem_bytes<HG>((int)split);
+  const size_t smem = HG == 1 ? rows_smem_bytes((int)split) : mma_smem_bytes<HG>((int)split);
+  void (*kernel)(MmaParams);
+  if constexpr (HG == 1) kernel = sparse_mla_rows;
+  else kernel = sparse_mla_mma<HG>;
   static bool attr_set[64] = {};  // one attribute call per device and instantiation (the attribute is per device)
   if (!attr_set[current_device() & 63]) {
-    MLACONF_CUDA_CHECK(cudaFuncSetAttribute(sparse_mla_mma<HG>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max));
+    MLACONF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max));
     attr_set[current_device() & 63] = true;
   }
   const dim3 grid((unsigned)n_splits, (unsigned)head_blocks, (unsigned)a.T);
-  sparse_mla_mma<HG><<<grid, HG * 128, smem, cur_stream()>>>(p);
-  MLACONF_CUDA_LAUNCH_CHECK("sparse_mla_mma");
+  kernel<<<grid, HG * 128, smem, cur_stream()>>>(p);
+  MLACONF_CUDA_LAUNCH_CHECK(HG == 1 ? "sparse_mla_rows" : "sparse_mla_mma");
   if (n_splits > 1 && !p.fused_merge) {
     sparse_mla_mma_merge<<<dim3((unsigned)a.H, (unsigned)a.T), kMmaDv / 4, 0, cur_stream()>>>(p.o_part, p.m_part, p.l_part, (int)n_splits, p.H,
                                                                               p.plain_sum, a.out);
@@ -625,11 +817,10 @@ void sparse_mla(const SparseMlaArgs& a) {
     throw InputError("cuda::sparse_mla: heads_per_cta must be 0, 16 or 64");
   // The tensor-core kernel copies 16-byte pieces of rows: it needs a 16-byte aligned cache.
   if (a.d_qk == kMmaDqk && a.d_v == kMmaDv && reinterpret_cast<uintptr_t>(a.cache) % 16 == 0) {
-    // 64 heads per CTA (each row read once per query) once the queries alone fill a quarter of the
-    // device; below that, 16-head CTAs and a finer split keep every SM busy (rows re-read from L2).
-    int hpc = a.heads_per_cta;
-    const int64_t plan_T = a.plan_queries > 0 ? a.plan_queries : a.T;
-    if (hpc == 0) hpc = (a.H > 16 && plan_T * ((a.H + 63) / 64) * 4 >= device_sm_count()) ? 64 : 16;
+    // 16 heads per CTA (sparse_mla_rows) by default: faster than 64 (sparse_mla_mma<4>, each row read
+    // once per query) at every batch measured, 1 to 64 (docs/PERF_H200.md v6), the re-reads of a row by
+    // a query's 4 CTAs coming from L2.
+    const int hpc = a.heads_per_cta == 0 ? 16 : a.heads_per_cta;
     if (hpc == 64) launch_mma<4>(a, dense, entries);
     else launch_mma<1>(a, dense, entries);
     return;

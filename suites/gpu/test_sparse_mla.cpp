@@ -5,10 +5,11 @@
 // rows gathered into a small cache (the attention of a query depends on its listed rows only), so a
 // multi-GB cache needs no host copy.
 //
-// Tiles: the tensor-core kernel takes 16 or 64 heads of one query per CTA, 16 listed rows per tile,
-// split-K chunks of a multiple of 16 (up to 4 merged by the last CTA, more by a merge kernel); the SIMT
-// kernel 16 heads and 32 rows per step. Off-alignment cases run heads, top_k, L, T and splits just below
-// and above those multiples, plus primes.
+// Tiles: the tensor-core kernels take 16 heads of one query per CTA (sparse_mla_rows, the default: 32
+// listed rows per tile, 8 per warp) or 64 (sparse_mla_mma: 16 rows per tile), split-K chunks of a
+// multiple of 16 (up to 4 merged by the last CTA, more by a merge kernel); the SIMT kernel 16 heads and
+// 32 rows per step. Off-alignment cases run heads, top_k, L, T and splits just below and above those
+// multiples, plus primes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -296,9 +297,9 @@ const bool registered = [] {
     d.T = 2, d.H = 17, d.dqk = 98, d.dv = 64, d.topk = 33, d.L = 70;  // other latent dims
     reg("sparse_mla_prefill", d);
   }
-  // Off alignment, tensor-core kernel: heads around its 16 / 64 per CTA (both CTA sizes forced), top_k
-  // around its 16-row tiles and 2 x 16 .. 16 x 16, L around top_k and tiles, T around the automatic
-  // 64-head choice (T x 4 CTAs >= 132 SMs), split chunks around 16-row multiples and the fused merge.
+  // Off alignment, tensor-core kernels: heads around their 16 / 64 per CTA (both CTA sizes forced), top_k
+  // around their 16- and 32-row tiles up to 16 x 16, L around top_k and tiles, T around a wave of CTAs,
+  // split chunks around 16-row multiples (partial 32-row tiles) and the fused merge, for both kernels.
   for (int64_t H : {1, 15, 17, 63, 65, 127})
     for (int hpc : {16, 64}) {
       MlaCase c;
@@ -320,11 +321,12 @@ const bool registered = [] {
     c.T = T, c.topk = 129, c.L = 4099, c.seed = 400 + T;
     reg("sparse_mla_prefill", c);
   }
-  for (int64_t split : {15, 17, 47, 49, 500, 520}) {
-    MlaCase c;
-    c.H = 64, c.topk = 2048, c.L = 4099, c.split = split, c.hpc = 64, c.seed = 500 + split;
-    reg("sparse_mla_decode", c);
-  }
+  for (int hpc : {16, 64})
+    for (int64_t split : {15, 17, 47, 49, 500, 520}) {
+      MlaCase c;
+      c.H = 64, c.topk = 2048, c.L = 4099, c.split = split, c.hpc = hpc, c.seed = 500 + split;
+      reg("sparse_mla_decode", c);
+    }
   // Off alignment, SIMT kernel: heads around 16, top_k and L around its 32-row steps, d around even sizes.
   for (auto [T, H, dqk, dv, topk, L] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>{1, 15, 98, 64, 31, 97},
                                          {2, 17, 130, 128, 33, 1009}, {1, 16, 258, 256, 63, 65}, {3, 33, 576, 510, 65, 4099},
