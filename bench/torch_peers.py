@@ -217,8 +217,8 @@ def main():
     b = Bench(a.reps, a.only)
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     b.ceilings()
-    b.sparse_mla(1)
-    b.sparse_mla(64)
+    for B in (1, 8, 32, 64):
+        b.sparse_mla(B)
     b.indexer(1, 131072, True)
     b.indexer(1, 131072, False)
     b.indexer(16, 131072, True)

@@ -589,17 +589,19 @@ __global__ void __launch_bounds__(128, 2) sparse_mla_rows(MmaParams p) {
   __syncthreads();
 
   // Gather tile i: lane r < 8 of warp w copies row slot 8w + r. A missing row is zeroed instead (P is
-  // 0 there, and 0 times stale bits could be NaN); the fence orders those writes, like the step's
-  // earlier reads of the stage, before the lane's later bulk copies into it.
+  // 0 there, and 0 times stale bits could be NaN); the fence (a full memory barrier of the thread, so
+  // only where it zeroed) orders those writes before the lane's later bulk copies into the same slot.
+  // The step's reads of a stage are ordered before its refill by the CTA barrier, as in TMA pipelines.
   auto issue = [&](int i) {
     if (i >= n_tiles) return;
     const int stage = i % kRowsStages;
     const bool mine = lane < 8;
     __half* dst = k_s + (stage * kRowsTile + warp * 8 + (lane & 7)) * kLdk;
     const int row = mine ? rows_s[i * kRowsTile + warp * 8 + lane] : -1;
-    if (mine && row < 0)
+    if (mine && row < 0) {
       for (int w = 0; w < kChunks; ++w) reinterpret_cast<uint4*>(dst)[w] = make_uint4(0, 0, 0, 0);
-    fence_proxy_async();
+      fence_proxy_async();
+    }
     const unsigned valid = __ballot_sync(0xffffffffu, row >= 0);
     if (lane == 0) mbar_arrive_expect_tx(&full[stage], (unsigned)__popc(valid) * kMmaDqk * 2);
     __syncwarp();
