@@ -255,10 +255,12 @@ int64_t count_nonfinite(const float* d_x, int64_t n);
 // [T] (may be null = 0) is where each query's sequence starts: the dense fault attends to rows
 // row_base[t] .. row_base[t] + q_pos[t] (a contiguous region; the fault is a test device, not paging-aware).
 //
-// d_qk = 576, d_v = 512 (GLM-5, DeepSeek V3.2) run the tensor-core kernel (mma.sync, ldmatrix,
-// cp.async): a CTA takes 16 or 64 heads of one query (heads_per_cta, 0 = automatic: 64 when there are
-// enough queries to fill the device) and reads each listed row once for all of them; the split-K
-// partials are merged by the last CTA of each query. Other sizes run a SIMT kernel.
+// d_qk = 576, d_v = 512 (GLM-5, DeepSeek V3.2) run a tensor-core kernel (mma.sync, ldmatrix): a CTA
+// takes 16 heads of one query (heads_per_cta 0 or 16: rows by bulk copies, each warp scoring 8 rows of a
+// tile over all dims) or 64 (rows by cp.async, each read once for all 64 heads, the dims split over 4
+// warps; slower at every batch measured, kept as a variant) and a split of its list; up to 4 split-K
+// partials are merged by the last CTA of each (query, head block), more by a merge kernel. Other sizes
+// run a SIMT kernel.
 struct SparseMlaArgs {
   const uint16_t* q = nullptr;
   const uint16_t* cache = nullptr;
