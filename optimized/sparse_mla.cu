@@ -227,17 +227,12 @@ __global__ void sparse_mla_merge(const float* o_part, const float* m_part, const
   }
 }
 
-// ---- tensor-core kernel for d_qk = 576, d_v = 512 -------------------------------------------------
-// A CTA holds HG groups of 16 heads of one query and one split of its index list; 4 warps per head
-// group. The split's rows (validated; -1 = none) are read into shared memory once, up front, so that
-// no gather waits on an index load. Each step gathers kTileRows listed rows (1152 bytes each) into
-// shared memory with 16-byte cp.async copies, kStages deep, so every row is read from memory once for
-// all the CTA's heads. Warp (group g, part p): S partial = Q[16 heads, dims 144p..144p+143] . K^T over
-// the tile (Q's A fragments stay in registers for the whole split), the 4 parts are summed through
-// shared memory (a barrier of the group's 4 warps only, so that groups drift apart within a step),
-// every warp of the group runs the same online softmax on the full S, and accumulates
-// O[16 heads, values 128p..128p+127] += P . V with P rounded to fp16 (the normaliser sums the
-// rounded P, so the weights stay consistent). fp32 accumulation throughout.
+// ---- tensor-core kernels for d_qk = 576, d_v = 512 ------------------------------------------------
+// Two kernels share the pieces below: sparse_mla_rows (16 heads per CTA, the default) and
+// sparse_mla_mma<4> (64 heads per CTA). Both read the split's rows (validated; -1 = none) into shared
+// memory once, up front, so that no gather waits on an index load; both take P rounded to fp16 for the
+// P . V product, the normaliser summing the rounded P so that the weights stay consistent, with fp32
+// accumulation throughout; both end a split with finish_split.
 constexpr int kMmaDqk = 576, kMmaDv = 512;
 constexpr int kTileRows = 16;
 constexpr int kLdk = kMmaDqk + 8;       // halves per shared row: 1168 bytes, ldmatrix rows hit distinct banks
@@ -249,12 +244,6 @@ constexpr int kMaxAutoSplits = 16;
 constexpr int kMaxSplitRows = 2048;     // a split's rows sit in shared memory (8 KB at most)
 constexpr float kLazyLog2 = 8.f;        // the running max lags the true one by at most 2^8 (see the softmax)
 
-// Tiles in flight: 64-head CTAs (one per SM, registers) keep 3 stages within 99 KB next to their 32 KB
-// score exchange; 16-head CTAs afford 4.
-template <int HG>
-constexpr int stages_of() {
-  return HG == 4 ? 3 : 4;
-}
 
 struct MmaParams : ListParams {
   bool plain_sum;
@@ -365,15 +354,27 @@ __device__ __forceinline__ void finish_split(const MmaParams& p, const float (&a
   if (tid == 0) *ticket = 0;  // ready for the next launch
 }
 
+// ---- 64 heads per CTA: sparse_mla_mma<4> ----------------------------------------------------------------
+// A CTA holds HG groups of 16 heads of one query and one split of its index list; 4 warps per head
+// group. Each step gathers kTileRows listed rows (1152 bytes each) into shared memory with 16-byte
+// cp.async copies, kMmaStages deep, so every row is read from memory once for all the CTA's heads.
+// Warp (group g, part p): S partial = Q[16 heads, dims 144p..144p+143] . K^T over the tile (Q's A
+// fragments stay in registers for the whole split), the 4 parts are summed through shared memory (a
+// barrier of the group's 4 warps only, so that groups drift apart within a step), every warp of the
+// group runs the same online softmax on the full S, and accumulates O[16 heads, values 128p..128p+127]
+// += P . V. Slower than sparse_mla_rows at every batch measured: the score exchange and the softmax
+// repeated by the 4 warps of a group, and 128 registers for 16 warps (docs/PERF_H200.md v6).
+constexpr int kMmaStages = 3;  // one CTA per SM (registers): 3 stages fit 99 KB next to the 32 KB score exchange
+
 template <int HG>
 constexpr size_t mma_smem_bytes(int split) {
-  return (size_t)stages_of<HG>() * kTileRows * kLdk * 2 + (size_t)2 * HG * 4 * 32 * 8 * 4 + (size_t)round_up(split, kTileRows) * 4;
+  return (size_t)kMmaStages * kTileRows * kLdk * 2 + (size_t)2 * HG * 4 * 32 * 8 * 4 + (size_t)round_up(split, kTileRows) * 4;
 }
 
 template <int HG>
 __global__ void __launch_bounds__(HG * 128, HG == 4 ? 1 : 2) sparse_mla_mma(MmaParams p) {
   constexpr int kThreadsM = HG * 128;
-  constexpr int kStages = stages_of<HG>();
+  constexpr int kStages = kMmaStages;
   extern __shared__ __align__(16) unsigned char smem[];
   __half* k_s = reinterpret_cast<__half*>(smem);                            // [kStages][kTileRows][kLdk]
   float* sp_s = reinterpret_cast<float*>(k_s + kStages * kTileRows * kLdk);  // [2][HG][4][2][32 lanes][4]
