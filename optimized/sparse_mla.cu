@@ -282,6 +282,27 @@ __device__ __forceinline__ void load_split_rows(const ListParams& p, int t, int 
     if (tid + j * kThreadsM < slots) rows_s[tid + j * kThreadsM] = v[j];
 }
 
+// Lazy rescaling, given the tile's max of this thread's two heads: the running max moves only when the
+// tile's max exceeds it by more than kLazyLog2, so that the accumulators are rescaled on few tiles (the
+// common case skips the multiplications, warp-uniformly). Until then P = 2^(s - m) <= 2^kLazyLog2, far
+// inside fp16's range, and the sum and the merge use the same max as P did: the same softmax.
+__device__ __forceinline__ void lazy_rescale(float mxA, float mxB, float& mA, float& mB, float& lA, float& lB,
+                                             float (&acc)[kNPart / 8][4]) {
+  const bool upA = mxA > mA + kLazyLog2, upB = mxB > mB + kLazyLog2;  // mA = -inf: any valid score moves it
+  if (__any_sync(0xffffffffu, upA || upB)) {
+    const float aA = upA ? exp2f(mA - mxA) : 1.f, aB = upB ? exp2f(mB - mxB) : 1.f;  // exp2(-inf) = 0
+    if (upA) mA = mxA;
+    if (upB) mB = mxB;
+    lA *= aA;
+    lB *= aB;
+#pragma unroll
+    for (int n = 0; n < kNPart / 8; ++n) {
+      acc[n][0] *= aA, acc[n][1] *= aA;
+      acc[n][2] *= aB, acc[n][3] *= aB;
+    }
+  }
+}
+
 // The end of a split, for the thread holding O[hA | hB, col0 + 8n + {0, 1}] (n < 16) with the heads'
 // final max and sum (every thread of a head holds the same ones; `writer` writes them). One split:
 // normalise and write out. Several: write the partial; the last CTA of the (query, head block), by
@@ -494,23 +515,7 @@ __global__ void __launch_bounds__(HG * 128, HG == 4 ? 1 : 2) sparse_mla_mma(MmaP
       mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, o));
       mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, o));
     }
-    // Lazy rescaling: the running max moves only when the tile's max exceeds it by more than
-    // kLazyLog2, so that the accumulators are rescaled on few tiles (the common case skips the
-    // multiplications, warp-uniformly). Until then P = 2^(s - m) <= 2^kLazyLog2, far inside fp16's
-    // range, and the sum and the merge use the same max as P did, so the result is the same softmax.
-    const bool upA = mxA > mA + kLazyLog2, upB = mxB > mB + kLazyLog2;  // mA = -inf: any valid score moves it
-    if (__any_sync(0xffffffffu, upA || upB)) {
-      const float aA = upA ? exp2f(mA - mxA) : 1.f, aB = upB ? exp2f(mB - mxB) : 1.f;  // exp2(-inf) = 0
-      if (upA) mA = mxA;
-      if (upB) mB = mxB;
-      lA *= aA;
-      lB *= aB;
-#pragma unroll
-      for (int n = 0; n < kNPart / 8; ++n) {
-        acc[n][0] *= aA, acc[n][1] *= aA;
-        acc[n][2] *= aB, acc[n][3] *= aB;
-      }
-    }
+    lazy_rescale(mxA, mxB, mA, mB, lA, lB, acc);
     const float uA = mA == -INFINITY ? 0.f : mA, uB = mB == -INFINITY ? 0.f : mB;  // no (-inf) - (-inf)
     uint32_t pa[4];
     float sumA = 0.f, sumB = 0.f;
@@ -668,20 +673,7 @@ __global__ void __launch_bounds__(128, 2) sparse_mla_rows(MmaParams p) {
     __syncthreads();  // every warp's maxima are written
     mxA = fmaxf(fmaxf(mx_s[g], mx_s[16 + g]), fmaxf(mx_s[32 + g], mx_s[48 + g]));
     mxB = fmaxf(fmaxf(mx_s[8 + g], mx_s[24 + g]), fmaxf(mx_s[40 + g], mx_s[56 + g]));
-    // Lazy rescaling as in sparse_mla_mma; every warp sees the same tile maxima, so all decide alike.
-    const bool upA = mxA > mA + kLazyLog2, upB = mxB > mB + kLazyLog2;
-    if (__any_sync(0xffffffffu, upA || upB)) {
-      const float aA = upA ? exp2f(mA - mxA) : 1.f, aB = upB ? exp2f(mB - mxB) : 1.f;
-      if (upA) mA = mxA;
-      if (upB) mB = mxB;
-      lA *= aA;
-      lB *= aB;
-#pragma unroll
-      for (int n = 0; n < kNPart / 8; ++n) {
-        acc[n][0] *= aA, acc[n][1] *= aA;
-        acc[n][2] *= aB, acc[n][3] *= aB;
-      }
-    }
+    lazy_rescale(mxA, mxB, mA, mB, lA, lB, acc);  // every warp sees the same tile maxima: all decide alike
     const float uA = mA == -INFINITY ? 0.f : mA, uB = mB == -INFINITY ? 0.f : mB;
     const uint32_t pA = pack_half2(exp2f(s[0] - uA), exp2f(s[1] - uA)), pB = pack_half2(exp2f(s[2] - uB), exp2f(s[3] - uB));
     const float2 ra = unpack_half2(pA), rb = unpack_half2(pB);
