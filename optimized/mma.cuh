@@ -73,6 +73,8 @@ __device__ __forceinline__ void cp_async_bulk(void* dst, const void* src, unsign
 }
 // Orders this thread's earlier ordinary shared-memory accesses before later bulk copies (async proxy).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// After mbar_init, before any thread or copy uses the barriers (then a CTA barrier).
+__device__ __forceinline__ void fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);

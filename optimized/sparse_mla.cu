@@ -580,8 +580,10 @@ __global__ void __launch_bounds__(128, 2) sparse_mla_rows(MmaParams p) {
   const int begin = split * p.split, n_rows = min(p.split, p.entries - begin);
   const int n_tiles = (n_rows + kRowsTile - 1) / kRowsTile;
   __shared__ uint64_t full[kRowsStages];  // stage s holds tile i (i % kRowsStages == s) after phase i / kRowsStages
-  if (tid == 0)
+  if (tid == 0) {
     for (int st = 0; st < kRowsStages; ++st) mbar_init(&full[st], 4);  // one arrival per warp
+    fence_mbar_init();  // the initialised barriers, visible to the bulk copies (async proxy) too
+  }
   // Q of the 16 heads (zeros past H) into the last stage, which tile 1 overwrites only after the loop's
   // first barrier: 16-byte copies here and ldmatrix below instead of 144 scattered 4-byte loads per thread.
   __half* q_s = k_s + (kRowsStages - 1) * kRowsTile * kLdk;  // [16][kLdk]
@@ -620,7 +622,8 @@ __global__ void __launch_bounds__(128, 2) sparse_mla_rows(MmaParams p) {
   // Q's A fragments for this thread's two heads and all 576 dims: heads mr + 8 (mi & 1), dims 8 (mi >> 1).
   uint32_t qa[kMmaDqk / 16][4];
   cp_async_wait<0>();
-  __syncthreads();  // Q is in shared memory
+  fence_proxy_async();  // this thread's copies of Q (generic proxy) before tile 1's bulk copies into the same stage
+  __syncthreads();      // Q is in shared memory
   {
     const uint32_t q_addr = smem_addr(q_s + (mr + (mi & 1) * 8) * kLdk + (mi >> 1) * 8);
 #pragma unroll
