@@ -394,6 +394,7 @@ constexpr size_t mma_smem_bytes(int split) {
 
 template <int HG>
 __global__ void __launch_bounds__(HG * 128, HG == 4 ? 1 : 2) sparse_mla_mma(MmaParams p) {
+  asm volatile("griddepcontrol.launch_dependents;\n");  // the merge kernel may launch now (it waits for us)
   constexpr int kThreadsM = HG * 128;
   constexpr int kStages = kMmaStages;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -565,6 +566,7 @@ constexpr size_t rows_smem_bytes(int split) {
 }
 
 __global__ void __launch_bounds__(128, 2) sparse_mla_rows(MmaParams p) {
+  asm volatile("griddepcontrol.launch_dependents;\n");  // the merge kernel may launch now (it waits for us)
   extern __shared__ __align__(16) unsigned char smem[];
   __half* k_s = reinterpret_cast<__half*>(smem);               // [kRowsStages][kRowsTile][kLdk]
   __half* p_s = k_s + kRowsStages * kRowsTile * kLdk;           // [16 heads][kPLd]: P of the tile, fp16
@@ -714,16 +716,19 @@ __global__ void __launch_bounds__(128, 2) sparse_mla_rows(MmaParams p) {
 }
 
 // The merge for many splits, where one CTA per (query, head block) would read too much: one CTA of
-// 128 threads per (head, query), a float4 column each, the splits' loads unrolled to be in flight.
+// 128 threads per (head, query), a float4 column each, the splits' loads unrolled to be in flight (16:
+// the automatic split's most). Launched as a programmatic dependent of the split kernel, which lets it
+// launch at once: it waits here for that kernel's completion and memory, not for its own launch.
 __global__ void __launch_bounds__(128) sparse_mla_mma_merge(const float* __restrict__ o_part, const float* __restrict__ m_part,
                                                             const float* __restrict__ l_part, int n_splits, int H,
                                                             bool plain_sum, float* __restrict__ out) {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // a no-op when launched without the dependency
   const int h = blockIdx.x, t = blockIdx.y, c = threadIdx.x * 4;
   float M = -INFINITY;
   for (int s = 0; s < n_splits; ++s) M = fmaxf(M, m_part[((int64_t)t * n_splits + s) * H + h]);
   float Ls = 0.f;
   float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
+#pragma unroll 16
   for (int s = 0; s < n_splits; ++s) {
     const int64_t k = ((int64_t)t * n_splits + s) * H + h;
     const float m = m_part[k];
@@ -792,8 +797,18 @@ void launch_mma(const SparseMlaArgs& a, bool dense, int64_t entries) {
   kernel<<<grid, HG * 128, smem, cur_stream()>>>(p);
   MLACONF_CUDA_LAUNCH_CHECK(HG == 1 ? "sparse_mla_rows" : "sparse_mla_mma");
   if (n_splits > 1 && !p.fused_merge) {
-    sparse_mla_mma_merge<<<dim3((unsigned)a.H, (unsigned)a.T), kMmaDv / 4, 0, cur_stream()>>>(p.o_part, p.m_part, p.l_part, (int)n_splits, p.H,
-                                                                              p.plain_sum, a.out);
+    // Programmatic dependent launch: the merge's launch overlaps the split kernel (sm_90 and later).
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3((unsigned)a.H, (unsigned)a.T);
+    cfg.blockDim = dim3(kMmaDv / 4);
+    cfg.stream = cur_stream();
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    MLACONF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_mla_mma_merge, (const float*)p.o_part, (const float*)p.m_part,
+                                          (const float*)p.l_part, (int)n_splits, p.H, p.plain_sum, a.out));
     MLACONF_CUDA_LAUNCH_CHECK("sparse_mla_mma_merge");
   }
 }
