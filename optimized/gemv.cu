@@ -26,7 +26,7 @@ namespace {
 // sets it per case; api.h lists them: kGemvDefault .. kGemvSimt).
 int g_gemv_variant = [] {
   const char* v = std::getenv("MLACONF_GEMV_VARIANT");
-  return v && v[0] >= '1' && v[0] <= '4' && !v[1] ? v[0] - '0' : kGemvDefault;
+  return v && v[0] >= '1' && v[0] - '0' <= kGemvSimt && !v[1] ? v[0] - '0' : kGemvDefault;  // kGemvSimt: the last variant
 }();
 }
 int gemv_variant() { return g_gemv_variant; }
