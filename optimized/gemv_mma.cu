@@ -5,17 +5,23 @@
 // Q6_K block kernel issued 19 instructions per weight per lane (ncu: issue slots 79% busy, the output head
 // at 27% of its floor), the Q4_K kernel by L1 wavefronts (per-lane 16-byte loads over 8 rows). Here a warp
 // takes 16 rows (the mma's M) and streams their blocks through shared memory with 16-byte cp.async (a row's
-// block is contiguous, so a warp's copy touches few cache lines); each lane turns 4 values of each of its
-// two rows into bf16 (exact: the integer q of a 4- or 6-bit code, 128 + q built in the mantissa and 128 or
-// 160 subtracted) and one mma.sync m16n8k16 multiplies 16 rows x 16 values by 8 columns of x.
+// block is contiguous, so a warp's copy touches few cache lines); one mma.sync m16n8k16 multiplies 16 rows x
+// 16 values by 8 columns of x. The A operand, exactly:
+//   Q6_K: each lane turns 4 values of each of its two rows into bf16 (the integer q, 128 + q built in the
+//         mantissa and 160 subtracted); per sub-block (16 values) the fp32 partial is multiplied by its
+//         integer scale, per block by d.
+//   Q4_K (v7): sc q in fp16 (<= 945, exact), from two nibbles per LOP3 and one HFMA2 (block_q4k), so a whole
+//         block accumulates in the tensor cores; per block y += d 2^-e C - dmin M, M the sub-blocks' m times
+//         their sums of x by one more mma. v7 took the block's hot loop from 561 to 374 instructions per warp
+//         at one x per pass (sm_90 SASS; docs/PERF_H200_gemv_blocks.md v7).
 //
-// Precision: x (fp32) is split into three bf16 terms hi + mid + lo (each the rounding of what the previous
-// ones left, so their sum is x to ~2^-25 relative; bf16 keeps fp32's exponent range, so no scaling), and
-// the 8 columns of an mma are (2 x) x (3 terms) + 2 zero columns; the integer q times a bf16 term is exact
-// in the tensor core's fp32 accumulation. Per sub-block (16 values for Q6_K, 32 for Q4_K) the fp32 partial
-// is multiplied by its integer scale; per block by d (and, Q4_K, minus dmin * sum_sb m * sum(x over sb)).
-// The three terms of a column are added last: y = (hi + mid) + lo. Error against float64: the fp32
-// roundings of the SIMT kernels' size (suites/gpu test_gemv_mma measures it); the bits differ from the SIMT
+// Precision: x (fp32) is split into three 16-bit terms hi + mid + lo (each the rounding of what the previous
+// ones left), and the 8 columns of an mma are (2 x) x (3 terms) + 2 zero columns; the integer (Q6_K) or
+// sc q (Q4_K) times a term is exact in the tensor core's fp32 accumulation. Q6_K's terms are bf16 (fp32's
+// exponent range: x to ~2^-25 relative, no scaling); Q4_K's are fp16 of x scaled per 256-value block by a
+// power of two (split_x_q4k_kernel: x to ~2^-33 of the block's largest value). The three terms of a column
+// are added last: y = (hi + mid) + lo. Error against float64: the fp32 roundings of the SIMT kernels' size
+// (suites/gpu test_gemv_mma measures it, including x from 2^-100 to 2^100); the bits differ from the SIMT
 // kernels'. The default for matrices of at least 1024 x 2048 (gemv_mma_by_default: on the H200 faster than
 // the SIMT kernels there at B = 8, and for Q6_K at B = 1; docs/PERF_H200_gemv_blocks.md v4).
 //
@@ -24,11 +30,13 @@
 // split of K over warps (ks) is a function of the matrix shape alone, and the warps' partials are added
 // in warp order. So batched decode gives every sequence the bits of decoding it alone.
 //
-// Only sm_90 / sm_120 instructions: mma.sync (bf16), cp.async; at most 69.6 KB of dynamic shared memory.
+// Only sm_90 / sm_120 instructions: mma.sync (bf16, f16), cp.async; at most 69.6 KB of dynamic shared memory.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cfloat>
 
 #include "core/error.h"
 #include "optimized/api.h"
@@ -46,13 +54,12 @@ namespace {
 constexpr int kWarps = 8, kWarpsSmall = 4;
 constexpr int kMaxCg = 4;  // column groups per pass: 2 x each, so up to 8 x per pass
 
-// ---- x as bf16 terms (one launch per GEMV call) ----
-// Slot s of x (a batch entry's vector) is column group s / 2, columns 3 (s % 2) + term; columns 6 and 7
-// are zero. xi: [groups][K / 16][8 columns][16 values] bf16, so that the B fragment of one k-step (16
-// values) for all 32 lanes is 256 contiguous bytes. xs: [groups][K / 32][8] fp32, the sum of x over each
-// 32-value sub-block in the column of the slot's hi term, zero in the others (Q4_K's dmin term).
+// ---- x as 16-bit terms (one launch per GEMV call) ----
+// Q6_K's x: slot s of x (a batch entry's vector) is column group s / 2, columns 3 (s % 2) + term; columns 6
+// and 7 are zero. xi: [groups][K / 16][8 columns][16 values] bf16, so that the B fragment of one k-step (16
+// values) for all 32 lanes is 256 contiguous bytes.
 __global__ void split_x_kernel(const float* __restrict__ x, int64_t x_stride, int64_t K, int64_t ntok,
-                               __nv_bfloat16* __restrict__ xi, float* __restrict__ xs, bool hi_only) {
+                               __nv_bfloat16* __restrict__ xi, bool hi_only) {
   const int64_t pos = (int64_t)blockIdx.x * 256 + threadIdx.x;
   const int64_t s = blockIdx.y;  // grid.y: ntok rounded up to even; the padding slot is zero
   const float v = s < ntok ? x[s * x_stride + pos] : 0.f;
@@ -68,16 +75,71 @@ __global__ void split_x_kernel(const float* __restrict__ x, int64_t x_stride, in
   o[(c0 + 1) * 16] = hi_only ? zero : mid;  // the fault gemv-x-bf16
   o[(c0 + 2) * 16] = hi_only ? zero : lo;
   o[(6 + (s & 1)) * 16] = zero;
-  // The 32 lanes hold one sub-block: a butterfly gives every lane the same sum (fadd commutes).
+}
+
+// Q4_K's x: fp16 terms of x scaled per block, so that the 6-bit scale can ride in the A operand (sc q <= 945
+// is exact in fp16, not in bf16) and one fp32 accumulator takes a whole block (v7: the per-sub-block fp32
+// scale FMAs and the float conversions of sc were 26 % of the block's instructions).
+// One CTA per (Q4_K block of 256 values, slot). x' = x 2^e, e = 15 - E with max |x| (finite values) in
+// [2^(E-1), 2^E): every |x'| < 2^15, so three fp16 terms carry x' to ~2^-33 of the block's largest value
+// (fp16's exponent range, unlike bf16's, needs the scale); e <= 100 keeps 2^-e a normal float. Inf and NaN
+// pass through as before (their lower terms are NaN). Writes:
+//   xi: [groups][K / 16][8 columns][16 values] fp16, each 4-value group stored (0, 2, 1, 3): the A fragment
+//       takes bytes (0, 2) and (1, 3) of a qs word by one LOP3 each (block_q4k);
+//   xf: [groups][K / 256][8] fp32, 2^-e in the slot's three columns, 1 in the zero columns;
+//   xm: [groups][K / 256][8 columns][8 sub-blocks] bf16, the unscaled fp32 sum of x over each 32-value
+//       sub-block as three bf16 terms in the slot's columns (the B operand of the dmin m term's mma).
+__global__ void split_x_q4k_kernel(const float* __restrict__ x, int64_t x_stride, int64_t K, int64_t ntok,
+                                   __half* __restrict__ xi, float* __restrict__ xf, __nv_bfloat16* __restrict__ xm,
+                                   bool hi_only) {
+  __shared__ float wmax[8];
+  const int64_t blk = blockIdx.x, nb = K / 256, pos = blk * 256 + threadIdx.x;
+  const int64_t s = blockIdx.y;  // grid.y: ntok rounded up to even; the padding slot is zero
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const float v = s < ntok ? x[s * x_stride + pos] : 0.f;
+  float m = fabsf(v) <= FLT_MAX ? fabsf(v) : 0.f;  // NaN and inf do not set the scale
+#pragma unroll
+  for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  if (lane == 0) wmax[warp] = m;
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < 8; ++i) m = fmaxf(m, wmax[i]);
+  int E = 0;
+  (void)frexpf(m, &E);  // m = f 2^E, f in [0.5, 1); E = 0 for m = 0
+  const int e = min(15 - E, 100);  // >= 15 - 128: no finite x' reaches 2^15
+  const float xs = __fmul_rn(v, __int_as_float((127 + e) << 23));  // exact: a power of two, x' normal or tiny
+  const __half hi = __float2half_rn(xs);
+  const float r1 = __fsub_rn(xs, __half2float(hi));  // exact, as in split_x_kernel
+  const __half mid = __float2half_rn(r1);
+  const __half lo = __float2half_rn(__fsub_rn(r1, __half2float(mid)));
+  const __half zero = __float2half_rn(0.f);
+  const int64_t cg = s >> 1, c0 = 3 * (s & 1);
+  const int p = (int)(pos & 15), q = (p & ~3) | ((p & 1) << 1) | ((p >> 1) & 1);  // (0, 2, 1, 3) in each 4
+  __half* o = xi + (cg * (K / 16) + pos / 16) * 128 + q;
+  o[(c0 + 0) * 16] = hi;
+  o[(c0 + 1) * 16] = hi_only ? zero : mid;  // the fault gemv-x-bf16 (x as one 16-bit term)
+  o[(c0 + 2) * 16] = hi_only ? zero : lo;
+  o[(6 + (s & 1)) * 16] = zero;
+  if (threadIdx.x == 0) {
+    float* f = xf + (cg * nb + blk) * 8;
+    f[c0] = f[c0 + 1] = f[c0 + 2] = __int_as_float((127 - e) << 23);
+    f[6 + (s & 1)] = 1.f;
+  }
+  // Warp w holds sub-block w: a butterfly gives every lane the same sum (fadd commutes).
   float sum = v;
 #pragma unroll
   for (int off = 16; off; off >>= 1) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, off));
-  if ((threadIdx.x & 31) == 0) {
-    float* q = xs + (cg * (K / 32) + pos / 32) * 8;
-    q[c0] = sum;
-    q[c0 + 1] = 0.f;
-    q[c0 + 2] = 0.f;
-    q[6 + (s & 1)] = 0.f;
+  if (lane == 0) {
+    const __nv_bfloat16 shi = __float2bfloat16_rn(sum);
+    const float t1 = __fsub_rn(sum, __bfloat162float(shi));
+    const __nv_bfloat16 smid = __float2bfloat16_rn(t1);
+    const __nv_bfloat16 slo = __float2bfloat16_rn(__fsub_rn(t1, __bfloat162float(smid)));
+    const __nv_bfloat16 bz = __float2bfloat16_rn(0.f);
+    __nv_bfloat16* om = xm + (cg * nb + blk) * 64 + warp;
+    om[(c0 + 0) * 8] = shi;
+    om[(c0 + 1) * 8] = hi_only ? bz : smid;
+    om[(c0 + 2) * 8] = hi_only ? bz : slo;
+    om[(6 + (s & 1)) * 8] = bz;
   }
 }
 
@@ -93,7 +155,8 @@ struct MmaArgs {
   int ny;       // shared: entry groups, the fastest-varying part of blockIdx.x
   bool one_x;   // (not shared) every entry reads x slot 0
   const uint2* xi;
-  const float* xs;
+  const float2* xf;     // Q4_K: split_x_q4k_kernel's xf and xm
+  const uint32_t* xm;
   float* y;
   int64_t y_stride;
 };
@@ -113,6 +176,12 @@ constexpr size_t smem_bytes(int warps) {
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint2 b) {
   asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
+}
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint2 b) {
+  asm(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
 }
@@ -204,73 +273,112 @@ __device__ __forceinline__ void block_q6k(const uint8_t* s0, const uint8_t* s1, 
   }
 }
 
-// One Q4_K block (d dmin scales[12] qs[128]) of rows g (s0, 16-byte aligned) and g + 8 (s1). Chunk c's 32
-// qs bytes hold sub-block 2c (low nibbles) and 2c + 1 (high); k-step (sub-block sb, half s) is positions
-// 16 s .. 16 s + 15 of sb, lane t taking qs byte 32 c + 16 s + 4 t .. + 3.
+// fp16 1024's high byte in every byte, and 1024 as an fp16 pair; __constant__ for the reason of c_bf128_bytes.
+__constant__ uint32_t c_f16_1024_bytes = 0x64646464u;
+constexpr uint32_t kH1024 = 0x64006400u;
+__device__ __forceinline__ __half2 as_h2(uint32_t u) { return *reinterpret_cast<const __half2*>(&u); }
+__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
+// (w & mask) | kH1024 in one LOP3 (written as C, the compiler emitted an AND and an OR: one instruction
+// takes one immediate, so ptxas keeps 1024's bits in a register here).
+__device__ __forceinline__ uint32_t nibbles_1024(uint32_t w, uint32_t mask) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(w), "r"(mask), "r"(kH1024));
+  return r;
+}
+
+// One Q4_K block (d dmin scales[12] qs[128]) of rows g (s0, 16-byte aligned) and g + 8 (s1), block b of the
+// row. Chunk ch's 32 qs bytes hold sub-block 2 ch (low nibbles) and 2 ch + 1 (high); k-step (sub-block sb,
+// half s) is qs bytes 32 ch + 16 s .. + 15, lane t taking bytes 4 t .. 4 t + 3 of it, whose x split_x_q4k
+// stored as (0, 2, 1, 3). The A operand is sc q in fp16, exact (sc q <= 945): one LOP3 puts two nibbles in
+// the mantissa of 1024 (a low nibble n as 1024 + n, a high one in place as 1024 + 16 n), one HFMA2 takes
+// (1024 + n) sc - 1024 sc (or (1024 + 16 n) sc / 16 - 64 sc), so a whole block accumulates in fp32 in the
+// tensor cores (two chains, low and high nibbles, added last). The dmin term is one more mma: A = m of
+// sub-blocks 2 t, 2 t + 1 (bf16, exact), B = xm (each sub-block's sum of x as bf16 terms). Then
+// y += d 2^-e C - dmin M per row and column.
 template <int NCG>
-__device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, int64_t kbase, int64_t sbase, int t,
-                                          const uint2* xg, int64_t xg_stride, const float2* xsg, int64_t xs_stride,
-                                          float (&acc)[NCG][4]) {
+__device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, int64_t b, int t, const uint2* xg,
+                                          int64_t xg_stride, const float2* xf, int64_t xf_stride, const uint32_t* xm,
+                                          int64_t xm_stride, float (&acc)[NCG][4]) {
   const uint4 h0 = *reinterpret_cast<const uint4*>(s0), h1 = *reinterpret_cast<const uint4*>(s1);
-  // ggml's get_scale_min_k4, four sub-blocks per word: (SC, M)[0] for sub-blocks 0-3, [1] for 4-7.
+  // ggml's get_scale_min_k4, four sub-blocks per word: SC[0] for sub-blocks 0-3, [1] for 4-7.
   const uint32_t sc0[2] = {h0.y & 0x3F3F3F3Fu, (h0.w & 0x0F0F0F0Fu) | ((h0.y >> 2) & 0x30303030u)};
-  const uint32_t m0[2] = {h0.z & 0x3F3F3F3Fu, ((h0.w >> 4) & 0x0F0F0F0Fu) | ((h0.z >> 2) & 0x30303030u)};
   const uint32_t sc1[2] = {h1.y & 0x3F3F3F3Fu, (h1.w & 0x0F0F0F0Fu) | ((h1.y >> 2) & 0x30303030u)};
-  const uint32_t m1[2] = {h1.z & 0x3F3F3F3Fu, ((h1.w >> 4) & 0x0F0F0F0Fu) | ((h1.z >> 2) & 0x30303030u)};
-  float bs[NCG][4], bm[NCG][4];
+  float C[2][NCG][4];
 #pragma unroll
-  for (int c = 0; c < NCG; ++c)
+  for (int n = 0; n < 2; ++n)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) bs[c][i] = bm[c][i] = 0.f;
+    for (int c = 0; c < NCG; ++c) C[n][c][0] = C[n][c][1] = C[n][c][2] = C[n][c][3] = 0.f;
+  const uint2* xb = xg + b * 16 * 32;
 #pragma unroll
   for (int ch = 0; ch < 4; ++ch) {
-    const uint32_t w00 = *reinterpret_cast<const uint32_t*>(s0 + 16 + 32 * ch + 4 * t);
-    const uint32_t w01 = *reinterpret_cast<const uint32_t*>(s0 + 32 + 32 * ch + 4 * t);
-    const uint32_t w10 = *reinterpret_cast<const uint32_t*>(s1 + 16 + 32 * ch + 4 * t);
-    const uint32_t w11 = *reinterpret_cast<const uint32_t*>(s1 + 32 + 32 * ch + 4 * t);
+    uint32_t w0[2], w1[2], v0[2], v1[2];
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      w0[s] = *reinterpret_cast<const uint32_t*>(s0 + 16 + 32 * ch + 16 * s + 4 * t);
+      w1[s] = *reinterpret_cast<const uint32_t*>(s1 + 16 + 32 * ch + 16 * s + 4 * t);
+      v0[s] = w0[s] >> 8, v1[s] = w1[s] >> 8;
+    }
+    // The multipliers (sc, or sc / 16 for a high nibble) and offsets (-1024 sc, or -64 sc) of each row, all
+    // exact in fp16. One x per pass: both sub-blocks' in one pair ((1024 + sc_lo, 1024 + sc_hi) built in the
+    // mantissas, minus 1024), each HFMA2 taking its half broadcast (.H0_H0 / .H1_H1): 4 instructions per row
+    // and chunk, not 7. With 4 column groups the pairs measured 8-12 % slower (B = 8, H200), so there each
+    // sub-block builds its own, the same values (docs/PERF_H200_gemv_blocks.md v7).
+    const unsigned sel = 0x4040u | (unsigned)(2 * (ch & 1)) | ((unsigned)(2 * (ch & 1) + 1) << 8);
+    const __half2 p0 = __hsub2(as_h2(__byte_perm(sc0[ch >> 1], c_f16_1024_bytes, sel)), as_h2(kH1024));
+    const __half2 p1 = __hsub2(as_h2(__byte_perm(sc1[ch >> 1], c_f16_1024_bytes, sel)), as_h2(kH1024));
+    const __half2 kmul = __halves2half2(__float2half_rn(1.f), __float2half_rn(0.0625f));
+    const __half2 kadd = __halves2half2(__float2half_rn(-1024.f), __float2half_rn(-64.f));
+    const __half2 mul0 = __hmul2(p0, kmul), mul1 = __hmul2(p1, kmul);
+    const __half2 add0 = __hmul2(p0, kadd), add1 = __hmul2(p1, kadd);
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {
       const int sb = 2 * ch + hi;
-      float C[NCG][4];
-#pragma unroll
-      for (int c = 0; c < NCG; ++c) C[c][0] = C[c][1] = C[c][2] = C[c][3] = 0.f;
+      __half2 m0, m1, z0, z1;
+      if constexpr (NCG == 1) {
+        m0 = hi ? __high2half2(mul0) : __low2half2(mul0), m1 = hi ? __high2half2(mul1) : __low2half2(mul1);
+        z0 = hi ? __high2half2(add0) : __low2half2(add0), z1 = hi ? __high2half2(add1) : __low2half2(add1);
+      } else {
+        const unsigned sel1 = 0x4040u | (unsigned)(sb & 3) | ((unsigned)(sb & 3) << 8);
+        const __half2 q0 = __hsub2(as_h2(__byte_perm(sc0[sb >> 2], c_f16_1024_bytes, sel1)), as_h2(kH1024));
+        const __half2 q1 = __hsub2(as_h2(__byte_perm(sc1[sb >> 2], c_f16_1024_bytes, sel1)), as_h2(kH1024));
+        m0 = hi ? __hmul2(q0, __float2half2_rn(0.0625f)) : q0, m1 = hi ? __hmul2(q1, __float2half2_rn(0.0625f)) : q1;
+        const __half2 k = __float2half2_rn(hi ? -64.f : -1024.f);
+        z0 = __hmul2(q0, k), z1 = __hmul2(q1, k);
+      }
+      const uint32_t mask = hi ? 0x00F000F0u : 0x000F000Fu;
 #pragma unroll
       for (int s = 0; s < 2; ++s) {
-        const uint32_t n0 = (hi ? (s ? w01 : w00) >> 4 : (s ? w01 : w00)) & 0x0F0F0F0Fu;
-        const uint32_t n1 = (hi ? (s ? w11 : w10) >> 4 : (s ? w11 : w10)) & 0x0F0F0F0Fu;
-        const uint32_t a[4] = {q_pair(n0, 0x4140u, kBf128), q_pair(n1, 0x4140u, kBf128), q_pair(n0, 0x4342u, kBf128),
-                               q_pair(n1, 0x4342u, kBf128)};
+        const uint32_t a[4] = {h2_bits(__hfma2(as_h2(nibbles_1024(w0[s], mask)), m0, z0)),
+                               h2_bits(__hfma2(as_h2(nibbles_1024(w1[s], mask)), m1, z1)),
+                               h2_bits(__hfma2(as_h2(nibbles_1024(v0[s], mask)), m0, z0)),
+                               h2_bits(__hfma2(as_h2(nibbles_1024(v1[s], mask)), m1, z1))};
 #pragma unroll
-        for (int c = 0; c < NCG; ++c) {  // every group: padded with zero x (no branch around the mma)
-          mma_bf16(C[c], a, __ldg(xg + c * xg_stride + (kbase + 2 * sb + s) * 32));
-        }
-      }
-      const float f_sc0 = byte_as_float(sc0[sb >> 2], sb & 3, 0.f), f_m0 = byte_as_float(m0[sb >> 2], sb & 3, 0.f);
-      const float f_sc1 = byte_as_float(sc1[sb >> 2], sb & 3, 0.f), f_m1 = byte_as_float(m1[sb >> 2], sb & 3, 0.f);
-#pragma unroll
-      for (int c = 0; c < NCG; ++c) {
-        const float2 X = __ldg(xsg + c * xs_stride + (sbase + sb) * 4);
-        bs[c][0] = fmaf(f_sc0, C[c][0], bs[c][0]);
-        bs[c][1] = fmaf(f_sc0, C[c][1], bs[c][1]);
-        bs[c][2] = fmaf(f_sc1, C[c][2], bs[c][2]);
-        bs[c][3] = fmaf(f_sc1, C[c][3], bs[c][3]);
-        bm[c][0] = fmaf(f_m0, X.x, bm[c][0]);
-        bm[c][1] = fmaf(f_m0, X.y, bm[c][1]);
-        bm[c][2] = fmaf(f_m1, X.x, bm[c][2]);
-        bm[c][3] = fmaf(f_m1, X.y, bm[c][3]);
+        for (int c = 0; c < NCG; ++c)  // every group: padded with zero x (no branch around the mma)
+          mma_f16(C[hi][c], a, __ldg(xb + c * xg_stride + (2 * sb + s) * 32));
       }
     }
   }
+  // The dmin term: m of sub-blocks 2 t, 2 t + 1 (word t / 2 of ggml's M, bytes 2 (t & 1), + 1) as bf16 128 + m
+  // minus 128; k-steps 8-15 of the mma are zero.
+  const uint32_t mw0 = t < 2 ? h0.z & 0x3F3F3F3Fu : ((h0.w >> 4) & 0x0F0F0F0Fu) | ((h0.z >> 2) & 0x30303030u);
+  const uint32_t mw1 = t < 2 ? h1.z & 0x3F3F3F3Fu : ((h1.w >> 4) & 0x0F0F0F0Fu) | ((h1.z >> 2) & 0x30303030u);
+  const unsigned msel = 0x4040u | (2u * (t & 1)) | ((2u * (t & 1) + 1) << 8);
+  const uint32_t am[4] = {q_pair(mw0, msel, kBf128), q_pair(mw1, msel, kBf128), 0u, 0u};
   const float d0 = __half2float(__ushort_as_half((unsigned short)(h0.x & 0xffff)));
   const float dm0 = __half2float(__ushort_as_half((unsigned short)(h0.x >> 16)));
   const float d1 = __half2float(__ushort_as_half((unsigned short)(h1.x & 0xffff)));
   const float dm1 = __half2float(__ushort_as_half((unsigned short)(h1.x >> 16)));
 #pragma unroll
   for (int c = 0; c < NCG; ++c) {
-    acc[c][0] = fmaf(-dm0, bm[c][0], fmaf(d0, bs[c][0], acc[c][0]));
-    acc[c][1] = fmaf(-dm0, bm[c][1], fmaf(d0, bs[c][1], acc[c][1]));
-    acc[c][2] = fmaf(-dm1, bm[c][2], fmaf(d1, bs[c][2], acc[c][2]));
-    acc[c][3] = fmaf(-dm1, bm[c][3], fmaf(d1, bs[c][3], acc[c][3]));
+    float M[4] = {0.f, 0.f, 0.f, 0.f};
+    mma_bf16(M, am, make_uint2(__ldg(xm + c * xm_stride + b * 32), 0u));
+    const float2 f = __ldg(xf + c * xf_stride + b * 4);
+    const float c0 = __fadd_rn(C[0][c][0], C[1][c][0]), c1 = __fadd_rn(C[0][c][1], C[1][c][1]);
+    const float c2 = __fadd_rn(C[0][c][2], C[1][c][2]), c3 = __fadd_rn(C[0][c][3], C[1][c][3]);
+    acc[c][0] = fmaf(-dm0, M[0], fmaf(__fmul_rn(d0, f.x), c0, acc[c][0]));
+    acc[c][1] = fmaf(-dm0, M[1], fmaf(__fmul_rn(d0, f.y), c1, acc[c][1]));
+    acc[c][2] = fmaf(-dm1, M[2], fmaf(__fmul_rn(d1, f.x), c2, acc[c][2]));
+    acc[c][3] = fmaf(-dm1, M[3], fmaf(__fmul_rn(d1, f.y), c3, acc[c][3]));
   }
 }
 
@@ -295,8 +403,14 @@ __global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
   const int64_t left = a.batch - e0 < 8 ? a.batch - e0 : 8;
   const int ncg = a.shared ? (int)((left + 1) / 2 < NCG ? (left + 1) / 2 : NCG) : 1;
   const int64_t K16 = (int64_t)a.nb * 16;
-  const uint2* xg = a.xi + ((slot >> 1) * K16 * 8 + g) * 4 + t;  // this lane's B fragment of k-step 0
-  const float2* xsg = reinterpret_cast<const float2*>(a.xs) + (slot >> 1) * (int64_t)a.nb * 8 * 4 + t;
+  // This lane's B fragment of k-step 0. An entry that is not a shared pass uses 3 of the 8 columns
+  // (3 (slot % 2) .. + 2); the other lanes read column 7, which split_x zeroes in every group: their outputs
+  // are unused, and a warp's x load touches 4 sectors instead of 8 (v7). A shared pass reads its own
+  // columns: only 6 and 7 are zero there.
+  const bool xl = a.shared || (unsigned)(g - 3 * (int)(slot & 1)) < 3u;
+  const uint2* xg = a.xi + ((slot >> 1) * K16 * 8 + (xl ? g : 7)) * 4 + t;
+  const float2* xfg = a.xf + (slot >> 1) * (int64_t)a.nb * 4 + t;        // Q4_K: this lane's two columns' 2^-e
+  const uint32_t* xmg = a.xm + ((slot >> 1) * (int64_t)a.nb * 8 + g) * 4 + t;  // Q4_K: its dmin term's B fragment
   const uint8_t* wm = a.w + mat * a.w_stride;
   const uint8_t* mat_end = wm + a.n_rows * a.row_bytes;
   const int64_t rl0 = min(tile * 16 + g, a.n_rows - 1), rl1 = min(tile * 16 + g + 8, a.n_rows - 1);
@@ -320,6 +434,16 @@ __global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
     if (cw >= S::words) return;
     uint8_t* d0 = slot_ch + (size_t)st * 16 * S::slot;
     const int64_t bo = (int64_t)b * S::ts;
+    // Q4_K: rows (nb x 144 bytes) and blocks start 16-byte aligned, as the matrix does, and a block's 9 words
+    // are its own: a full tile takes them without the alignment arithmetic or the end test.
+    if constexpr (TYPE == kQ4_K) {
+      if (full_tile) {
+        const uint8_t* src = row_ch + bo + 16 * cw;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) cp_async_16(smem_addr(d0 + (size_t)2 * i * S::slot), src + 2 * i * a.row_bytes, 16);
+        return;
+      }
+    }
     // The usual case, one test per block: all 16 rows exist and the last one's words lie inside the matrix
     // (rows ascend, so every other row's do too). A word past a block's end lands in the slot's headroom.
     if (full_tile && mat_end - align16(row_last + bo) >= 16 * S::words) {
@@ -352,22 +476,24 @@ __global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
       if (b_lo + s < b_hi) issue(b_lo + s, s);
       cp_async_commit();
     }
+    int st = 0;  // (b - b_lo) % stages, kept by a counter (the modulo by 3 was 4 instructions per use)
     for (int b = b_lo; b < b_hi; ++b) {
       const int nx = b + S::stages - 1;
-      if (nx < b_hi) issue(nx, (nx - b_lo) % S::stages);
+      if (nx < b_hi) issue(nx, st == 0 ? S::stages - 1 : st - 1);
       cp_async_commit();  // possibly empty: keeps the wait count uniform
       cp_async_wait<S::stages - 1>();
       __syncwarp();
-      const int st = (b - b_lo) % S::stages;
-      const uintptr_t o0 = reinterpret_cast<uintptr_t>(wm + rl0 * a.row_bytes + (int64_t)b * S::ts) & 15;
-      const uintptr_t o1 = reinterpret_cast<uintptr_t>(wm + rl1 * a.row_bytes + (int64_t)b * S::ts) & 15;
+      // A row's block at the offset it had in its 16-byte word (always 0 for Q4_K).
+      const uintptr_t o0 = TYPE == kQ4_K ? 0 : reinterpret_cast<uintptr_t>(wm + rl0 * a.row_bytes + (int64_t)b * S::ts) & 15;
+      const uintptr_t o1 = TYPE == kQ4_K ? 0 : reinterpret_cast<uintptr_t>(wm + rl1 * a.row_bytes + (int64_t)b * S::ts) & 15;
       const uint8_t* s0 = stg + ((size_t)st * 16 + g) * S::slot + o0;
       const uint8_t* s1 = stg + ((size_t)st * 16 + g + 8) * S::slot + o1;
       if constexpr (TYPE == kQ6_K)
         block_q6k<NCG>(s0, s1, t, xg + (int64_t)b * 16 * 32, K16 * 32, acc);
       else
-        block_q4k<NCG>(s0, s1, (int64_t)b * 16, (int64_t)b * 8, t, xg, K16 * 32, xsg, (int64_t)a.nb * 32, acc);
+        block_q4k<NCG>(s0, s1, b, t, xg, K16 * 32, xfg, (int64_t)a.nb * 4, xmg, (int64_t)a.nb * 32, acc);
       __syncwarp();  // the stage is refilled `stages` blocks on
+      st = st + 1 == S::stages ? 0 : st + 1;
     }
   }
   cp_async_wait<0>();
@@ -454,10 +580,16 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   // they are padded with zero x (the kernel never branches around an mma).
   const int64_t groups = shared ? (ny == 1 ? ncg : kMaxCg * ny) : (ntok + 1) / 2;
   if (2 * groups > 65535 || (shared && (n_rows + 15) / 16 * ny > 0x7fffffff)) return false;
-  auto* xi = static_cast<__nv_bfloat16*>(scratch(5, (size_t)groups * K * 16));
-  auto* xs = static_cast<float*>(scratch(6, (size_t)groups * (K / 32) * 32));
-  split_x_kernel<<<dim3((unsigned)(K / 256), (unsigned)(2 * groups)), 256, 0, cur_stream()>>>(d_x, x_stride, K, ntok, xi, xs,
-                                                                                              active_fault() == Fault::GemvXBf16);
+  void* xi = scratch(5, (size_t)groups * K * 16);
+  // Q4_K: xm ([groups][nb][8][8] bf16) then xf ([groups][nb][8] fp32).
+  auto* xm = static_cast<__nv_bfloat16*>(t == GgmlType::Q4_K ? scratch(6, (size_t)groups * nb * 160) : nullptr);
+  auto* xf = reinterpret_cast<float*>(xm + (xm ? groups * nb * 64 : 0));
+  const dim3 sgrid((unsigned)nb, (unsigned)(2 * groups));
+  const bool hi_only = active_fault() == Fault::GemvXBf16;
+  if (t == GgmlType::Q4_K)
+    split_x_q4k_kernel<<<sgrid, 256, 0, cur_stream()>>>(d_x, x_stride, K, ntok, static_cast<__half*>(xi), xf, xm, hi_only);
+  else
+    split_x_kernel<<<sgrid, 256, 0, cur_stream()>>>(d_x, x_stride, K, ntok, static_cast<__nv_bfloat16*>(xi), hi_only);
   MLACONF_CUDA_LAUNCH_CHECK("split_x_kernel");
 
   // Row tiles per CTA from the shape alone (so the split of K, hence each row's order of sums, never
@@ -470,7 +602,8 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   const int rt = tiles >= 132 * 8 ? 8 : tiles >= 132 * 4 ? 4 : tiles >= 132 * 2 ? 2 : 1;
   const int ks = tiles > 128 ? kWarps / rt : kWarpsSmall;
   MmaArgs a{static_cast<const uint8_t*>(d_w), n_rows, row_bytes(t, ncols), (int)nb, rt, ks, d_ids, w_count,
-            w_stride, batch, shared, (int)ny, one_x, reinterpret_cast<const uint2*>(xi), xs, d_y, y_stride};
+            w_stride, batch, shared, (int)ny, one_x, static_cast<const uint2*>(xi), reinterpret_cast<const float2*>(xf),
+            reinterpret_cast<const uint32_t*>(xm), d_y, y_stride};
   const dim3 grid = shared ? dim3((unsigned)(ceil_div(tiles, rt) * ny)) : dim3(ceil_div(tiles, rt), (unsigned)batch);
   if (t == GgmlType::Q6_K) {
     if (ncg == 1) launch<kQ6_K, 1>(a, grid);

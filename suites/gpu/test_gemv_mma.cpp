@@ -106,6 +106,36 @@ void negative_control_case(GgmlType t) {
   EXPECT_GT(bad.worst, 10 * kMmaBound);
 }
 
+// x far from [-1, 1] (Q4_K's x terms are fp16, scaled per 256-value block by a power of two): entries of
+// magnitude 2^-100 (the scale's limit of 2^100 is reached), 2^-30, 2^40 and 2^100, and one whose blocks
+// alternate 2^-60 and 2^60 with a quarter of each block's values 2^-20 of the rest; each entry judged against
+// float64 like every other case, and finite.
+void x_range_case(GgmlType t) {
+  MLACONF_REQUIRE_CUDA();
+  GemvVariantScope mma(cuda::kGemvMma);
+  const int64_t rows = 33, cols = 2048;
+  const int B = 5;
+  const auto blocks = random_blocks(t, rows * cols / 256, 5151 + (int)t);
+  const auto W = ref_dequant(t, blocks, rows * cols);
+  auto x = random_x((size_t)B * cols, 29);
+  const double kScale[] = {0x1p-100, 0x1p-30, 0x1p40, 0x1p100};
+  for (int b = 0; b < 4; ++b)
+    for (int64_t i = 0; i < cols; ++i) x[b * cols + i] = (float)(x[b * cols + i] * kScale[b]);
+  for (int64_t i = 0; i < cols; ++i)
+    x[4 * cols + i] = (float)(x[4 * cols + i] * ((i / 256) % 2 ? 0x1p60 : 0x1p-60) * (i % 4 == 1 ? 0x1p-20 : 1.0));
+  auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
+  cuda::DeviceBuffer d_y((size_t)B * rows * 4);
+  cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), B, 0, cols, rows);
+  const auto got = cuda::to_host<float>(d_y, (size_t)B * rows);
+  for (int b = 0; b < B; ++b) {
+    const std::vector<float> xb(x.begin() + b * cols, x.begin() + (b + 1) * cols);
+    const std::vector<float> gb(got.begin() + b * rows, got.begin() + (b + 1) * rows);
+    const Judged j = judge_gemv(gb, W, {0}, xb, rows, cols, RowEmulation{});
+    std::printf("  entry %d: max |err| / sum|wx| %.3e (bound %.0e)\n", b, j.worst, kMmaBound);
+    EXPECT_LE(j.worst, kMmaBound) << "entry " << b;
+  }
+}
+
 // y of B = 3 x on one rows x cols matrix under kernel variant v.
 std::vector<float> run_variant(int v, GgmlType t, const cuda::DeviceBuffer& d_w, const cuda::DeviceBuffer& d_x, int64_t rows,
                                int64_t cols) {
@@ -158,6 +188,7 @@ const bool registered = [] {
                   [=] { experts_case(t, 40, 512, {1, 1, 0, 1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 3}); });
     register_case("gemv_mma", "experts_one_x(type=" + tn + ",rows=132,cols=1536)", [=] { experts_shared_x_case(t, 132, 1536); });
     register_case("gemv_mma", "negative_control(type=" + tn + ",fault=gemv_x_bf16)", [=] { negative_control_case(t); });
+    register_case("gemv_mma", "x_range(type=" + tn + ",log2_scale=m100.m30.40.100.pm60)", [=] { x_range_case(t); });
     register_case("gemv_mma", "gemv(type=" + tn + ",rows=1040,cols=2048,b=64)", [=] { batch_case(t, 1040, 2048, 64); });
     for (const auto& [rows, cols, want] : {std::tuple<int64_t, int64_t, bool>{1024, 2048, true}, {1023, 2048, false},
                                            {1024, 1792, false}})
