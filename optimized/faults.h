@@ -18,8 +18,9 @@ enum class Fault {
                     // (its fresh, poisoned buffer: NaN), as if the copy between devices were lost
   GemvDropTail,     // "gemv-drop-tail": the GEMV grid covers n_rows rounded down to a multiple of 8, so the
                     // last n_rows % 8 rows are never written (every GEMV: single, experts, per head, W_UV)
-  GemvXBf16,        // "gemv-x-bf16": the tensor-core GEMV keeps only x's first bf16 term (8-bit mantissa), as a
-                    // kernel that fed x to the tensor cores in one 16-bit format would
+  GemvXBf16,        // "gemv-x-bf16": the tensor-core GEMV keeps only x's first 16-bit term (bf16 for Q6_K, fp16
+                    // of x scaled per block for Q4_K), as a kernel that fed x to the tensor cores in one 16-bit
+                    // format would (the name is from when both types used bf16)
 };
 
 // Names, for the CLI and the report: "dense-attention" ("dense attention in place of sparse"), ...

@@ -321,7 +321,7 @@ __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, 
     // The multipliers (sc, or sc / 16 for a high nibble) and offsets (-1024 sc, or -64 sc) of each row, all
     // exact in fp16. One x per pass: both sub-blocks' in one pair ((1024 + sc_lo, 1024 + sc_hi) built in the
     // mantissas, minus 1024), each HFMA2 taking its half broadcast (.H0_H0 / .H1_H1): 4 instructions per row
-    // and chunk, not 7. With 4 column groups the pairs measured 8-12 % slower (B = 8, H200), so there each
+    // and chunk, not 7. With 4 column groups the pairs measured 6-9 % slower (B = 8, H200), so there each
     // sub-block builds its own, the same values (docs/PERF_H200_gemv_blocks.md v7).
     const unsigned sel = 0x4040u | (unsigned)(2 * (ch & 1)) | ((unsigned)(2 * (ch & 1) + 1) << 8);
     const __half2 p0 = __hsub2(as_h2(__byte_perm(sc0[ch >> 1], c_f16_1024_bytes, sel)), as_h2(kH1024));

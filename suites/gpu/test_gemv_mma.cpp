@@ -5,10 +5,12 @@
 // (suites/gpu/gemv_bits.h, the checks shared with the SIMT suites): (1) every output against float64 on the
 // reference dequantizer's weights, |got - want| <= kMmaBound * sum |w x|; (3) every batch entry (B x on one
 // matrix, experts by id, x shared by the experts of one token) bit-identical to the same x alone.
-// kMmaBound: x is carried as three bf16 terms (~2^-25 relative) and every product is exact, so the error is
-// the fp32 accumulation's: the worst over these cases on the H200 was 6.9e-8 of sum |w x| (2026-12-01; the
-// SIMT kernels' emulations show up to 3e-8 on similar shapes), so the bound is 7e-7, about 10x it; the fault
-// gemv-x-bf16 shows 2-3e-4.
+// kMmaBound: x is carried as three 16-bit terms (bf16 for Q6_K, fp16 of x scaled per block for Q4_K) and
+// every product is exact, so the error is the fp32 accumulation's: the worst over these cases on the H200 was
+// 6.9e-8 of sum |w x| (2026-12-01; the SIMT kernels' emulations show up to 3e-8 on similar shapes), so the
+// bound is 7e-7, about 10x it. Q4_K v7 accumulates a whole block (sc q x) before scaling it: its worst is now
+// 1.4e-7 (16897 x 512), 5x under the bound. The fault gemv-x-bf16 shows 7e-5 (Q4_K, one fp16 term) and 3e-4
+// (Q6_K, one bf16 term).
 // Shapes: rows off the 16-row tile (1, 15, 17, 33, 257: 2 tiles per CTA, K over 4 warps) and past each
 // row-tile-per-CTA threshold (2065, 4225, 8449, 16897 rows: 1, 2, 4, 8 tiles per CTA, so 8, 4, 2, 1 warps
 // split K), blocks per row 1, 2, 11, 24 (K split
@@ -16,7 +18,7 @@
 // the last with one x). Expert strides stay 16-byte aligned (rows x row bytes; a misaligned matrix takes the
 // SIMT kernels, whose bits differ); 64 x on one matrix (8 entry groups, adjacent in the grid); 11
 // entries on one expert, interleaved with others (each entry its own CTAs; bits as run alone). Negative
-// control: the fault gemv-x-bf16 (x kept as one bf16 term) must fail (1). default_dispatch: on both sides of
+// control: the fault gemv-x-bf16 (x kept as one 16-bit term) must fail (1). default_dispatch: on both sides of
 // each of the rule's thresholds the default gives the bits of the kernel the rule names, which differ from
 // the other kernel's (so the check can fail).
 #include <gtest/gtest.h>
@@ -83,7 +85,7 @@ void experts_shared_x_case(GgmlType t, int64_t rows, int64_t cols) {
   EXPECT_EQ(differ, 0) << differ << " of " << n << " experts differ from the matrix run alone";
 }
 
-// Negative control: with x kept as its first bf16 term (gemv-x-bf16) the float64 check must fail by far;
+// Negative control: with x kept as its first 16-bit term (gemv-x-bf16) the float64 check must fail by far;
 // without the fault the same case passes.
 void negative_control_case(GgmlType t) {
   MLACONF_REQUIRE_CUDA();
