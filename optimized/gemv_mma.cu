@@ -286,6 +286,35 @@ __device__ __forceinline__ uint32_t nibbles_1024(uint32_t w, uint32_t mask) {
   return r;
 }
 
+// The HFMA2 terms of one row's sub-block in block_q4k: the multiplier (sc, or sc / 16 for a high nibble) and
+// the offset (-1024 sc, or -64 sc), each broadcast over a pair, all exact in fp16. sc: ggml's scale words
+// (sub-blocks 0-3, 4-7).
+struct ScaleTerms {
+  __half2 mul, add;
+};
+// Sub-block sb alone: (1024 + sc, 1024 + sc) built in the mantissas, minus 1024.
+__device__ __forceinline__ ScaleTerms sub_block_terms(const uint32_t (&sc)[2], int sb) {
+  const unsigned sel = 0x4040u | (unsigned)(sb & 3) | ((unsigned)(sb & 3) << 8);
+  const __half2 p = __hsub2(as_h2(__byte_perm(sc[sb >> 2], c_f16_1024_bytes, sel)), as_h2(kH1024));
+  const bool hi = sb & 1;
+  return {hi ? __hmul2(p, __float2half2_rn(0.0625f)) : p, __hmul2(p, __float2half2_rn(hi ? -64.f : -1024.f))};
+}
+// Both sub-blocks of chunk ch (2 ch: low nibbles, 2 ch + 1: high) of the two rows (scale words sc0, sc1),
+// each row's from one pair (1024 + sc_lo, 1024 + sc_hi), each term then taking its half broadcast (.H0_H0 /
+// .H1_H1 operands of the HFMA2): 4 instructions per row and chunk instead of 7.
+__device__ __forceinline__ void chunk_terms(const uint32_t (&sc0)[2], const uint32_t (&sc1)[2], int ch, ScaleTerms (&r0)[2],
+                                            ScaleTerms (&r1)[2]) {
+  const unsigned sel = 0x4040u | (unsigned)(2 * (ch & 1)) | ((unsigned)(2 * (ch & 1) + 1) << 8);
+  const __half2 p0 = __hsub2(as_h2(__byte_perm(sc0[ch >> 1], c_f16_1024_bytes, sel)), as_h2(kH1024));
+  const __half2 p1 = __hsub2(as_h2(__byte_perm(sc1[ch >> 1], c_f16_1024_bytes, sel)), as_h2(kH1024));
+  const __half2 kmul = __halves2half2(__float2half_rn(1.f), __float2half_rn(0.0625f));
+  const __half2 kadd = __halves2half2(__float2half_rn(-1024.f), __float2half_rn(-64.f));
+  const __half2 mul0 = __hmul2(p0, kmul), mul1 = __hmul2(p1, kmul);
+  const __half2 add0 = __hmul2(p0, kadd), add1 = __hmul2(p1, kadd);
+  r0[0] = {__low2half2(mul0), __low2half2(add0)}, r0[1] = {__high2half2(mul0), __high2half2(add0)};
+  r1[0] = {__low2half2(mul1), __low2half2(add1)}, r1[1] = {__high2half2(mul1), __high2half2(add1)};
+}
+
 // One Q4_K block (d dmin scales[12] qs[128]) of rows g (s0, 16-byte aligned) and g + 8 (s1), block b of the
 // row. Chunk ch's 32 qs bytes hold sub-block 2 ch (low nibbles) and 2 ch + 1 (high); k-step (sub-block sb,
 // half s) is qs bytes 32 ch + 16 s .. + 15, lane t taking bytes 4 t .. 4 t + 3 of it, whose x split_x_q4k
@@ -318,33 +347,16 @@ __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, 
       w1[s] = *reinterpret_cast<const uint32_t*>(s1 + 16 + 32 * ch + 16 * s + 4 * t);
       v0[s] = w0[s] >> 8, v1[s] = w1[s] >> 8;
     }
-    // The multipliers (sc, or sc / 16 for a high nibble) and offsets (-1024 sc, or -64 sc) of each row, all
-    // exact in fp16. One x per pass: both sub-blocks' in one pair ((1024 + sc_lo, 1024 + sc_hi) built in the
-    // mantissas, minus 1024), each HFMA2 taking its half broadcast (.H0_H0 / .H1_H1): 4 instructions per row
-    // and chunk, not 7. With 4 column groups the pairs measured 6-9 % slower (B = 8, H200), so there each
-    // sub-block builds its own, the same values (docs/PERF_H200_gemv_blocks.md v7).
-    const unsigned sel = 0x4040u | (unsigned)(2 * (ch & 1)) | ((unsigned)(2 * (ch & 1) + 1) << 8);
-    const __half2 p0 = __hsub2(as_h2(__byte_perm(sc0[ch >> 1], c_f16_1024_bytes, sel)), as_h2(kH1024));
-    const __half2 p1 = __hsub2(as_h2(__byte_perm(sc1[ch >> 1], c_f16_1024_bytes, sel)), as_h2(kH1024));
-    const __half2 kmul = __halves2half2(__float2half_rn(1.f), __float2half_rn(0.0625f));
-    const __half2 kadd = __halves2half2(__float2half_rn(-1024.f), __float2half_rn(-64.f));
-    const __half2 mul0 = __hmul2(p0, kmul), mul1 = __hmul2(p1, kmul);
-    const __half2 add0 = __hmul2(p0, kadd), add1 = __hmul2(p1, kadd);
+    // The rows' HFMA2 terms. One x per pass: the chunk's two sub-blocks from one pair. With 4 column groups
+    // the pairs measured 6-9 % slower (B = 8, H200), so there each sub-block builds its own: the same values
+    // (docs/PERF_H200_gemv_blocks.md v7).
+    ScaleTerms pair0[2], pair1[2];
+    if constexpr (NCG == 1) chunk_terms(sc0, sc1, ch, pair0, pair1);
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {
       const int sb = 2 * ch + hi;
-      __half2 m0, m1, z0, z1;
-      if constexpr (NCG == 1) {
-        m0 = hi ? __high2half2(mul0) : __low2half2(mul0), m1 = hi ? __high2half2(mul1) : __low2half2(mul1);
-        z0 = hi ? __high2half2(add0) : __low2half2(add0), z1 = hi ? __high2half2(add1) : __low2half2(add1);
-      } else {
-        const unsigned sel1 = 0x4040u | (unsigned)(sb & 3) | ((unsigned)(sb & 3) << 8);
-        const __half2 q0 = __hsub2(as_h2(__byte_perm(sc0[sb >> 2], c_f16_1024_bytes, sel1)), as_h2(kH1024));
-        const __half2 q1 = __hsub2(as_h2(__byte_perm(sc1[sb >> 2], c_f16_1024_bytes, sel1)), as_h2(kH1024));
-        m0 = hi ? __hmul2(q0, __float2half2_rn(0.0625f)) : q0, m1 = hi ? __hmul2(q1, __float2half2_rn(0.0625f)) : q1;
-        const __half2 k = __float2half2_rn(hi ? -64.f : -1024.f);
-        z0 = __hmul2(q0, k), z1 = __hmul2(q1, k);
-      }
+      const ScaleTerms r0 = NCG == 1 ? pair0[hi] : sub_block_terms(sc0, sb), r1 = NCG == 1 ? pair1[hi] : sub_block_terms(sc1, sb);
+      const __half2 m0 = r0.mul, z0 = r0.add, m1 = r1.mul, z1 = r1.add;
       const uint32_t mask = hi ? 0x00F000F0u : 0x000F000Fu;
 #pragma unroll
       for (int s = 0; s < 2; ++s) {
@@ -409,8 +421,9 @@ __global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
   // columns: only 6 and 7 are zero there.
   const bool xl = a.shared || (unsigned)(g - 3 * (int)(slot & 1)) < 3u;
   const uint2* xg = a.xi + ((slot >> 1) * K16 * 8 + (xl ? g : 7)) * 4 + t;
-  const float2* xfg = a.xf + (slot >> 1) * (int64_t)a.nb * 4 + t;        // Q4_K: this lane's two columns' 2^-e
-  const uint32_t* xmg = a.xm + ((slot >> 1) * (int64_t)a.nb * 8 + g) * 4 + t;  // Q4_K: its dmin term's B fragment
+  // Q4_K only (null for Q6_K): this lane's two columns' 2^-e, and its dmin term's B fragment.
+  const float2* xfg = TYPE == kQ4_K ? a.xf + (slot >> 1) * (int64_t)a.nb * 4 + t : nullptr;
+  const uint32_t* xmg = TYPE == kQ4_K ? a.xm + ((slot >> 1) * (int64_t)a.nb * 8 + g) * 4 + t : nullptr;
   const uint8_t* wm = a.w + mat * a.w_stride;
   const uint8_t* mat_end = wm + a.n_rows * a.row_bytes;
   const int64_t rl0 = min(tile * 16 + g, a.n_rows - 1), rl1 = min(tile * 16 + g + 8, a.n_rows - 1);
