@@ -37,6 +37,7 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <type_traits>
 
 #include "core/error.h"
 #include "optimized/api.h"
@@ -55,6 +56,26 @@ constexpr int kWarps = 8, kWarpsSmall = 4;
 constexpr int kMaxCg = 4;  // column groups per pass: 2 x each, so up to 8 x per pass
 
 // ---- x as 16-bit terms (one launch per GEMV call) ----
+// v as three terms of the 16-bit type T (bf16 or fp16), each the rounding of what the previous ones left (every
+// difference exact in fp32): hi + mid + lo is v to about three times T's significand.
+template <typename T>
+struct Terms3 {
+  T hi, mid, lo;
+};
+template <typename T>
+__device__ __forceinline__ T to_16(float f) {
+  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(f);
+  else return __float2bfloat16_rn(f);
+}
+__device__ __forceinline__ float from_16(__half h) { return __half2float(h); }
+__device__ __forceinline__ float from_16(__nv_bfloat16 h) { return __bfloat162float(h); }
+template <typename T>
+__device__ __forceinline__ Terms3<T> split3(float v) {
+  const T hi = to_16<T>(v);
+  const float r1 = __fsub_rn(v, from_16(hi));
+  const T mid = to_16<T>(r1);
+  return {hi, mid, to_16<T>(__fsub_rn(r1, from_16(mid)))};
+}
 // Q6_K's x: slot s of x (a batch entry's vector) is column group s / 2, columns 3 (s % 2) + term; columns 6
 // and 7 are zero. xi: [groups][K / 16][8 columns][16 values] bf16, so that the B fragment of one k-step (16
 // values) for all 32 lanes is 256 contiguous bytes.
@@ -63,11 +84,7 @@ __global__ void split_x_kernel(const float* __restrict__ x, int64_t x_stride, in
   const int64_t pos = (int64_t)blockIdx.x * 256 + threadIdx.x;
   const int64_t s = blockIdx.y;  // grid.y: ntok rounded up to even; the padding slot is zero
   const float v = s < ntok ? x[s * x_stride + pos] : 0.f;
-  const __nv_bfloat16 hi = __float2bfloat16_rn(v);
-  const float r1 = __fsub_rn(v, __bfloat162float(hi));  // exact: v and hi agree to within hi's ulp
-  const __nv_bfloat16 mid = __float2bfloat16_rn(r1);
-  const float r2 = __fsub_rn(r1, __bfloat162float(mid));
-  const __nv_bfloat16 lo = __float2bfloat16_rn(r2);
+  const auto [hi, mid, lo] = split3<__nv_bfloat16>(v);
   const __nv_bfloat16 zero = __float2bfloat16_rn(0.f);
   const int64_t cg = s >> 1, c0 = 3 * (s & 1);
   __nv_bfloat16* o = xi + (cg * (K / 16) + pos / 16) * 128 + (pos & 15);
@@ -108,10 +125,7 @@ __global__ void split_x_q4k_kernel(const float* __restrict__ x, int64_t x_stride
   (void)frexpf(m, &E);  // m = f 2^E, f in [0.5, 1); E = 0 for m = 0
   const int e = min(15 - E, 100);  // >= 15 - 128: no finite x' reaches 2^15
   const float xs = __fmul_rn(v, __int_as_float((127 + e) << 23));  // exact: a power of two, x' normal or tiny
-  const __half hi = __float2half_rn(xs);
-  const float r1 = __fsub_rn(xs, __half2float(hi));  // exact, as in split_x_kernel
-  const __half mid = __float2half_rn(r1);
-  const __half lo = __float2half_rn(__fsub_rn(r1, __half2float(mid)));
+  const auto [hi, mid, lo] = split3<__half>(xs);
   const __half zero = __float2half_rn(0.f);
   const int64_t cg = s >> 1, c0 = 3 * (s & 1);
   const int p = (int)(pos & 15), q = (p & ~3) | ((p & 1) << 1) | ((p >> 1) & 1);  // (0, 2, 1, 3) in each 4
@@ -130,10 +144,7 @@ __global__ void split_x_q4k_kernel(const float* __restrict__ x, int64_t x_stride
 #pragma unroll
   for (int off = 16; off; off >>= 1) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, off));
   if (lane == 0) {
-    const __nv_bfloat16 shi = __float2bfloat16_rn(sum);
-    const float t1 = __fsub_rn(sum, __bfloat162float(shi));
-    const __nv_bfloat16 smid = __float2bfloat16_rn(t1);
-    const __nv_bfloat16 slo = __float2bfloat16_rn(__fsub_rn(t1, __bfloat162float(smid)));
+    const auto [shi, smid, slo] = split3<__nv_bfloat16>(sum);
     const __nv_bfloat16 bz = __float2bfloat16_rn(0.f);
     __nv_bfloat16* om = xm + (cg * nb + blk) * 64 + warp;
     om[(c0 + 0) * 8] = shi;
