@@ -26,9 +26,11 @@
 // the SIMT kernels there at B = 8, and for Q6_K at B = 1; docs/PERF_H200_gemv_blocks.md v4).
 //
 // Bit-identity across batches: a column's result depends only on its own x and the rows' weights (an mma
-// output element is the same function of its A row and B column whatever the other columns hold); the
-// split of K over warps (ks) is a function of the matrix shape alone, and the warps' partials are added
-// in warp order. So batched decode gives every sequence the bits of decoding it alone.
+// output element is the same function of its A row and B column whatever the other columns hold), and the
+// order of a row's sums is a function of the matrix shape alone: up to 128 row tiles K is 8 chunks whose sums
+// are added in pairs, then the pairs in order, whether 4 warps (the experts) or 8 (one matrix) compute them,
+// so an expert by id gives the bits of its matrix alone; beyond, K is split over ks warps by the shape, the
+// partials added in warp order. So batched decode gives every sequence the bits of decoding it alone.
 //
 // Only sm_90 / sm_120 instructions: mma.sync (bf16, f16), cp.async; at most 69.6 KB of dynamic shared memory.
 #include <cuda_bf16.h>
@@ -50,8 +52,7 @@
 namespace mlaconf::cuda {
 namespace {
 
-// Warps per CTA: kWarps, or kWarpsSmall for matrices of up to 128 row tiles (one tile per CTA, K over
-// kWarpsSmall warps).
+// Warps per CTA: kWarps or kWarpsSmall (gemv_mma's split rule).
 constexpr int kWarps = 8, kWarpsSmall = 4;
 constexpr int kMaxCg = 4;  // column groups per pass: 2 x each, so up to 8 x per pass
 
@@ -81,6 +82,7 @@ __device__ __forceinline__ Terms3<T> split3(float v) {
 // values) for all 32 lanes is 256 contiguous bytes.
 __global__ void split_x_kernel(const float* __restrict__ x, int64_t x_stride, int64_t K, int64_t ntok,
                                __nv_bfloat16* __restrict__ xi, bool hi_only) {
+  asm volatile("griddepcontrol.launch_dependents;\n");  // the GEMV may launch now (it waits for x's terms)
   const int64_t pos = (int64_t)blockIdx.x * 256 + threadIdx.x;
   const int64_t s = blockIdx.y;  // grid.y: ntok rounded up to even; the padding slot is zero
   const float v = s < ntok ? x[s * x_stride + pos] : 0.f;
@@ -110,6 +112,7 @@ __global__ void split_x_q4k_kernel(const float* __restrict__ x, int64_t x_stride
                                    __half* __restrict__ xi, float* __restrict__ xf, __nv_bfloat16* __restrict__ xm,
                                    bool hi_only) {
   __shared__ float wmax[8];
+  asm volatile("griddepcontrol.launch_dependents;\n");  // the GEMV may launch now (it waits for x's terms)
   const int64_t blk = blockIdx.x, nb = K / 256, pos = blk * 256 + threadIdx.x;
   const int64_t s = blockIdx.y;  // grid.y: ntok rounded up to even; the padding slot is zero
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -160,6 +163,11 @@ struct MmaArgs {
   int64_t n_rows, row_bytes;
   int nb;      // blocks (256 values) per row
   int rt, ks;  // row tiles (16 rows) per CTA, warps per row tile splitting K; rt * ks == the CTA's warps
+  // The order of a row's sums (split8 in gemv_mma): up to 128 row tiles a row's K is 8 chunks whose sums are
+  // added in pairs, then the pairs in order, whatever ks: at ks = 4 (cpw = 2 chunks per warp) a warp adds its
+  // two, at ks = 8 the reduction pairs them (pair_red). Else K is ks chunks added in order (cpw = 1).
+  int cpw;
+  bool pair_red;
   const int32_t* ids;
   int64_t w_count, w_stride, batch;
   bool shared;  // one matrix for the batch: entry group y (entries 8 y .. 8 y + 7, slots = entries)
@@ -175,7 +183,9 @@ struct MmaArgs {
 template <int TYPE> struct MmaShape;
 // ts: block bytes; words: 16-byte words a row's block can span; slot: bytes per staged row (a multiple of
 // 16 that is 16 mod 128, so the 8 rows x 4 lanes of a fragment load hit 32 different banks).
-template <> struct MmaShape<kQ4_K> { static constexpr int ts = 144, words = 9, slot = 144, stages = 3; };
+// stages: blocks in flight per warp. Q4_K: 2 (v8: faster than 3, 4 or 6 at every shape and batch measured on the
+// H200 but one matrix of 2048 x 6144 at B = 1, level there; docs/PERF_H200_gemv_blocks.md v8).
+template <> struct MmaShape<kQ4_K> { static constexpr int ts = 144, words = 9, slot = 144, stages = 2; };
 template <> struct MmaShape<kQ6_K> { static constexpr int ts = 210, words = 14, slot = 272, stages = 2; };
 
 template <int TYPE>
@@ -439,6 +449,9 @@ __global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
   const uint8_t* mat_end = wm + a.n_rows * a.row_bytes;
   const int64_t rl0 = min(tile * 16 + g, a.n_rows - 1), rl1 = min(tile * 16 + g + 8, a.n_rows - 1);
   const int b_lo = (int)((int64_t)a.nb * kp / a.ks), b_hi = (int)((int64_t)a.nb * (kp + 1) / a.ks);
+  // Two chunks per warp: the second starts at b_mid (chunk j of 2 ks is [nb j / (2 ks), nb (j + 1) / (2 ks))); one
+  // chunk: b_mid = b_lo, the first empty.
+  const int b_mid = a.cpw == 2 ? (int)((int64_t)a.nb * (2 * kp + 1) / (2 * a.ks)) : b_lo;
   uint8_t* stg = smem + (size_t)warp * S::stages * 16 * S::slot;  // [stage][16 rows][slot]
 
   // Block b of the warp's 16 rows into stage st by 16-byte cp.async: lane l copies aligned word l % 16 of
@@ -491,53 +504,75 @@ __global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
     }
   };
 
-  float acc[NCG][4];
+  float acc[NCG][4], first[NCG][4];  // first: the first chunk's sums when the warp has two
 #pragma unroll
-  for (int c = 0; c < NCG; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.f;
+  for (int c = 0; c < NCG; ++c)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[c][i] = first[c][i] = 0.f;
   if (tile_ok) {
 #pragma unroll
     for (int s = 0; s < S::stages - 1; ++s) {
       if (b_lo + s < b_hi) issue(b_lo + s, s);
       cp_async_commit();
     }
-    int st = 0;  // (b - b_lo) % stages, kept by a counter (the modulo by 3 was 4 instructions per use)
-    for (int b = b_lo; b < b_hi; ++b) {
-      const int nx = b + S::stages - 1;
-      if (nx < b_hi) issue(nx, st == 0 ? S::stages - 1 : st - 1);
-      cp_async_commit();  // possibly empty: keeps the wait count uniform
-      cp_async_wait<S::stages - 1>();
-      __syncwarp();
-      // A row's block at the offset it had in its 16-byte word (always 0 for Q4_K).
-      const uintptr_t o0 = TYPE == kQ4_K ? 0 : reinterpret_cast<uintptr_t>(wm + rl0 * a.row_bytes + (int64_t)b * S::ts) & 15;
-      const uintptr_t o1 = TYPE == kQ4_K ? 0 : reinterpret_cast<uintptr_t>(wm + rl1 * a.row_bytes + (int64_t)b * S::ts) & 15;
-      const uint8_t* s0 = stg + ((size_t)st * 16 + g) * S::slot + o0;
-      const uint8_t* s1 = stg + ((size_t)st * 16 + g + 8) * S::slot + o1;
-      if constexpr (TYPE == kQ6_K)
-        block_q6k<NCG>(s0, s1, t, xg + (int64_t)b * 16 * 32, K16 * 32, acc);
-      else
-        block_q4k<NCG>(s0, s1, b, t, xg, K16 * 32, xfg, (int64_t)a.nb * 4, xmg, (int64_t)a.nb * 32, acc);
-      __syncwarp();  // the stage is refilled `stages` blocks on
-      st = st + 1 == S::stages ? 0 : st + 1;
+    // Launched as a programmatic dependent of the split_x kernel: the weights' first stages are in flight
+    // while it runs; x's terms are read only after it has finished (a no-op without the dependency).
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    int st = 0;  // (b - b_lo) % stages, kept by a counter (a modulo by 3 stages was 4 instructions per use)
+    int b = b_lo;
+    // Two chunks per warp (experts, one column group): [b_lo, b_mid) then [b_mid, b_hi), the first's sums kept
+    // in `first`. A loop per chunk, not a test per block: the test cost the Q6_K block 45 instructions (SASS).
+#pragma unroll 1
+    for (int part = NCG == 1 ? 0 : 1; part < 2; ++part) {
+      for (const int b_end = part == 0 ? b_mid : b_hi; b < b_end; ++b) {
+        const int nx = b + S::stages - 1;
+        if (nx < b_hi) issue(nx, st == 0 ? S::stages - 1 : st - 1);
+        cp_async_commit();  // possibly empty: keeps the wait count uniform
+        cp_async_wait<S::stages - 1>();
+        __syncwarp();
+        // A row's block at the offset it had in its 16-byte word (always 0 for Q4_K).
+        const uintptr_t o0 = TYPE == kQ4_K ? 0 : reinterpret_cast<uintptr_t>(wm + rl0 * a.row_bytes + (int64_t)b * S::ts) & 15;
+        const uintptr_t o1 = TYPE == kQ4_K ? 0 : reinterpret_cast<uintptr_t>(wm + rl1 * a.row_bytes + (int64_t)b * S::ts) & 15;
+        const uint8_t* s0 = stg + ((size_t)st * 16 + g) * S::slot + o0;
+        const uint8_t* s1 = stg + ((size_t)st * 16 + g + 8) * S::slot + o1;
+        if constexpr (TYPE == kQ6_K)
+          block_q6k<NCG>(s0, s1, t, xg + (int64_t)b * 16 * 32, K16 * 32, acc);
+        else
+          block_q4k<NCG>(s0, s1, b, t, xg, K16 * 32, xfg, (int64_t)a.nb * 4, xmg, (int64_t)a.nb * 32, acc);
+        __syncwarp();  // the stage is refilled `stages` blocks on
+        st = st + 1 == S::stages ? 0 : st + 1;
+      }
+      if (part == 0) {
+#pragma unroll
+        for (int c = 0; c < NCG; ++c)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) first[c][i] = acc[c][i], acc[c][i] = 0.f;
+      }
     }
   }
   cp_async_wait<0>();
   __syncthreads();  // the staging memory becomes the reduction's
 
-  // The ks warps of a row tile: partials added in warp order; then per x: (hi + mid) + lo.
+  // The ks warps of a row tile: chunk sums added in the order of MmaArgs::cpw; then per x: (hi + mid) + lo.
+  static_assert((W + W) * kMaxCg * 4 * 32 * sizeof(float) <= smem_bytes<TYPE>(W), "red and vals fit the staging memory");
   float* red = reinterpret_cast<float*>(smem);  // [W][NCG][4][32]
   float* vals = red + W * NCG * 4 * 32;          // [rt][NCG][8 columns][16 rows]
 #pragma unroll
   for (int c = 0; c < NCG; ++c)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) red[((warp * NCG + c) * 4 + i) * 32 + lane] = acc[c][i];
+    for (int i = 0; i < 4; ++i)
+      red[((warp * NCG + c) * 4 + i) * 32 + lane] = NCG == 1 && a.cpw == 2 ? __fadd_rn(first[c][i], acc[c][i]) : acc[c][i];
   __syncthreads();
   if (kp != 0 || !tile_ok) return;
 #pragma unroll
   for (int c = 0; c < NCG; ++c)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      float v = red[((warp * NCG + c) * 4 + i) * 32 + lane];
-      for (int k = 1; k < a.ks; ++k) v = __fadd_rn(v, red[(((warp + k) * NCG + c) * 4 + i) * 32 + lane]);
+      const float* r = red + (warp * NCG + c) * 4 * 32 + i * 32 + lane;  // warp + k's at r[k * NCG * 128]
+      const int step = a.pair_red ? 2 : 1;
+      float v = a.pair_red ? __fadd_rn(r[0], r[NCG * 128]) : r[0];
+      for (int k = step; k < a.ks; k += step)
+        v = __fadd_rn(v, a.pair_red ? __fadd_rn(r[k * NCG * 128], r[(k + 1) * NCG * 128]) : r[k * NCG * 128]);
       vals[((rtl * NCG + c) * 8 + 2 * t + (i & 1)) * 16 + g + 8 * (i >> 1)] = v;
     }
   __syncwarp();
@@ -570,7 +605,19 @@ void launch_w(const MmaArgs& a, dim3 grid) {
                                             (int)smem_bytes<TYPE>(W)));
     attr[dev] = true;
   }
-  gemv_mma_kernel<TYPE, NCG, W><<<grid, 32 * W, smem_bytes<TYPE>(W), cur_stream()>>>(a);
+  // A programmatic dependent launch (sm_90 and later): the CTAs start while split_x runs and stage their first
+  // weight blocks before griddepcontrol.wait (H200: 1-2.5 us less per call, docs/PERF_H200_gemv_blocks.md v8).
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(32 * W);
+  cfg.dynamicSmemBytes = smem_bytes<TYPE>(W);
+  cfg.stream = cur_stream();
+  cudaLaunchAttribute pdl{};
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &pdl;
+  cfg.numAttrs = 1;
+  MLACONF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_mma_kernel<TYPE, NCG, W>, a));
   MLACONF_CUDA_LAUNCH_CHECK("gemv_mma_kernel");
 }
 template <int TYPE, int NCG>
@@ -616,16 +663,22 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
     split_x_kernel<<<sgrid, 256, 0, cur_stream()>>>(d_x, x_stride, K, ntok, static_cast<__nv_bfloat16*>(xi), hi_only);
   MLACONF_CUDA_LAUNCH_CHECK("split_x_kernel");
 
-  // Row tiles per CTA from the shape alone (so the split of K, hence each row's order of sums, never
-  // depends on the batch): at least ~8 warps per SM of a 132-SM device, K split over up to 8 warps. Up to
-  // 128 tiles (2048 rows: an expert's gate and up, q_a) K is split over 4 warps, not 8, in CTAs of 4 warps
-  // (one tile each): measured on the H200 (docs/PERF_H200_gemv_blocks.md v4), the 4-way split was 22 %
-  // faster for the experts by id at B = 8 and 32 (each warp streams 6 blocks instead of 3) and slower for
-  // one such matrix alone at B = 1 (the split's bits do not depend on the CTA's size).
+  // Row tiles per CTA and the split of K. At least ~8 warps per SM of a 132-SM device, K split over up to 8
+  // warps. Up to 128 tiles (2048 rows: an expert's gate and up, q_a) the order of sums is fixed (8 chunks,
+  // split8), so the CTA's shape is free: the experts split K over 4 warps in CTAs of 4 (one tile each; v4: 22 %
+  // faster at B = 8 and 32 than 8 warps, each warp streaming 6 blocks instead of 3), one matrix over 8 warps
+  // in CTAs of 8 (v8: 2048 x 6144 at B = 1 13.7 -> 12.6 us, at B = 8 29.8 -> 22.7 us: it has only 128 CTAs
+  // for 132 SMs). Beyond 128 tiles the split is the order of sums, so a function of the shape alone.
   const int64_t tiles = (n_rows + 15) / 16;
   const int rt = tiles >= 132 * 8 ? 8 : tiles >= 132 * 4 ? 4 : tiles >= 132 * 2 ? 2 : 1;
-  const int ks = tiles > 128 ? kWarps / rt : kWarpsSmall;
-  MmaArgs a{static_cast<const uint8_t*>(d_w), n_rows, row_bytes(t, ncols), (int)nb, rt, ks, d_ids, w_count,
+  int ks = tiles > 128 ? kWarps / rt : shared ? kWarps : kWarpsSmall;
+  // Beyond 128 tiles, at least 4 blocks per warp where halving the split leaves a CTA of 4 warps or more (v8:
+  // the experts' down, 6144 x 2048, 2 blocks per warp -> 4 in CTAs of 4 warps: 34.2 -> 29.3 us for 8).
+  while (tiles > 128 && ks > 1 && nb / ks < 4 && rt * ks / 2 >= kWarpsSmall) ks /= 2;
+  const bool split8 = tiles <= 128;  // K as 8 chunks added in pairs (MmaArgs::cpw)
+  const int cpw = split8 && ks == kWarpsSmall ? 2 : 1;  // only for the experts (one column group: NCG 1)
+  const bool pair_red = split8 && ks == kWarps;
+  MmaArgs a{static_cast<const uint8_t*>(d_w), n_rows, row_bytes(t, ncols), (int)nb, rt, ks, cpw, pair_red, d_ids, w_count,
             w_stride, batch, shared, (int)ny, one_x, static_cast<const uint2*>(xi), reinterpret_cast<const float2*>(xf),
             reinterpret_cast<const uint32_t*>(xm), d_y, y_stride};
   const dim3 grid = shared ? dim3((unsigned)(ceil_div(tiles, rt) * ny)) : dim3(ceil_div(tiles, rt), (unsigned)batch);

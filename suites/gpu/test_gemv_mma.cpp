@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstring>
 #include <tuple>
+#include <utility>
 
 #include "optimized/api.h"
 #include "optimized/faults.h"
@@ -188,7 +189,13 @@ const bool registered = [] {
     // 11 entries on expert 1, interleaved with others.
     register_case("gemv_mma", "experts(type=" + tn + ",rows=40,cols=512,ids=1.1.0.1.1.1.1.1.2.1.1.1.1.3)",
                   [=] { experts_case(t, 40, 512, {1, 1, 0, 1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 3}); });
-    register_case("gemv_mma", "experts_one_x(type=" + tn + ",rows=132,cols=1536)", [=] { experts_shared_x_case(t, 132, 1536); });
+    // Experts by id against each matrix alone, bit for bit: up to 128 row tiles the experts split K over 4 warps
+    // and one matrix over 8, in the same order of sums (8 chunks added in pairs). Blocks per row 6 (empty
+    // chunks), 1 (one chunk of 8 non-empty), 9 (uneven chunks), 24 (the gate/up, 3 per chunk); the down
+    // (6144 x 2048, beyond 128 tiles).
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{132, 1536}, {40, 256}, {2000, 2304}, {2048, 6144}, {6144, 2048}})
+      register_case("gemv_mma", "experts_one_x(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) + ")",
+                    [=] { experts_shared_x_case(t, rows, cols); });
     register_case("gemv_mma", "negative_control(type=" + tn + ",fault=gemv_x_bf16)", [=] { negative_control_case(t); });
     register_case("gemv_mma", "x_range(type=" + tn + ",log2_scale=m100.m30.40.100.pm60)", [=] { x_range_case(t); });
     register_case("gemv_mma", "gemv(type=" + tn + ",rows=1040,cols=2048,b=64)", [=] { batch_case(t, 1040, 2048, 64); });
