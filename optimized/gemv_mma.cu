@@ -436,15 +436,16 @@ __global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
   const int64_t left = a.batch - e0 < 8 ? a.batch - e0 : 8;
   const int ncg = a.shared ? (int)((left + 1) / 2 < NCG ? (left + 1) / 2 : NCG) : 1;
   const int64_t K16 = (int64_t)a.nb * 16;
-  // This lane's B fragment of k-step 0. An entry that is not a shared pass uses 3 of the 8 columns
-  // (3 (slot % 2) .. + 2); the other lanes read column 7, which split_x zeroes in every group: their outputs
-  // are unused, and a warp's x load touches 4 sectors instead of 8 (v7). A shared pass reads its own
-  // columns: only 6 and 7 are zero there.
-  const bool xl = a.shared || (unsigned)(g - 3 * (int)(slot & 1)) < 3u;
-  const uint2* xg = a.xi + ((slot >> 1) * K16 * 8 + (xl ? g : 7)) * 4 + t;
+  // This lane's B fragment of k-step 0 (column xc). An entry that is not a shared pass uses 3 of the 8 columns
+  // (3 (slot % 2) .. + 2); the other lanes read the slot's first column again: their outputs are unused (an
+  // mma's output columns are independent), and a warp's x load touches the slot's 3 sectors, for an even slot
+  // (one x: the experts of one token) in one 128-byte line of the k-step's two (v8; v7 read column 7, zero,
+  // in the second line). A shared pass reads its own columns: only 6 and 7 are zero there.
+  const int xc = a.shared || (unsigned)(g - 3 * (int)(slot & 1)) < 3u ? g : 3 * (int)(slot & 1);
+  const uint2* xg = a.xi + ((slot >> 1) * K16 * 8 + xc) * 4 + t;
   // Q4_K only (null for Q6_K): this lane's two columns' 2^-e, and its dmin term's B fragment.
   const float2* xfg = TYPE == kQ4_K ? a.xf + (slot >> 1) * (int64_t)a.nb * 4 + t : nullptr;
-  const uint32_t* xmg = TYPE == kQ4_K ? a.xm + ((slot >> 1) * (int64_t)a.nb * 8 + g) * 4 + t : nullptr;
+  const uint32_t* xmg = TYPE == kQ4_K ? a.xm + ((slot >> 1) * (int64_t)a.nb * 8 + xc) * 4 + t : nullptr;
   const uint8_t* wm = a.w + mat * a.w_stride;
   const uint8_t* mat_end = wm + a.n_rows * a.row_bytes;
   const int64_t rl0 = min(tile * 16 + g, a.n_rows - 1), rl1 = min(tile * 16 + g + 8, a.n_rows - 1);
