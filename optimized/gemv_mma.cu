@@ -183,8 +183,8 @@ struct MmaArgs {
 template <int TYPE> struct MmaShape;
 // ts: block bytes; words: 16-byte words a row's block can span; slot: bytes per staged row (a multiple of
 // 16 that is 16 mod 128, so the 8 rows x 4 lanes of a fragment load hit 32 different banks).
-// stages: blocks in flight per warp. Q4_K: 2 (v8: faster than 3, 4 or 6 at every shape and batch measured on the
-// H200 but one matrix of 2048 x 6144 at B = 1, level there; docs/PERF_H200_gemv_blocks.md v8).
+// stages: blocks in flight per warp. Q4_K: 2 (v8, H200: faster than 3, or level, at every Q4_K case of kernel_bench;
+// 4 and 6 were slower than 3; docs/PERF_H200_gemv_blocks.md v8).
 template <> struct MmaShape<kQ4_K> { static constexpr int ts = 144, words = 9, slot = 144, stages = 2; };
 template <> struct MmaShape<kQ6_K> { static constexpr int ts = 210, words = 14, slot = 272, stages = 2; };
 
@@ -522,7 +522,7 @@ __global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
     int st = 0;  // (b - b_lo) % stages, kept by a counter (a modulo by 3 stages was 4 instructions per use)
     int b = b_lo;
     // Two chunks per warp (experts, one column group): [b_lo, b_mid) then [b_mid, b_hi), the first's sums kept
-    // in `first`. A loop per chunk, not a test per block: the test cost the Q6_K block 45 instructions (SASS).
+    // in `first`. A loop per chunk, not a test per block: a test per block cost the Q6_K loop ~45 instructions (SASS).
 #pragma unroll 1
     for (int part = NCG == 1 ? 0 : 1; part < 2; ++part) {
       for (const int b_end = part == 0 ? b_mid : b_hi; b < b_end; ++b) {
