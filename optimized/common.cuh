@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "optimized/api.h"
 
@@ -99,6 +100,25 @@ void bump_workspace_generation();
 void* scratch(int slot, size_t bytes);
 // Multiprocessors of the current device (read once: every device of a split is the same model).
 int device_sm_count();
+
+// A programmatic dependent launch on cur_stream() (sm_90 and later): the kernel's CTAs may start while the
+// stream's previous kernel still runs (once each of its CTAs has executed griddepcontrol.launch_dependents or
+// exited); the kernel must execute griddepcontrol.wait before it reads what that kernel writes. The kernels
+// before that one have finished, as in any launch.
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = cur_stream();
+  cudaLaunchAttribute pdl{};
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &pdl;
+  cfg.numAttrs = 1;
+  MLACONF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
 
 inline unsigned ceil_div(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 // n rounded up to a multiple of a (the arenas' and packed uploads' alignment).

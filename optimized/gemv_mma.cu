@@ -608,17 +608,7 @@ void launch_w(const MmaArgs& a, dim3 grid) {
   }
   // A programmatic dependent launch (sm_90 and later): the CTAs start while split_x runs and stage their first
   // weight blocks before griddepcontrol.wait (H200: 1-2.5 us less per call, docs/PERF_H200_gemv_blocks.md v8).
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(32 * W);
-  cfg.dynamicSmemBytes = smem_bytes<TYPE>(W);
-  cfg.stream = cur_stream();
-  cudaLaunchAttribute pdl{};
-  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &pdl;
-  cfg.numAttrs = 1;
-  MLACONF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_mma_kernel<TYPE, NCG, W>, a));
+  launch_dependent(gemv_mma_kernel<TYPE, NCG, W>, grid, dim3(32 * W), smem_bytes<TYPE>(W), a);
   MLACONF_CUDA_LAUNCH_CHECK("gemv_mma_kernel");
 }
 template <int TYPE, int NCG>

@@ -798,17 +798,8 @@ void launch_mma(const SparseMlaArgs& a, bool dense, int64_t entries) {
   MLACONF_CUDA_LAUNCH_CHECK(HG == 1 ? "sparse_mla_rows" : "sparse_mla_mma");
   if (n_splits > 1 && !p.fused_merge) {
     // Programmatic dependent launch: the merge's launch overlaps the split kernel (sm_90 and later).
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3((unsigned)a.H, (unsigned)a.T);
-    cfg.blockDim = dim3(kMmaDv / 4);
-    cfg.stream = cur_stream();
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    MLACONF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_mla_mma_merge, (const float*)p.o_part, (const float*)p.m_part,
-                                          (const float*)p.l_part, (int)n_splits, p.H, p.plain_sum, a.out));
+    launch_dependent(sparse_mla_mma_merge, dim3((unsigned)a.H, (unsigned)a.T), dim3(kMmaDv / 4), 0, (const float*)p.o_part,
+                     (const float*)p.m_part, (const float*)p.l_part, (int)n_splits, p.H, p.plain_sum, a.out);
     MLACONF_CUDA_LAUNCH_CHECK("sparse_mla_mma_merge");
   }
 }
