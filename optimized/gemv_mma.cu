@@ -184,7 +184,7 @@ template <int TYPE> struct MmaShape;
 // ts: block bytes; words: 16-byte words a row's block can span; slot: bytes per staged row (a multiple of
 // 16 that is 16 mod 128, so the 8 rows x 4 lanes of a fragment load hit 32 different banks).
 // stages: blocks in flight per warp. Q4_K: 2 (v8, H200: faster than 3, or level, at every Q4_K case of kernel_bench;
-// 4 and 6 were slower than 3; docs/PERF_H200_gemv_blocks.md v8).
+// 4 and 6 were slower than 3 for the experts; docs/PERF_H200_gemv_blocks.md v8).
 template <> struct MmaShape<kQ4_K> { static constexpr int ts = 144, words = 9, slot = 144, stages = 2; };
 template <> struct MmaShape<kQ6_K> { static constexpr int ts = 210, words = 14, slot = 272, stages = 2; };
 
