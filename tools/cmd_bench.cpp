@@ -17,8 +17,9 @@
 // together (one token each, greedy). Reports decode tokens/s (B x steps / time) and the latency of one
 // step, with a floor: the bytes a step must read (every weight once, the experts B tokens pick under
 // uniform routing, each sequence's top-k latent rows and indexer keys) at --floor-gbs. The overflow
-// check is off in this mode (a server does not scan every op). --graph: decode steps as CUDA graphs
-// (PipelineOptions::decode_graph; without --devices).
+// check is off in this mode (a server does not scan every op). The first step is timed apart (warm_ms).
+// --graph: decode steps as CUDA graphs (PipelineOptions::decode_graph; without --devices); the capture
+// step is timed apart too (warm_ms is then both steps), so the timed steps are the graph's replays.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -141,23 +142,27 @@ void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c
     // B x 154880 logits on the host cost 0.5 ms (B = 1) to 3 ms (B = 8) per step of host time, measured with
     // bench/gpu_trace.sh, during which the device idled.
     auto step = [&] { next = p.decode_step_greedy(seqs, next); };
+    // Steps timed apart: the first (it allocates the kernels' scratch) and, with --graph, the capture (the
+    // step after it captures the step, instantiates the graph and replays it once), so that the timed steps
+    // are replays. Until 2026-12-02 the capture step was among the timed ones.
     double warm_s = 0;
-    if (a.decode_steps > 0) {  // the first step allocates the kernels' scratch: timed apart
-      t0 = std::chrono::steady_clock::now();
-      step();
-      warm_s = seconds_since(t0);
-    }
+    int64_t untimed = 0;
+    const int64_t replays0 = p.graph_replays();
     t0 = std::chrono::steady_clock::now();
-    for (int64_t st = 1; st < a.decode_steps; ++st) step();
+    if (a.decode_steps > 0) step(), ++untimed;
+    if (p.options().decode_graph && a.decode_steps > 1 && p.graph_replays() == replays0) step(), ++untimed;
+    warm_s = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    for (int64_t st = untimed; st < a.decode_steps; ++st) step();
     const double decode_s = seconds_since(t0);
-    const int64_t timed = std::max<int64_t>(a.decode_steps - 1, 0);
+    const int64_t timed = a.decode_steps - untimed;
     const double tps = timed > 0 ? (double)(B * timed) / decode_s : 0.0;
     const double step_ms = timed > 0 ? 1e3 * decode_s / (double)timed : 0.0;
     const StepBytes sb = step_bytes(f, c, B, a.context + a.prompt_tokens + a.decode_steps / 2);
     const double floor_ms = 1e3 * (sb.weights + sb.cache) / (a.floor_gbs * 1e9);
     const double floor_tps = 1e3 * (double)B / floor_ms;
     for (int s : seqs) p.close_sequence(s);
-    rows.push_back(Json{{"batch", B}, {"greedy_pick", "device"}, {"graph_replays_total", p.graph_replays()}, {"prefill_s", prefill_s}, {"warm_step_s", warm_s}, {"decode_steps_timed", timed},
+    rows.push_back(Json{{"batch", B}, {"greedy_pick", "device"}, {"graph_replays_total", p.graph_replays()}, {"prefill_s", prefill_s}, {"warm_step_s", warm_s}, {"untimed_steps", untimed}, {"decode_steps_timed", timed},
                         {"decode_s", decode_s}, {"decode_tokens_per_s", tps}, {"step_ms", step_ms},
                         {"weight_bytes_per_step", sb.weights}, {"cache_bytes_per_step", sb.cache},
                         {"floor_ms_per_step", floor_ms}, {"floor_tokens_per_s", floor_tps},
