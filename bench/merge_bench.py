@@ -8,8 +8,24 @@ case). Writes the merged JSON and prints a markdown table.
 """
 import argparse
 import json
+import os
 import re
 import sys
+import tempfile
+
+
+def write_atomic(path, text):
+    """text to path through a temporary file in its folder and a rename: a reader never sees half a file."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".merge_bench.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def main():
@@ -49,14 +65,12 @@ def main():
         peer = f"{p['us']:.1f}" if p else "-"
         lines.append(f"| {r['name']} | {r['us']:.1f} | {r['gbs']:.0f} | {r['tflops']:.1f} | {r['pct_floor']:.1f}% | {peer} | {ratio} |")
     merged = dict(mlaconf=m, torch=t)
-    with open(a.json, "w") as f:
-        json.dump(merged, f, indent=1)
+    write_atomic(a.json, json.dumps(merged, indent=1))
     table = "\n".join(lines)
     if a.md:
-        with open(a.md, "w") as f:
-            f.write(f"copy bandwidth {m['copy_gbs']:.0f} GB/s, fp16 matmul {m['fp16_tflops']:.0f} TFLOP/s "
-                    f"(mlaconf run); torch run: {t.get('copy_gbs', 0):.0f} GB/s, {t.get('fp16_tflops', 0):.0f} TFLOP/s\n\n")
-            f.write(table + "\n")
+        write_atomic(a.md, f"copy bandwidth {m['copy_gbs']:.0f} GB/s, fp16 matmul {m['fp16_tflops']:.0f} TFLOP/s "
+                           f"(mlaconf run); torch run: {t.get('copy_gbs', 0):.0f} GB/s, {t.get('fp16_tflops', 0):.0f} TFLOP/s\n\n"
+                           + table + "\n")
     print(table)
     return 0
 
