@@ -8,24 +8,10 @@ case). Writes the merged JSON and prints a markdown table.
 """
 import argparse
 import json
-import os
 import re
 import sys
-import tempfile
 
-
-def write_atomic(path, text):
-    """text to path through a temporary file in its folder and a rename: a reader never sees half a file."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".merge_bench.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+from atomic_write import write_atomic
 
 
 def main():

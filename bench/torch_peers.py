@@ -16,6 +16,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from atomic_write import write_atomic
+
 
 def timed(fns, reps):
     """Median microseconds per call of fns[i % len(fns)]() (each a graph replay)."""
@@ -225,9 +227,8 @@ def main():
     b.gemv()
     b.gemv_blocks()
     b.gemv_float()
-    with open(a.json, "w") as f:
-        json.dump(dict(source="torch", device=torch.cuda.get_device_name(), torch=torch.__version__, copy_gbs=b.copy_gbs,
-                       fp16_tflops=b.tflops, rows=b.rows), f, indent=1)
+    write_atomic(a.json, json.dumps(dict(source="torch", device=torch.cuda.get_device_name(), torch=torch.__version__,
+                                         copy_gbs=b.copy_gbs, fp16_tflops=b.tflops, rows=b.rows), indent=1))
     return 0
 
 

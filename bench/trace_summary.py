@@ -20,6 +20,8 @@ import shutil
 import subprocess
 import sys
 
+from atomic_write import write_atomic
+
 
 def load(path):
     rows = []
@@ -135,8 +137,7 @@ def main():
     out["idle_before"] = {k: {"gaps": v[0] / n, "us": v[1] / n} for k, v in sorted(gap_next.items(), key=lambda x: -x[1][1])}
     out["host_during_idle_us"] = {k: v / n for k, v in sorted(gap_host.items(), key=lambda x: -x[1])}
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=1)
+        write_atomic(a.json, json.dumps(out, indent=1))
     print(f"steps averaged: {n} (a download of {size} bytes ends each step)")
     print(f"wall {out['wall_us']:.1f} us | device busy {out['device_busy_us']:.1f} (kernels {out['kernel_busy_us']:.1f}) "
           f"| idle {out['idle_us']:.1f} us")
