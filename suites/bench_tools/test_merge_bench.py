@@ -13,6 +13,8 @@ import subprocess
 import sys
 import tempfile
 
+from checks import Checks
+
 
 def row(name, us, gbs=1000.0, tflops=1.0, pct=50.0):
     return {"name": name, "kernel": "k", "note": "", "us": us, "bytes": 1, "flops": 1, "gbs": gbs, "tflops": tflops,
@@ -21,11 +23,8 @@ def row(name, us, gbs=1000.0, tflops=1.0, pct=50.0):
 
 def main():
     tool = sys.argv[1]
-    failures = []
-
-    def check(cond, what):
-        if not cond:
-            failures.append(what)
+    c = Checks("merge_bench")
+    check = c.check
 
     with tempfile.TemporaryDirectory() as d:
         p = lambda n: os.path.join(d, n)
@@ -70,10 +69,7 @@ def main():
                            capture_output=True, text=True)
         check(r.returncode == 1 and not os.path.exists(p("m3.json")), f"no mlaconf results: exit {r.returncode}")
 
-    for f in failures:
-        print("FAIL:", f)
-    print("merge_bench:", "ok" if not failures else f"{len(failures)} failure(s)")
-    return 1 if failures else 0
+    return c.finish()
 
 
 if __name__ == "__main__":

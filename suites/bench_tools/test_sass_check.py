@@ -15,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 
+from checks import Checks
+
 FAKE = """#!/usr/bin/env python3
 import os, sys
 obj = sys.argv[-1]
@@ -66,11 +68,8 @@ def run(tool, env, *args):
 
 def main():
     tool = sys.argv[1]
-    failures = []
-
-    def check(cond, what):
-        if not cond:
-            failures.append(what)
+    c = Checks("sass_check")
+    check = c.check
 
     with tempfile.TemporaryDirectory() as d:
         fake = os.path.join(d, "cuobjdump")
@@ -111,10 +110,7 @@ def main():
         rc, out = run(tool, env, "loops", os.path.join(d, "missing.o"))
         check(rc == 2 and out.strip().count("\n") == 0 and "no such file" in out, f"missing file: rc {rc}:\n{out}")
 
-    for f in failures:
-        print("FAIL:", f)
-    print("sass_check:", "ok" if not failures else f"{len(failures)} failure(s)")
-    return 1 if failures else 0
+    return c.finish()
 
 
 if __name__ == "__main__":
