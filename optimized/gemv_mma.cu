@@ -77,6 +77,17 @@ __device__ __forceinline__ Terms3<T> split3(float v) {
   const T mid = to_16<T>(r1);
   return {hi, mid, to_16<T>(__fsub_rn(r1, from_16(mid)))};
 }
+// Slot s's terms into its column group (columns 3 (s % 2) + term, `stride` apart) and the group's zero column
+// 6 + s % 2; with hi_only (the fault gemv-x-bf16, x as one 16-bit term) the mid and lo terms are zero.
+template <typename T>
+__device__ __forceinline__ void put_terms(T* o, int64_t stride, int64_t s, Terms3<T> v, bool hi_only) {
+  const T zero = to_16<T>(0.f);
+  const int64_t c0 = 3 * (s & 1);
+  o[(c0 + 0) * stride] = v.hi;
+  o[(c0 + 1) * stride] = hi_only ? zero : v.mid;
+  o[(c0 + 2) * stride] = hi_only ? zero : v.lo;
+  o[(6 + (s & 1)) * stride] = zero;
+}
 // Q6_K's x: slot s of x (a batch entry's vector) is column group s / 2, columns 3 (s % 2) + term; columns 6
 // and 7 are zero. xi: [groups][K / 16][8 columns][16 values] bf16, so that the B fragment of one k-step (16
 // values) for all 32 lanes is 256 contiguous bytes.
@@ -86,14 +97,7 @@ __global__ void split_x_kernel(const float* __restrict__ x, int64_t x_stride, in
   const int64_t pos = (int64_t)blockIdx.x * 256 + threadIdx.x;
   const int64_t s = blockIdx.y;  // grid.y: ntok rounded up to even; the padding slot is zero
   const float v = s < ntok ? x[s * x_stride + pos] : 0.f;
-  const auto [hi, mid, lo] = split3<__nv_bfloat16>(v);
-  const __nv_bfloat16 zero = __float2bfloat16_rn(0.f);
-  const int64_t cg = s >> 1, c0 = 3 * (s & 1);
-  __nv_bfloat16* o = xi + (cg * (K / 16) + pos / 16) * 128 + (pos & 15);
-  o[(c0 + 0) * 16] = hi;
-  o[(c0 + 1) * 16] = hi_only ? zero : mid;  // the fault gemv-x-bf16
-  o[(c0 + 2) * 16] = hi_only ? zero : lo;
-  o[(6 + (s & 1)) * 16] = zero;
+  put_terms(xi + ((s >> 1) * (K / 16) + pos / 16) * 128 + (pos & 15), 16, s, split3<__nv_bfloat16>(v), hi_only);
 }
 
 // Q4_K's x: fp16 terms of x scaled per block, so that the 6-bit scale can ride in the A operand (sc q <= 945
@@ -128,15 +132,10 @@ __global__ void split_x_q4k_kernel(const float* __restrict__ x, int64_t x_stride
   (void)frexpf(m, &E);  // m = f 2^E, f in [0.5, 1); E = 0 for m = 0
   const int e = min(15 - E, 100);  // >= 15 - 128: no finite x' reaches 2^15
   const float xs = __fmul_rn(v, __int_as_float((127 + e) << 23));  // exact: a power of two, x' normal or tiny
-  const auto [hi, mid, lo] = split3<__half>(xs);
-  const __half zero = __float2half_rn(0.f);
+  const Terms3<__half> terms = split3<__half>(xs);
   const int64_t cg = s >> 1, c0 = 3 * (s & 1);
   const int p = (int)(pos & 15), q = (p & ~3) | ((p & 1) << 1) | ((p >> 1) & 1);  // (0, 2, 1, 3) in each 4
-  __half* o = xi + (cg * (K / 16) + pos / 16) * 128 + q;
-  o[(c0 + 0) * 16] = hi;
-  o[(c0 + 1) * 16] = hi_only ? zero : mid;  // the fault gemv-x-bf16 (x as one 16-bit term)
-  o[(c0 + 2) * 16] = hi_only ? zero : lo;
-  o[(6 + (s & 1)) * 16] = zero;
+  put_terms(xi + (cg * (K / 16) + pos / 16) * 128 + q, 16, s, terms, hi_only);
   if (threadIdx.x == 0) {
     float* f = xf + (cg * nb + blk) * 8;
     f[c0] = f[c0 + 1] = f[c0 + 2] = __int_as_float((127 - e) << 23);
@@ -146,15 +145,7 @@ __global__ void split_x_q4k_kernel(const float* __restrict__ x, int64_t x_stride
   float sum = v;
 #pragma unroll
   for (int off = 16; off; off >>= 1) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, off));
-  if (lane == 0) {
-    const auto [shi, smid, slo] = split3<__nv_bfloat16>(sum);
-    const __nv_bfloat16 bz = __float2bfloat16_rn(0.f);
-    __nv_bfloat16* om = xm + (cg * nb + blk) * 64 + warp;
-    om[(c0 + 0) * 8] = shi;
-    om[(c0 + 1) * 8] = hi_only ? bz : smid;
-    om[(c0 + 2) * 8] = hi_only ? bz : slo;
-    om[(6 + (s & 1)) * 8] = bz;
-  }
+  if (lane == 0) put_terms(xm + (cg * nb + blk) * 64 + warp, 8, s, split3<__nv_bfloat16>(sum), hi_only);
 }
 
 // ---- the GEMV ----
@@ -313,10 +304,14 @@ __device__ __forceinline__ uint32_t nibbles_1024(uint32_t w, uint32_t mask) {
 struct ScaleTerms {
   __half2 mul, add;
 };
-// Sub-block sb alone: (1024 + sc, 1024 + sc) built in the mantissas, minus 1024.
+// Two bytes of a scale word (PRMT selector sel: the low selector nibbles pick them, 0x4040 the 1024 bytes above)
+// as an fp16 pair: (1024 + byte) built in each mantissa, minus 1024.
+__device__ __forceinline__ __half2 byte_pair(uint32_t w, unsigned sel) {
+  return __hsub2(as_h2(__byte_perm(w, c_f16_1024_bytes, sel)), as_h2(kH1024));
+}
+// Sub-block sb alone: (sc, sc).
 __device__ __forceinline__ ScaleTerms sub_block_terms(const uint32_t (&sc)[2], int sb) {
-  const unsigned sel = 0x4040u | (unsigned)(sb & 3) | ((unsigned)(sb & 3) << 8);
-  const __half2 p = __hsub2(as_h2(__byte_perm(sc[sb >> 2], c_f16_1024_bytes, sel)), as_h2(kH1024));
+  const __half2 p = byte_pair(sc[sb >> 2], 0x4040u | (unsigned)(sb & 3) | ((unsigned)(sb & 3) << 8));
   const bool hi = sb & 1;
   return {hi ? __hmul2(p, __float2half2_rn(0.0625f)) : p, __hmul2(p, __float2half2_rn(hi ? -64.f : -1024.f))};
 }
@@ -326,8 +321,7 @@ __device__ __forceinline__ ScaleTerms sub_block_terms(const uint32_t (&sc)[2], i
 __device__ __forceinline__ void chunk_terms(const uint32_t (&sc0)[2], const uint32_t (&sc1)[2], int ch, ScaleTerms (&r0)[2],
                                             ScaleTerms (&r1)[2]) {
   const unsigned sel = 0x4040u | (unsigned)(2 * (ch & 1)) | ((unsigned)(2 * (ch & 1) + 1) << 8);
-  const __half2 p0 = __hsub2(as_h2(__byte_perm(sc0[ch >> 1], c_f16_1024_bytes, sel)), as_h2(kH1024));
-  const __half2 p1 = __hsub2(as_h2(__byte_perm(sc1[ch >> 1], c_f16_1024_bytes, sel)), as_h2(kH1024));
+  const __half2 p0 = byte_pair(sc0[ch >> 1], sel), p1 = byte_pair(sc1[ch >> 1], sel);
   const __half2 kmul = __halves2half2(__float2half_rn(1.f), __float2half_rn(0.0625f));
   const __half2 kadd = __halves2half2(__float2half_rn(-1024.f), __float2half_rn(-64.f));
   const __half2 mul0 = __hmul2(p0, kmul), mul1 = __hmul2(p1, kmul);
