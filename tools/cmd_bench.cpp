@@ -145,13 +145,18 @@ void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c
     // Steps timed apart: the first (it allocates the kernels' scratch) and, with --graph, the capture (the
     // step after it captures the step, instantiates the graph and replays it once), so that the timed steps
     // are replays. Until 2026-12-02 the capture step was among the timed ones.
-    double warm_s = 0;
-    int64_t untimed = 0;
     const int64_t replays0 = p.graph_replays();
+    int64_t untimed = 0;
     t0 = std::chrono::steady_clock::now();
-    if (a.decode_steps > 0) step(), ++untimed;
-    if (p.options().decode_graph && a.decode_steps > 1 && p.graph_replays() == replays0) step(), ++untimed;
-    warm_s = seconds_since(t0);
+    if (a.decode_steps > 0) {
+      step();
+      ++untimed;
+    }
+    if (p.options().decode_graph && a.decode_steps > 1 && p.graph_replays() == replays0) {  // the capture step
+      step();
+      ++untimed;
+    }
+    const double warm_s = seconds_since(t0);
     t0 = std::chrono::steady_clock::now();
     for (int64_t st = untimed; st < a.decode_steps; ++st) step();
     const double decode_s = seconds_since(t0);
