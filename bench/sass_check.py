@@ -62,11 +62,10 @@ def sass(obj, arch):
     return funcs
 
 
-def without_targets(ins):
-    """Instruction texts with absolute branch targets made relative (a function moved in the file is equal)."""
-    base = ins[0][0] if ins else 0
-    return [BRANCH.sub(lambda m: m.group(0).replace(m.group(1), format(int(m.group(1), 16) - base, "x")), t)
-            for _, t in ins]
+def texts(ins):
+    """The instruction texts of a function (cuobjdump numbers each function's addresses from 0, so branch
+    targets compare as they are)."""
+    return [t for _, t in ins]
 
 
 def cmd_same(a):
@@ -76,13 +75,13 @@ def cmd_same(a):
         if not fa and not fb:
             fail(f"no {arch} SASS in either file")
         names = sorted(set(fa) | set(fb))
-        bad = [n for n in names if n not in fa or n not in fb or without_targets(fa[n]) != without_targets(fb[n])]
+        bad = [n for n in names if n not in fa or n not in fb or texts(fa[n]) != texts(fb[n])]
         print(f"{arch}: {len(names) - len(bad)} of {len(names)} functions identical")
         for n in bad[:5]:
             if n not in fa or n not in fb:
                 print(f"  {n}: only in {a.a if n in fa else a.b}")
                 continue
-            ta, tb = without_targets(fa[n]), without_targets(fb[n])
+            ta, tb = texts(fa[n]), texts(fb[n])
             i = next((k for k in range(min(len(ta), len(tb))) if ta[k] != tb[k]), min(len(ta), len(tb)))
             print(f"  {n}: {len(ta)} vs {len(tb)} instructions, first difference at {i}:")
             print(f"    {ta[i] if i < len(ta) else '(end)'}\n    {tb[i] if i < len(tb) else '(end)'}")
