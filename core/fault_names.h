@@ -8,8 +8,8 @@
 namespace mlaconf {
 
 // In the order of optimized/faults.h's Fault enum (after None).
-inline constexpr std::array<std::string_view, 7> kFaultNames = {"dense-attention", "topk-upper-tie", "no-lse-merge",
+inline constexpr std::array<std::string_view, 8> kFaultNames = {"dense-attention", "topk-upper-tie", "no-lse-merge",
                                                                 "inject-overflow", "split-no-handoff", "gemv-drop-tail",
-                                                                "gemv-x-bf16"};
+                                                                "gemv-x-bf16",     "indexer-no-bound"};
 
 }  // namespace mlaconf

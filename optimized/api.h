@@ -368,6 +368,12 @@ void indexer_scores_f32_rows(const float* d_q, const float* d_k, const int64_t* 
 // launches in all instead of three).
 void indexer_topk_f32_rows(const float* d_q, const float* d_k, const int64_t* d_k_off, const float* d_w, const int32_t* d_qpos,
                            int64_t T, int64_t Hi, int64_t Di, int64_t L, int64_t k, float* d_scores, int32_t* d_out);
+// The selections of indexer_topk_f32_rows, index for index, without its scores (d_scores [T, L] is work
+// memory, its contents unspecified afterwards): where Di = 128, Hi = 32 or 64, L >= 16384 and k <= 3072,
+// fp16 tensor-core scores with an error bound pick the keys that can be selected and only those get the
+// fp32 kernel's exact score (docs/CUDA.md); elsewhere indexer_topk_f32_rows itself. The decode step's call.
+void indexer_select_f32_rows(const float* d_q, const float* d_k, const int64_t* d_k_off, const float* d_w, const int32_t* d_qpos,
+                             int64_t T, int64_t Hi, int64_t Di, int64_t L, int64_t k, float* d_scores, int32_t* d_out);
 // The SIMT kernel the fp32 entry points fall back to (Di % 4 != 0, Hi > 64), forced for every shape: the
 // tiled kernel they run otherwise must give the same bits (suites/gpu, kernel_bench's check). T <= 65535.
 void indexer_scores_f32_simt(const float* d_q, const float* d_k, const int64_t* d_k_off, const float* d_w, const int32_t* d_qpos,

@@ -11,7 +11,7 @@ namespace {
 std::atomic<Fault> g_fault{Fault::None};
 // core/fault_names.h lists the names in the enum's order (after None).
 constexpr Fault kFaults[] = {Fault::DenseAttention, Fault::TopkUpperTie, Fault::NoLseMerge, Fault::InjectOverflow,
-                             Fault::SplitNoHandoff, Fault::GemvDropTail, Fault::GemvXBf16};
+                             Fault::SplitNoHandoff, Fault::GemvDropTail, Fault::GemvXBf16, Fault::IndexerNoBound};
 static_assert(sizeof(kFaults) / sizeof(kFaults[0]) == kFaultNames.size(), "core/fault_names.h and the Fault enum differ");
 }  // namespace
 
