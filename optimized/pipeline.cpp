@@ -382,7 +382,7 @@ struct Pipeline::Impl {
   }
   // The indexer of a pass over sequences: each group's rows score their own sequence's keys (exactly the
   // call forward() makes for that sequence alone), top-k positions, then absolute rows of the pool.
-  // Scores + top-k by indexer_topk_f32_rows (the top-k's first pass fused into the scores kernel).
+  // indexer_select_f32_rows: indexer_topk_f32_rows's selection; its scores are not needed here.
   void indexer_select_seq(int64_t l, const float* qi, float* wts, const int32_t* d_pos, int64_t T, int32_t* top) {
     const int64_t Hi = c.indexer_n_head, Di = c.indexer_head_size, K = c.indexer_top_k;
     scale_indexer_weights(wts, T);
@@ -393,7 +393,7 @@ struct Pipeline::Impl {
       // (also at B = 1): over max_ctx keys, nothing of this step's host data in the launches.
       const int64_t Lmax = sr->graph_shape ? ctx : *std::max_element(sr->pos.begin(), sr->pos.end()) + 1;
       auto scores = fbuf(T * Lmax);
-      indexer_topk_f32_rows(qi, skeys[l].as<float>(), sr->key_off[(size_t)cur], wts, d_pos, T, Hi, Di, Lmax, K, scores.as<float>(), top);
+      indexer_select_f32_rows(qi, skeys[l].as<float>(), sr->key_off[(size_t)cur], wts, d_pos, T, Hi, Di, Lmax, K, scores.as<float>(), top);
       paged_rows(top, T, K, sr->row_tab[(size_t)cur], sr->tab[(size_t)cur], max_pages, page_rows);
       return;
     }
@@ -403,7 +403,7 @@ struct Pipeline::Impl {
     for (const auto& [b, e] : sr->groups) {
       const int64_t Lg = sr->pos[(size_t)e - 1] + 1;  // the sequence's keys 0 .. its last row's position
       const float* keys = skeys[l].as<float>() + (int64_t)sr->slot[(size_t)b] * ctx * Di;
-      indexer_topk_f32_rows(qi + b * Hi * Di, keys, nullptr, wts + b * Hi, d_pos + b, e - b, Hi, Di, Lg, K, scores.as<float>(), top + b * K);
+      indexer_select_f32_rows(qi + b * Hi * Di, keys, nullptr, wts + b * Hi, d_pos + b, e - b, Hi, Di, Lg, K, scores.as<float>(), top + b * K);
     }
     paged_rows(top, T, K, sr->row_tab[(size_t)cur], sr->tab[(size_t)cur], max_pages, page_rows);
   }
