@@ -322,6 +322,94 @@ void huge_keys_f32_case() {
   expect_pass(chk);
 }
 
+// indexer_select_f32_rows (the decode step's call: fp16 tensor-core scores with an error bound choose the
+// keys that get exact scores) against indexer_topk_f32_rows on the same inputs: the same selection, index
+// for index. Its scores are not judged (they are work memory). Data:
+//  - "uniform": q, keys and w uniform (as indexer_topk_f32_case);
+//  - "edge": 5000 keys whose exact scores lie in [8, 8.0005], on a bin edge of the top-k's first histogram,
+//    with fp16 rounding moving them by ~0.003 (only head 0 weighs: w = (1, 0, ...), q_0 = 1 on dims 0..7,
+//    key dims 0..7 summing to 8 + delta); the other keys score under 8 (dims 0..7 in [-1, 1]). Which of the
+//    5000 are selected depends on their exact scores only, and the filter must refine them all (without
+//    the bound, about 350 of the right keys fall under 8 and are left out: a numpy model of the data);
+//  - "special": uniform, plus keys with an element past fp16's range (a large exact score), a NaN and an
+//    infinite element, and runs of exact duplicates;
+//  - "big_q": uniform, with an element of q past fp16's range in every row: every key is refined, more
+//    than the refine step's list holds, so topk_collect selects (its fallback).
+// Row 2 (T > 2) at position 100: fewer finite scores than k. skew: per-sequence key regions 1 element off
+// 16 bytes. Run twice (the work memory must be left zero). fault: under indexer-no-bound (the bound taken
+// as 0) the edge data must be caught.
+void indexer_select_case(int64_t T, int64_t Hi, int64_t L, int64_t k, bool shared, const std::string& data, int64_t skew,
+                         bool fault = false) {
+  MLACONF_REQUIRE_CUDA();
+  const int64_t Di = 128;
+  std::mt19937_64 rng(77 + L + k + Hi);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const int64_t n_sets = shared ? 1 : T;
+  std::vector<float> q(T * Hi * Di), kk(n_sets * L * Di + skew), w(T * Hi);
+  for (auto& v : q) v = u(rng);
+  for (auto& v : kk) v = u(rng);
+  for (auto& v : w) v = u(rng) / std::sqrt((float)(Hi * Di));
+  for (int64_t set = 0; set < n_sets; ++set) {
+    float* K = kk.data() + skew + set * L * Di;
+    if (data == "edge") {
+      std::uniform_real_distribution<float> part(0.5f, 1.5f), delta(0.f, 0.0005f);
+      for (int64_t i = 0; i < 5000; ++i) {
+        float* key = K + (7 + 3 * i) * Di;
+        float sum = 0.f;
+        for (int j = 0; j < 7; ++j) sum += key[j] = part(rng);
+        key[7] = 8.f + delta(rng) - sum;
+      }
+    } else if (data == "special") {
+      K[5 * Di + 3] = 70000.f;
+      K[6 * Di + 4] = NAN;
+      K[8 * Di + 5] = INFINITY;
+      K[9 * Di + 6] = -INFINITY;
+      for (int64_t r = 0; r < 50; ++r)
+        for (int64_t c = 1; c <= 40; ++c) std::copy(K + (1000 + 97 * r) * Di, K + (1001 + 97 * r) * Di, K + (1000 + 97 * r + c) * Di);
+    }
+  }
+  if (data == "big_q")  // past fp16's range in every row: no bound, every key refined (more than the list holds)
+    for (int64_t t = 0; t < T; ++t) q[t * Hi * Di + 5] = 70000.f;
+  if (data == "edge") {
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = 0; h < Hi; ++h) w[t * Hi + h] = h == 0 ? 1.f : 0.f;
+      std::fill(q.begin() + t * Hi * Di, q.begin() + t * Hi * Di + Di, 0.f);
+      std::fill(q.begin() + t * Hi * Di, q.begin() + t * Hi * Di + 8, 1.f);
+    }
+  }
+  std::vector<int32_t> pos(T);
+  std::vector<int64_t> off(T);
+  for (int64_t t = 0; t < T; ++t) pos[t] = (int32_t)(t == 2 ? 100 : L - 1 - 37 * t), off[t] = skew + (shared ? 0 : t * L * Di);
+  auto d_q = cuda::to_device(q), d_k = cuda::to_device(kk), d_w = cuda::to_device(w), d_pos = cuda::to_device(pos),
+       d_off = cuda::to_device(off);
+  cuda::DeviceBuffer d_s(T * L * 4), d_s2(T * L * 4), d_top(T * k * 4), d_top2(T * k * 4);
+  const int64_t* ko = shared && !skew ? nullptr : d_off.as<int64_t>();
+  std::vector<int32_t> first_top;
+  for (int rep = 0; rep < 2; ++rep) {
+    cuda::ScopedFault f(fault ? cuda::Fault::IndexerNoBound : cuda::Fault::None);
+    cuda::indexer_select_f32_rows(d_q.as<float>(), d_k.as<float>(), ko, d_w.as<float>(), d_pos.as<int32_t>(), T, Hi, Di, L, k,
+                                  d_s.as<float>(), d_top.as<int32_t>());
+    if (rep == 0) first_top = cuda::to_host<int32_t>(d_top, T * k);
+  }
+  cuda::indexer_topk_f32_rows(d_q.as<float>(), d_k.as<float>(), ko, d_w.as<float>(), d_pos.as<int32_t>(), T, Hi, Di, L, k,
+                              d_s2.as<float>(), d_top2.as<int32_t>());
+  const std::vector<int32_t> top = cuda::to_host<int32_t>(d_top, T * k), top2 = cuda::to_host<int32_t>(d_top2, T * k);
+  OpCheck chk(fault ? testing::TempDir() + "/mlaconf_repro_indexer_no_bound" : "");
+  chk.input("q", [&] { return f32_array({T, Hi, Di}, q); });
+  chk.input("k", [&] { return f32_array({(int64_t)kk.size()}, kk); });
+  chk.input("k_off", [&] { return f64_array({T}, std::vector<double>(off.begin(), off.end())); });
+  chk.input("w", [&] { return f32_array({T, Hi}, w); });
+  chk.input("q_pos", [&] { return i32_array({T}, pos); });
+  chk.exact("topk_vs_indexer_topk_f32_rows", {T, k}, top2, top);
+  chk.exact("topk_second_call", {T, k}, first_top, top);
+  if (fault) {
+    std::printf("%s", chk.summary().c_str());
+    EXPECT_FALSE(chk.pass()) << "a filter without its error bound must be caught";
+  } else {
+    expect_pass(chk);
+  }
+}
+
 // topk_rows over host scores s [T, L] (under `fault`), judged exactly against topk_lower_index of the same
 // scores (the reference's rule: largest first, ties to the lower index). The check's "scores" input reads
 // s when a reproducer is written: s must outlive the returned check.
@@ -500,6 +588,21 @@ const bool registered = [] {
   register_case("indexer", "topk_exact(t=514,L=16385,k=2048,ties=few)", topk_many_rows_case);
   for (int64_t L : {16384, 16385}) register_case("indexer", CaseName("topk_exact").p("L", L).p("k", 2048).p("ties", "one_bin").str(), [L] { topk_one_bin_case(L, 2048); });
   register_case("indexer", "topk_negative_control(fault=topk_upper_tie,L=4096,k=2048)", [] { topk_exact_case(4096, 2048, true); });
+  // The decode selection (indexer_select_f32_rows) against indexer_topk_f32_rows: its two head counts, L
+  // around the 16384 threshold (16383: the fallback) and its 1024-key refine chunks, k at its 3072 cap and
+  // past it (the fallback), shared and per-sequence keys, a region off 16 bytes, the GLM-5 shape at 128K;
+  // keys on a bin edge, keys past fp16's range and duplicates; the fault that drops the bound.
+  for (auto [T, Hi, L, k, shared, data, skew] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, std::string, int64_t>>{
+           {3, 32, 16384, 2048, false, "uniform", 0}, {2, 32, 16383, 2048, false, "uniform", 0}, {4, 64, 40001, 3072, false, "uniform", 0},
+           {3, 32, 40001, 3073, false, "uniform", 0}, {3, 32, 24577, 2048, true, "uniform", 0}, {3, 32, 17409, 2048, false, "uniform", 1},
+           {1, 32, 131072, 2048, false, "uniform", 0}, {3, 32, 20000, 2048, false, "edge", 0}, {2, 64, 20000, 2048, true, "edge", 0},
+           {3, 32, 20000, 2048, false, "special", 0}, {2, 64, 16385, 1, false, "special", 0}, {2, 32, 20000, 2048, false, "big_q", 0}})
+    register_case("indexer",
+                  CaseName("indexer_select").p("t", T).p("hi", Hi).p("di", 128).p("topk", k).p("L", L)
+                      .p("keys", shared ? "shared" : skew ? "per_sequence_unaligned" : "per_sequence").p("data", data).p("dtype", "f32").str(),
+                  [T = T, Hi = Hi, L = L, k = k, shared = shared, data = data, skew = skew] { indexer_select_case(T, Hi, L, k, shared, data, skew); });
+  register_case("indexer", "indexer_select_negative_control(fault=indexer_no_bound,t=3,hi=32,L=20000,k=2048,data=edge)",
+                [] { indexer_select_case(3, 32, 20000, 2048, false, "edge", 0, true); });
   return true;
 }();
 
