@@ -243,6 +243,19 @@ void indexer_case(int64_t B, int64_t L, bool f16) {
     }
   });
   report({name, "indexer_scores+topk_rows", tag, us_all, bytes, flops});
+  if constexpr (sizeof(In) == 4) {  // the decode step's call: the same selection, bounds on the tensor cores
+    const double us_sel = time_us([&](int i) {
+      const int64_t s = (int64_t)(i % n_sets) * B;
+      indexer_select_f32_rows(q.as<float>() + s * Hi * Di, k.as<float>(), koff.as<int64_t>() + s, w.as<float>() + s * Hi,
+                              pos.as<int32_t>(), B, Hi, Di, L, topk, scores.as<float>(), out.as<int32_t>());
+    });
+    report({"indexer_select" + name.substr(7), "indexer_select_f32_rows", tag, us_sel, bytes, flops});
+    const std::vector<float> z = to_host<float>(scores, B * L);  // the last call's: finite where it refined
+    int64_t refined = 0;
+    for (float v : z) refined += std::isfinite(v);
+    std::printf("measure %s: exact scores computed for %lld of %lld keys\n", ("indexer_select" + name.substr(7)).c_str(),
+                (long long)refined, (long long)(B * L));
+  }
   const double us_s = time_us([&](int i) { all_scores(i); });
   report({"indexer_scores" + name.substr(7), "indexer_scores", tag + "; bytes: keys + scores written",
           us_s, bytes + B * L * 4.0, flops});
@@ -710,6 +723,18 @@ void check_indexer() {
     const std::vector<float> f = to_host<float>(sf, L);
     check_row("indexer_topk_f32_rows(L=131072,k=2048) vs scores + topk_rows (exact: 1 = differs)",
               to_host<int32_t>(of, topk) == y && std::memcmp(f.data(), sc.data(), L * 4) == 0 ? 0.0 : 1.0, 0.0);
+  }
+  {  // the decode step's call: the same selection; its work scores are finite exactly where it refined
+    DeviceBuffer sf(L * 4), of(topk * 4);
+    indexer_select_f32_rows(dq.as<float>(), dk.as<float>(), nullptr, dw.as<float>(), dpos.as<int32_t>(), 1, Hi, Di, L, topk, sf.as<float>(),
+                            of.as<int32_t>());
+    const std::vector<float> f = to_host<float>(sf, L);
+    int64_t refined = 0;
+    for (float v : f) refined += std::isfinite(v);
+    std::printf("measure indexer_select_f32_rows(L=131072,k=2048): exact scores computed for %lld of %lld keys\n", (long long)refined,
+                (long long)L);
+    check_row("indexer_select_f32_rows(L=131072,k=2048) vs indexer_topk_f32_rows (exact: 1 = differs)", to_host<int32_t>(of, topk) == y ? 0.0 : 1.0,
+              0.0);
   }
 }
 
