@@ -183,7 +183,8 @@ void sparse_mla_case(int64_t B, int64_t ctx, int heads_per_cta = 0, int64_t spli
 // B queries of B sequences (32 heads x 128, each over its own L keys): scores + top-2048. fp16 keys (the
 // tensor-core path, indexer_scores_batched, then topk_rows) and fp32 keys (the pipeline's choice and call:
 // indexer_topk_f32_rows, one scores launch for all B with key regions by device offsets and the top-k's
-// first pass fused in, then the top-k's collect launch). The scores alone and the top-k alone (topk_rows,
+// first pass fused in, then the top-k's collect launch; and indexer_select_f32_rows, the decode step's call:
+// the same selection, tensor-core bounds and exact scores for the keys they cannot rule out). The scores alone and the top-k alone (topk_rows,
 // both of its launches) are timed too. Byte model: keys + q + w + the top-k written (the scores stay in L2 between the two
 // kernels at B = 1; at B = 16 and L = 128K they are 8 MB, also L2-resident).
 template <class In>

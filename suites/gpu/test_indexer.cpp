@@ -3,13 +3,16 @@
 //  - scores: scores class at f32 (fp16 inputs are exact in the reference; the kernels accumulate in fp32);
 //  - the selection: exactly ref::topk_lower_index of the kernel's own scores (the rule is exact: ties to
 //    the lower index); with the scores within their bound, that is the reference's selection up to
-//    near-ties.
+//    near-ties;
+//  - the decode selection (indexer_select_f32_rows): exactly indexer_topk_f32_rows's selection on the same
+//    inputs (its own scores are work memory, not judged).
 // The reference applies the (Hi Di)^-1/2 scale itself; the kernels take w already scaled.
 //
 // Tiles: the tensor-core scores (Hi 32 or 64, Di 128) take 16 keys per warp, 8 warps per CTA; the SIMT
 // scores 64 keys per CTA (4 threads per key); the tiled fp32 scores (Di % 4 == 0, Hi <= 64) 32 keys per
 // warp, 4 warps per CTA, heads padded to 8, 16, 32 or 64, dims in chunks of 32; the top-k runs one CTA
-// per row, or for L >= 16384 and k <= 3072 CTAs of 8192 scores with up to 16384 candidates per row.
+// per row, or for L >= 16384 and k <= 3072 CTAs of 8192 scores with up to 16384 candidates per row; the
+// decode selection's bounds take 16 keys per warp, its refine step 256 keys per CTA.
 // Off-alignment cases run L, T, top_k, heads and dims around those.
 #include <gtest/gtest.h>
 
