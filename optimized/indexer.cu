@@ -377,6 +377,21 @@ bool launch_scores_f32_tiled(const float* q, const float* k, const int64_t* k_of
   return true;
 }
 
+// A lane's share of sum_h w[h] relu(S[key, h]) from the C fragments of NT n-tiles of 8 heads: its heads
+// 8n + 2t and 8n + 2t + 1 (weights wv[n][0..1]) for its keys g (tA) and g + 8 (tB), n ascending.
+template <int NT>
+__device__ __forceinline__ void relu_weighted(const float (&acc)[NT][4], const float (&wv)[NT][2], float& tA, float& tB) {
+  tA = 0.f;
+  tB = 0.f;
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    tA = fmaf(wv[n][0], fmaxf(acc[n][0], 0.f), tA);
+    tA = fmaf(wv[n][1], fmaxf(acc[n][1], 0.f), tA);
+    tB = fmaf(wv[n][0], fmaxf(acc[n][2], 0.f), tB);
+    tB = fmaf(wv[n][1], fmaxf(acc[n][3], 0.f), tB);
+  }
+}
+
 // ---- tensor-core scores for fp16 q and keys, Di = 128, Hi = 8 * NT ----------------------------------
 // S[key, head] = k[key] . q[head] with mma.sync m16n8k16 (fp16 in, fp32 accumulate), straight from
 // global memory: no shared memory, no barrier. The dot product does not care in which order its 128
@@ -429,14 +444,8 @@ __global__ void __launch_bounds__(256) indexer_scores_mma(const __half* __restri
           mma_16816(acc[n], a, s % 2 ? qq.z : qq.x, s % 2 ? qq.w : qq.y);
         }
       }
-      float tA = 0.f, tB = 0.f;
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        tA = fmaf(wv[n][0], fmaxf(acc[n][0], 0.f), tA);
-        tA = fmaf(wv[n][1], fmaxf(acc[n][1], 0.f), tA);
-        tB = fmaf(wv[n][0], fmaxf(acc[n][2], 0.f), tB);
-        tB = fmaf(wv[n][1], fmaxf(acc[n][3], 0.f), tB);
-      }
+      float tA, tB;
+      relu_weighted<NT>(acc, wv, tA, tB);
       tA += __shfl_xor_sync(0xffffffffu, tA, 1);
       tA += __shfl_xor_sync(0xffffffffu, tA, 2);
       tB += __shfl_xor_sync(0xffffffffu, tB, 1);
@@ -1064,14 +1073,8 @@ __global__ void __launch_bounds__(kBoundWarps * 32, 2)
         l1A += fabsf(x.x) + fabsf(x.y) + fabsf(x.z) + fabsf(x.w);
         l1B += fabsf(y.x) + fabsf(y.y) + fabsf(y.z) + fabsf(y.w);
       }
-      float tA = 0.f, tB = 0.f;
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        tA = fmaf(wv[n][0], fmaxf(acc[n][0], 0.f), tA);
-        tA = fmaf(wv[n][1], fmaxf(acc[n][1], 0.f), tA);
-        tB = fmaf(wv[n][0], fmaxf(acc[n][2], 0.f), tB);
-        tB = fmaf(wv[n][1], fmaxf(acc[n][3], 0.f), tB);
-      }
+      float tA, tB;
+      relu_weighted<NT>(acc, wv, tA, tB);
 #pragma unroll
       for (int o = 1; o < 4; o <<= 1) {
         tA += __shfl_xor_sync(0xffffffffu, tA, o), tB += __shfl_xor_sync(0xffffffffu, tB, o);
