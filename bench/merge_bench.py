@@ -2,7 +2,8 @@
 """Merges kernel_bench's JSON files (mlaconf; one per kernel family, each run in its own process) with
 torch_peers.py's JSON (torch): every mlaconf row gets its peer's time and the ratio torch_us / mlaconf_us
 (> 1: mlaconf is faster). Rows are matched by name (",hpc=N" / ",split=N" variants match their base
-case). Writes the merged JSON and prints a markdown table.
+case; "indexer_select(...)", the decode step's call, matches "indexer(...)": the same scores + top-k).
+Writes the merged JSON and prints a markdown table.
 
     python3 bench/merge_bench.py MLACONF.json [MLACONF2.json ...] --torch TORCH.json --json MERGED.json [--md TABLE.md]
 """
@@ -12,6 +13,11 @@ import re
 import sys
 
 from atomic_write import write_atomic
+
+
+def peer_name(name):
+    """The torch row an mlaconf row is compared with."""
+    return re.sub(r"^indexer_select\(", "indexer(", re.sub(r",(hpc|split)=\d+", "", name))
 
 
 def main():
@@ -44,7 +50,7 @@ def main():
     lines = ["| case | mlaconf us | GB/s | TFLOP/s | % of floor | torch us | torch / mlaconf |",
              "|---|---|---|---|---|---|---|"]
     for r in m["rows"]:
-        p = peers.get(re.sub(r",(hpc|split)=\d+", "", r["name"]))
+        p = peers.get(peer_name(r["name"]))
         r["peer_us"] = p["us"] if p else None
         r["ratio_vs_peer"] = (p["us"] / r["us"]) if p else None
         ratio = f"{r['ratio_vs_peer']:.2f}x" if p else "-"
