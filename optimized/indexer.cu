@@ -1375,7 +1375,7 @@ void topk_rows(const float* d_scores, int64_t T, int64_t L, int64_t k, int32_t* 
 
 void indexer_topk_f32_rows(const float* d_q, const float* d_k, const int64_t* d_k_off, const float* d_w, const int32_t* d_qpos,
                            int64_t T, int64_t Hi, int64_t Di, int64_t L, int64_t k, float* d_scores, int32_t* d_out) {
-  if (k <= 0 || k > INT32_MAX || L < 0) throw InputError("cuda::topk_rows: bad k or L");
+  if (k <= 0 || k > INT32_MAX || L < 0) throw InputError("cuda::indexer_topk_f32_rows: bad k or L");
   if (T > 0 && T <= kTopkRowsPerPass && f32_tiled_supported(Hi, Di) && topk_multi(L, k)) {
     const TopkWork w = topk_work(T, L);
     ScoreHist hs;
@@ -1392,7 +1392,7 @@ void indexer_topk_f32_rows(const float* d_q, const float* d_k, const int64_t* d_
 
 void indexer_select_f32_rows(const float* d_q, const float* d_k, const int64_t* d_k_off, const float* d_w, const int32_t* d_qpos,
                              int64_t T, int64_t Hi, int64_t Di, int64_t L, int64_t k, float* d_scores, int32_t* d_out) {
-  if (k <= 0 || k > INT32_MAX || L < 0) throw InputError("cuda::topk_rows: bad k or L");
+  if (k <= 0 || k > INT32_MAX || L < 0) throw InputError("cuda::indexer_select_f32_rows: bad k or L");
   if (!select_supported(T, Hi, Di, L, k, d_q)) return indexer_topk_f32_rows(d_q, d_k, d_k_off, d_w, d_qpos, T, Hi, Di, L, k, d_scores, d_out);
   if (Hi == 32) run_select<4>(d_q, d_k, d_k_off, d_w, d_qpos, T, L, k, d_scores, d_out);
   else run_select<8>(d_q, d_k, d_k_off, d_w, d_qpos, T, L, k, d_scores, d_out);
