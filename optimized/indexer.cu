@@ -1265,24 +1265,7 @@ __global__ void __launch_bounds__(kRefineWarps * 32)
   }
 }
 
-// Work memory of the decode selection: hi [T][L], grown on demand; one per device.
-float* select_hi(int64_t T, int64_t L) {
-  struct Work {
-    DeviceBuffer buf;
-    size_t cap = 0;
-  };
-  static Work works[64];
-  Work& wk = works[current_device() & 63];
-  const size_t need = (size_t)T * (size_t)L * 4;
-  if (need > wk.cap) {
-    wk.buf = DeviceBuffer();
-    wk.buf = DeviceBuffer(need);
-    wk.cap = need;
-    bump_workspace_generation();
-  }
-  return wk.buf.as<float>();
-}
-constexpr int64_t kSelectMaxCells = (int64_t)1 << 26;  // T * L of the work memory (256 MB)
+constexpr int64_t kSelectMaxCells = (int64_t)1 << 26;  // T * L of hi, the work memory (256 MB; scratch slot 3)
 
 bool select_supported(int64_t T, int64_t Hi, int64_t Di, int64_t L, int64_t k, const float* q) {
   return T > 0 && T <= kTopkRowsPerPass && T * L <= kSelectMaxCells && Di == 128 && (Hi == 32 || Hi == 64) && topk_multi(L, k) &&
@@ -1293,14 +1276,12 @@ template <int NT>
 void run_select(const float* q, const float* k, const int64_t* k_off, const float* w, const int32_t* qpos, int64_t T, int64_t L,
                 int64_t topk, float* scores, int32_t* out) {
   const TopkWork wk = topk_work(T, L);
-  float* hi = select_hi(T, L);
+  float* hi = static_cast<float*>(scratch(3, (size_t)T * (size_t)L * 4));  // hi [T][L]
   ScoreHist h1;  // step 1's bin into state[t * 8 + 4 ..]; step 2's into state[t * 8 ..], where topk_collect reads it
   h1.hist = wk.hist, h1.valid = wk.valid, h1.ticket = wk.ticket1, h1.state = wk.state + 4, h1.k = (int)topk;
   ScoreHist h2 = h1;
   h2.state = wk.state;
-  static int sms_of[64];
-  int& sms = sms_of[current_device() & 63];
-  if (!sms) MLACONF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, current_device()));
+  const int sms = device_sm_count();
   // Two CTAs of 8 warps per SM over all rows, at least one 16-key tile per warp.
   const int64_t tiles = (L + 15) / 16;
   const int64_t per_row = std::max<int64_t>(1, std::min<int64_t>((tiles + kBoundWarps - 1) / kBoundWarps, (2 * (int64_t)sms + T - 1) / T));
