@@ -955,7 +955,10 @@ constexpr float kBoundRel = 1.125f / 1024.f;
 constexpr float kBoundAbs = 1.01f / 33554432.f;  // 2^-25
 constexpr float kHalfMax = 65504.f;
 constexpr int kBoundWarps = 8;
-constexpr int kRefineKeys = 256;    // keys per refine CTA (one per thread; many CTAs: each refines few keys)
+// Keys per refine CTA, by shape: 256 (one per thread) where the rows' CTAs would not fill the GPU twice over
+// with 1024 (B = 1: many CTAs, each refining few keys), else 1024 (H200, PERF_H200 v9: B = 1 at 32K 58.3 ->
+// 46.9 us with 256; B = 16 at 128K 484 -> 592 us).
+constexpr int kRefineKeysSmall = 256, kRefineKeysLarge = 1024;
 constexpr int kRefineWarps = 8;
 constexpr int kRefineGroup = 4;     // candidates per warp at once (independent fmaf chains)
 constexpr int kRefinePitch = 129;   // q's row pitch in floats: lane h reads bank (h + d) % 32
@@ -1117,11 +1120,11 @@ __global__ void __launch_bounds__(kBoundWarps * 32, 2)
   pick_first_bin<kBoundWarps * 32>(hs, t);
 }
 
-// Step 2. grid (ceil(L / kRefineKeys), T), dynamic shared memory refine_smem(Hi). lo_state + t * 8: step 1's
+// Step 2. grid (ceil(L / Keys), T), dynamic shared memory refine_smem(Hi). lo_state + t * 8: step 1's
 // bin b and (+2) its count keff of finite lo, at most k (under k, or b = -1: every key up to q_pos is
 // refined). Writes z [T, L] (the refined scores, -inf elsewhere) and their first histogram.
 constexpr size_t refine_smem(int Hi) { return (size_t)Hi * kRefinePitch * 4; }
-template <int Hi>
+template <int Hi, int Keys>
 __global__ void __launch_bounds__(kRefineWarps * 32)
     indexer_refine(const float* __restrict__ q, const float* __restrict__ k, const int64_t* __restrict__ k_off,
                    const float* __restrict__ w, const int32_t* __restrict__ q_pos, int64_t L, const float* __restrict__ hi,
@@ -1131,13 +1134,13 @@ __global__ void __launch_bounds__(kRefineWarps * 32)
   __shared__ float w_s[Hi];
   __shared__ __align__(16) float k_s[kRefineWarps][kRefineGroup][Di];
   __shared__ int hist[kBins];
-  __shared__ int list[kRefineKeys];
-  __shared__ uint32_t okey[kRefineKeys];  // this CTA's finite refined scores (order keys) and their indices
-  __shared__ int32_t oidx[kRefineKeys];
+  __shared__ int list[Keys];
+  __shared__ uint32_t okey[Keys];  // this CTA's finite refined scores (order keys) and their indices
+  __shared__ int32_t oidx[Keys];
   __shared__ typename cub::BlockScan<int, kRefineWarps * 32>::TempStorage tmp;
   __shared__ int s_n, s_valid, s_base, s_last, s_bin, s_rest;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int64_t t = blockIdx.y, beg = (int64_t)blockIdx.x * kRefineKeys, end = min(L, beg + kRefineKeys);
+  const int64_t t = blockIdx.y, beg = (int64_t)blockIdx.x * Keys, end = min(L, beg + Keys);
   const int64_t last = min((int64_t)q_pos[t], L - 1);
   const int b = lo_state[t * 8] < 0 || lo_state[t * 8 + 2] < hs.k ? -1 : lo_state[t * 8];  // -1: all
   if (k_off) k += k_off[t];
@@ -1145,7 +1148,7 @@ __global__ void __launch_bounds__(kRefineWarps * 32)
   for (int i = tid; i < kBins; i += kRefineWarps * 32) hist[i] = 0;
   if (tid == 0) s_n = 0, s_valid = 0;
   __syncthreads();
-  constexpr int per = kRefineKeys / (kRefineWarps * 32);
+  constexpr int per = Keys / (kRefineWarps * 32);
   float hv[per];
 #pragma unroll
   for (int j = 0; j < per; ++j) {
@@ -1287,15 +1290,22 @@ void run_select(const float* q, const float* k, const int64_t* k_off, const floa
   const int64_t per_row = std::max<int64_t>(1, std::min<int64_t>((tiles + kBoundWarps - 1) / kBoundWarps, (2 * (int64_t)sms + T - 1) / T));
   static bool attr_set[64];
   if (!attr_set[current_device() & 63]) {  // once per device: no attribute call in a captured step
-    MLACONF_CUDA_CHECK(cudaFuncSetAttribute(indexer_refine<8 * NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)refine_smem(8 * NT)));
+    MLACONF_CUDA_CHECK(cudaFuncSetAttribute(indexer_refine<8 * NT, kRefineKeysSmall>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)refine_smem(8 * NT)));
+    MLACONF_CUDA_CHECK(cudaFuncSetAttribute(indexer_refine<8 * NT, kRefineKeysLarge>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)refine_smem(8 * NT)));
     attr_set[current_device() & 63] = true;
   }
   indexer_bounds_mma<NT><<<dim3((unsigned)per_row, (unsigned)T), kBoundWarps * 32, 0, cur_stream()>>>(
       q, k, k_off, w, qpos, L, hi, h1, active_fault() == Fault::IndexerNoBound);
   MLACONF_CUDA_LAUNCH_CHECK("indexer_bounds_mma");
-  const dim3 grid(ceil_div(L, kRefineKeys), (unsigned)T);
-  indexer_refine<8 * NT><<<grid, kRefineWarps * 32, refine_smem(8 * NT), cur_stream()>>>(q, k, k_off, w, qpos, L, hi, wk.state + 4, scores,
-                                                                                          h2, wk, out);
+  // The refine CTAs' size by shape (kRefineKeysSmall's comment); the selection is the same either way.
+  if (T * ceil_div(L, kRefineKeysLarge) >= 2 * (int64_t)sms)
+    indexer_refine<8 * NT, kRefineKeysLarge><<<dim3(ceil_div(L, kRefineKeysLarge), (unsigned)T), kRefineWarps * 32, refine_smem(8 * NT),
+                                               cur_stream()>>>(q, k, k_off, w, qpos, L, hi, wk.state + 4, scores, h2, wk, out);
+  else
+    indexer_refine<8 * NT, kRefineKeysSmall><<<dim3(ceil_div(L, kRefineKeysSmall), (unsigned)T), kRefineWarps * 32, refine_smem(8 * NT),
+                                               cur_stream()>>>(q, k, k_off, w, qpos, L, hi, wk.state + 4, scores, h2, wk, out);
   MLACONF_CUDA_LAUNCH_CHECK("indexer_refine");
   // Only for rows whose refined list overflowed (more than kTopkCand finite scores): the others return at once.
   topk_collect<<<dim3(ceil_div(L, kTopkChunk), (unsigned)T), kTopkThreads, 0, cur_stream()>>>(scores, L, (int)topk, wk, out, wk.state + 3);

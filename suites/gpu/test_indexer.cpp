@@ -592,14 +592,16 @@ const bool registered = [] {
   for (int64_t L : {16384, 16385}) register_case("indexer", CaseName("topk_exact").p("L", L).p("k", 2048).p("ties", "one_bin").str(), [L] { topk_one_bin_case(L, 2048); });
   register_case("indexer", "topk_negative_control(fault=topk_upper_tie,L=4096,k=2048)", [] { topk_exact_case(4096, 2048, true); });
   // The decode selection (indexer_select_f32_rows) against indexer_topk_f32_rows: its two head counts, L
-  // around the 16384 threshold (16383: the fallback) and its 1024-key refine chunks, k at its 3072 cap and
+  // around the 16384 threshold (16383: the fallback), both refine CTA sizes (1024 keys where T x L / 1024 reaches two
+  // CTAs per SM of the device: the t = 16 and t = 8 cases on up to 256 SMs), k at its 3072 cap and
   // past it (the fallback), shared and per-sequence keys, a region off 16 bytes, the GLM-5 shape at 128K;
   // keys on a bin edge, keys past fp16's range and duplicates; the fault that drops the bound.
   for (auto [T, Hi, L, k, shared, data, skew] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, std::string, int64_t>>{
            {3, 32, 16384, 2048, false, "uniform", 0}, {2, 32, 16383, 2048, false, "uniform", 0}, {4, 64, 40001, 3072, false, "uniform", 0},
            {3, 32, 40001, 3073, false, "uniform", 0}, {3, 32, 24577, 2048, true, "uniform", 0}, {3, 32, 17409, 2048, false, "uniform", 1},
            {1, 32, 131072, 2048, false, "uniform", 0}, {3, 32, 20000, 2048, false, "edge", 0}, {2, 64, 20000, 2048, true, "edge", 0},
-           {3, 32, 20000, 2048, false, "special", 0}, {2, 64, 16385, 1, false, "special", 0}, {2, 32, 20000, 2048, false, "big_q", 0}})
+           {3, 32, 20000, 2048, false, "special", 0}, {2, 64, 16385, 1, false, "special", 0}, {2, 32, 20000, 2048, false, "big_q", 0},
+           {16, 32, 32768, 2048, false, "uniform", 0}, {8, 64, 65537, 2048, true, "edge", 0}})
     register_case("indexer",
                   CaseName("indexer_select").p("t", T).p("hi", Hi).p("di", 128).p("topk", k).p("L", L)
                       .p("keys", shared ? "shared" : skew ? "per_sequence_unaligned" : "per_sequence").p("data", data).p("dtype", "f32").str(),
