@@ -527,6 +527,18 @@ void gemv_float_cases() {
   for (int B : {1, 8}) gemv_float_case(256, 6144, B);  // GLM-5's router (ffn_gate_inp)
 }
 
+// ---- greedy picks (optimized/ops.cu argmax_rows): B rows of the vocabulary's 154880 logits ----------
+// Bytes: the logits once (and B ids).
+void argmax_case(int64_t B, int64_t n) {
+  const std::string name = "argmax_rows(B=" + std::to_string(B) + ",n=" + std::to_string(n) + ")";
+  if (!wanted(name)) return;
+  const double bytes = (double)B * n * 4;
+  const int64_t pool = std::max<int64_t>(1, (int64_t)std::ceil(220e6 / bytes));
+  DeviceBuffer x = random_f32(pool * B * n, 17), out((size_t)B * 4);
+  const double us = time_us([&](int i) { argmax_rows(x.as<float>() + (size_t)(i % pool) * B * n, B, n, out.as<int32_t>()); });
+  report({name, "argmax_rows", "rotating " + std::to_string(pool) + " logit sets", us, bytes + B * 4.0, 0});
+}
+
 
 // ---- correctness gate (runs first: a fast wrong kernel is worth nothing) --------------------------
 double nmse_vs(const std::vector<float>& got, const std::vector<double>& want) {
@@ -815,6 +827,7 @@ int main(int argc, char** argv) {
     gemv_cases();
     gemv_block_cases();
     gemv_float_cases();
+    for (int64_t B : {1, 64}) argmax_case(B, 154880);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kernel_bench: error: %s\n", e.what());
     return 1;

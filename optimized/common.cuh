@@ -97,6 +97,8 @@ cudaStream_t cur_stream();
 void bump_workspace_generation();
 
 // Per-slot scratch device memory, grown on demand and reused (kernels run in order on one stream).
+// Slots: 0-2 sparse MLA's split partials, 3 the indexer selection's hi, 4 argmax_rows' chunk candidates,
+// 5-6 the tensor-core GEMV's x terms, 7 count_nonfinite's counter.
 void* scratch(int slot, size_t bytes);
 // Multiprocessors of the current device (read once: every device of a split is the same model).
 int device_sm_count();
