@@ -1053,12 +1053,12 @@ std::vector<float> Pipeline::Impl::graph_step(std::span<const int32_t> ids, SeqR
   r.d_logits = G.logits.as<float>();
   const uint64_t gen = workspace_generation();
   if (G.graph.ready() && G.captured_gen != gen) G.graph = CudaGraph{};  // it holds moved workspaces
-  if (!G.graph.ready() && G.warm_gen != gen) {
+  const bool warm = !G.graph.ready() && G.warm_gen != gen;
+  if (warm) {
     with_rows(r, true, [&] {
       PassArenas::Scope pass(arenas, {stage_dev[0]});  // sizes the arena for the capture (it grows after)
       return run_pass(ids, r.pos);
     });
-    G.warm_gen = workspace_generation();
   } else {
     if (!G.graph.ready()) {
       with_rows(r, true, [&] {
@@ -1079,6 +1079,10 @@ std::vector<float> Pipeline::Impl::graph_step(std::span<const int32_t> ids, SeqR
     ++graph_replays;
   }
   std::vector<float> out = logits_out(G.logits.as<float>(), B);
+  // The warm step's generation is taken after its greedy picks: argmax_rows sizes its work memory there,
+  // outside the graph, and a generation taken before it would make the next step warm again (the capture
+  // one step late).
+  if (warm) G.warm_gen = workspace_generation();
   advance(r);
   return out;
 }

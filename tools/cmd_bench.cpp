@@ -152,7 +152,9 @@ void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c
       step();
       ++untimed;
     }
-    if (p.options().decode_graph && a.decode_steps > 1 && p.graph_replays() == replays0) {  // the capture step
+    // With --graph, every step up to the first replay (the capture's): normally the second, later where a
+    // workspace moved after the first (graph_step then warms again).
+    while (p.options().decode_graph && untimed < a.decode_steps && p.graph_replays() == replays0) {
       step();
       ++untimed;
     }

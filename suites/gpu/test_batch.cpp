@@ -205,7 +205,8 @@ void check_model(const std::string& model, const std::vector<int64_t>& Bs) {
   }
 }
 
-// A synthesized glm-dsa model with odd sizes: 5 heads, 2 indexer heads, top_k 16, layers F S F S
+// A synthesized glm-dsa model with odd sizes: 5 heads, 2 indexer heads, top_k 16, layers F S F S, a vocabulary of
+// 20000 (greedy picks over chunks: argmax_rows' two-launch path, whose work memory is sized outside the graph),
 // (layers 1 and 3 read the selection of 0 and 2: absolute rows shared across layers). Synthesized once
 // per process through the CLI (MLACONF_CLI), removed at exit; "" when that fails.
 constexpr const char* kOddName = "synth_h5_hi2_topk16_FSFS";
@@ -222,7 +223,7 @@ std::string odd_model() {
     owned.dir = (std::filesystem::temp_directory_path() / ("mlaconf-batch-" + std::to_string(getpid()))).string();
     std::filesystem::create_directories(owned.dir);
     const std::string m = owned.dir + "/odd.gguf";
-    if (sh(cli() + " synth --arch glm-dsa --seed 11 --n-head 5 --indexer-heads 2 --top-k 16 --indexer-types FSFS -o " + m +
+    if (sh(cli() + " synth --arch glm-dsa --seed 11 --n-head 5 --indexer-heads 2 --top-k 16 --indexer-types FSFS --vocab 20000 -o " + m +
            " >/dev/null") == 0)
       owned.path = m;
   }
@@ -331,6 +332,42 @@ void check_greedy(const std::string& model, int64_t B, bool graph) {
   EXPECT_EQ(differ, 0) << differ << " of " << B * kSteps << " device greedy picks differ from the host's on the same logits";
 }
 
+// Greedy graph decode: the step after the first captures the graph (one replay), every later step replays it,
+// and the picks equal direct greedy steps'. A kernel whose work memory is sized after the pass (argmax_rows) must
+// not delay the capture: until 2026-12-02 it moved the workspace generation after the warm step was recorded,
+// so the second step ran warm again and the capture came one step late (and into `mlaconf bench`'s timed steps).
+void check_greedy_capture(const std::string& model, int64_t B) {
+  GgufFile f = GgufFile::open(model);
+  ModelConfig c = ModelConfig::from_gguf(f);
+  std::vector<std::vector<int32_t>> picks[2];
+  int64_t replays_after[2] = {0, 0};
+  for (int graph = 0; graph < 2; ++graph) {
+    cuda::PipelineOptions o;
+    o.max_ctx = 256;
+    o.max_seqs = B;
+    o.page_rows = kPageRows;
+    o.decode_graph = graph == 1;
+    o.overflow_check = graph == 0;
+    cuda::Pipeline p(f, c, o);
+    std::vector<int> seqs;
+    std::vector<SeqInput> in;
+    for (int64_t b = 0; b < B; ++b) {
+      in.push_back(seq_input(b, c.n_vocab, c.indexer_top_k));
+      in.back().prompt.resize(std::min<size_t>(in.back().prompt.size(), 60));
+      seqs.push_back(p.open_sequence());
+      p.prefill(seqs.back(), in.back().prompt);
+    }
+    for (int64_t s = 0; s < kSteps; ++s) {
+      std::vector<int32_t> ids;
+      for (int64_t b = 0; b < B; ++b) ids.push_back(in[(size_t)b].steps[(size_t)s]);
+      picks[graph].push_back(p.decode_step_greedy(seqs, ids));
+      if (s == 1) replays_after[graph] = p.graph_replays();
+    }
+  }
+  EXPECT_EQ(replays_after[1], 1) << "the graph was not captured (and replayed) on the second greedy step";
+  EXPECT_EQ(picks[0], picks[1]) << "graph greedy picks differ from direct ones";
+}
+
 // argmax_rows against core/argmax.h on rows built to break a careless pick: the maximum repeated (ties to
 // the lower id), NaN before and at the maximum, -0 and +0 as the maximum, -inf only, all NaN (-1), one
 // value, a maximum in the last slot; widths off the CTA's 1024 threads.
@@ -339,7 +376,7 @@ void check_argmax_rows() {
   std::vector<std::vector<float>> rows;
   std::mt19937_64 rng(5);
   std::uniform_real_distribution<float> u(-4, 4);
-  for (int64_t n : {1, 3, 1023, 1025, 154880}) {
+  for (int64_t n : {1, 3, 1023, 1025, 8191, 8192, 8193, 154880}) {  // from 8192 on: over chunks of 4096 (two launches)
     std::vector<float> r((size_t)n);
     for (auto& v : r) v = u(rng);
     rows.push_back(r);
@@ -376,6 +413,21 @@ void check_argmax_rows() {
   cuda::argmax_rows(d_m.as<float>(), 3, 2000, d_o.as<int32_t>());
   const auto got = cuda::to_host<int32_t>(d_o, 3);
   for (int r = 0; r < 3; ++r) EXPECT_EQ(got[(size_t)r], argmax_lower(m.data() + r * 2000, 2000)) << "row " << r;
+  // Several rows over chunks: the maximum tied across chunks (the lower index wins, whichever chunk's candidate
+  // is merged first), a chunk of NaN only, the maximum in the last partial chunk.
+  const int64_t n = 20000;
+  std::vector<float> mc(4 * n);
+  for (auto& v : mc) v = u(rng);
+  mc[4096 + 5] = 60.f, mc[3 * 4096 + 1] = 60.f;                              // row 0: ties in chunks 1 and 3
+  for (int64_t i = 0; i < 4096; ++i) mc[n + i] = nan;                         // row 1: chunk 0 all NaN
+  mc[n + 19999] = 70.f;                                                       // row 1: the last value
+  mc[2 * n + 7] = 80.f, mc[2 * n + 19998] = 80.f;                              // row 2: first and last chunk
+  for (int64_t i = 0; i < n; ++i) mc[3 * n + i] = i % 4096 == 17 ? 1.f : -1.f;  // row 3: one tie per chunk
+  auto d_mc = cuda::to_device(mc);
+  cuda::DeviceBuffer d_oc(4 * 4);
+  cuda::argmax_rows(d_mc.as<float>(), 4, n, d_oc.as<int32_t>());
+  const auto gotc = cuda::to_host<int32_t>(d_oc, 4);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(gotc[(size_t)r], argmax_lower(mc.data() + r * n, (size_t)n)) << "chunked row " << r;
 }
 
 // Registration under canonical case names (suites/common/case_registry.h), suite "batch".
@@ -415,6 +467,8 @@ const bool registered = [] {
     for (int64_t B : {1, 5})
       register_case("batch", CaseName("greedy_on_device").p("model", "glm_dsa_tiny").p("B", B).p("graph", graph ? 1 : 0).str(),
                     [B, graph] { run_case("glm_dsa_tiny", [B, graph](const std::string& m) { check_greedy(m, B, graph); }); });
+  register_case("batch", CaseName("greedy_graph_capture").p("model", kOddName).p("B", 3).str(),
+                [] { run_case(kOddName, [](const std::string& m) { check_greedy_capture(m, 3); }); });
   register_case("batch", "argmax_rows(rules=ties_nan_zero_inf,cols=1..154880)", [] {
     MLACONF_REQUIRE_CUDA();
     check_argmax_rows();
