@@ -89,6 +89,24 @@ __device__ __forceinline__ void decode8<kQ5_K>(const uint8_t* b, int i0, float (
     for (int k = 0; k < 4; ++k) w[4 * h + k] = SUB_RN(MUL_RN(d1, byte_as_float(qq, k, 0.f)), m1);
   }
 }
+template <>
+__device__ __forceinline__ void decode8<kQ5_0>(const uint8_t* b, int i0, float (&w)[8]) {
+  // d qh[4] qs[16] (GLM-5's attn_k_b type: its 192 columns are no multiple of 256): value i = 16 n + j has
+  // the nibble n of qs[j] and bit i of qh as bit 4; (q - 16) d as dq_elem computes it. A block starts at an
+  // even offset (22-byte blocks of rows of even size from a 16-byte aligned matrix). dq_elem decoded each
+  // value alone (~20 instructions: byte loads of qh and qs per value); here 4 values per word.
+  const float d = ld_f16_hw(b);
+  const uint32_t qh = lds_u32(b + 2);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int i = i0 + 4 * h;  // the 4 values i .. i + 3
+    const uint32_t q = lds_u32(b + 6 + (i & 15));
+    const uint32_t hb4 = (qh >> i) & 0xFu;  // bit k of the 4 into bit 4 of byte k (no two partial products overlap)
+    const uint32_t qq = ((i < 16 ? q : q >> 4) & 0x0F0F0F0Fu) | (((hb4 * 0x00204081u) & 0x01010101u) << 4);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[4 * h + k] = MUL_RN(byte_as_float(qq, k, 16.f), d);
+  }
+}
 
 // acc[rr][j] += the 8 decoded values of each row rr times x[0..8), one fmaf chain in column order (the
 // order suites/gpu emulates), for both mappings.
@@ -320,6 +338,121 @@ __global__ void __launch_bounds__(kThreads) gemv_blocks_kernel(Args a) {
   }
 }
 
+// ---- short rows: a row per lane ----
+// Rows of at most kShortMaxCols values of a 32-value block type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) without expert ids (GLM-5's attn_k_b: 64 heads of 512 x 192 Q5_0,
+// the absorbed query's W_UK^T at every decode step). The kernel above gives a row 4 lanes' worth of a
+// 1024-value chunk: at 192 columns 24 of 32 lanes work on one 16-row tile per CTA, 2048 CTAs of 23.6 KB for
+// 4.3 MB of weights (H200, ncu: 15-16 us, the SMs 58 % busy, 2.6 waves). Here lane l of a warp owns row
+// r0 + l: the warp's 32 rows (contiguous in memory) arrive by one coalesced 16-byte cp.async sweep, the
+// pass's x vectors go to shared memory, and each lane decodes its row from shared memory (row stride
+// row_bytes: 132 bytes at 192 Q5_0 columns, an odd word count, so the lanes' words fall in distinct banks)
+// and multiplies it with each x (broadcast reads).
+// Order of sums: (row, x) is one fmaf chain over the columns in order, from 0: a function of the row and
+// x alone (batch invariance holds); suites/gpu emulates it.
+constexpr int kShortWarps = 4;
+constexpr int64_t kShortMaxCols = 256;
+template <int TYPE, int NB>
+__global__ void __launch_bounds__(32 * kShortWarps) gemv_short_rows_kernel(Args a) {
+  using S = Shape<TYPE>;
+  constexpr int kMaxRowBytes = (int)(kShortMaxCols / S::bs) * S::ts;
+  // 32 rows, + the first row's 0..15-byte misalignment, + headroom for lds_u32's second word.
+  constexpr int kWarpBytes = (32 * kMaxRowBytes + 15) / 16 * 16 + 32;
+  __shared__ __align__(16) uint8_t stage[kShortWarps][kWarpBytes];
+  __shared__ __align__(16) float xs[NB][kShortMaxCols];
+  __shared__ int64_t s_b[NB];
+  __shared__ int s_n;
+  __shared__ int64_t s_cursor;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int64_t g = blockIdx.y;
+  const int64_t mat = a.w_stride == 0 ? 0 : g % a.w_count;
+  const uint8_t* wm = a.w + mat * a.w_stride;
+  const uint8_t* mat_end = wm + a.n_rows * a.row_bytes;
+  const int64_t r0 = (int64_t)blockIdx.x * (32 * kShortWarps) + 32 * warp, row = r0 + lane;
+  const int64_t ncols = a.nblocks * S::bs;
+  // The warp's rows, once for every pass: aligned 16-byte words, byte loads for the matrix's last word.
+  int mis = 0;
+  if (r0 < a.n_rows) {
+    const uint8_t* src = wm + r0 * a.row_bytes;
+    const uint8_t* w0 = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(src) & ~(uintptr_t)15);
+    mis = (int)(src - w0);
+    const int64_t nrows = min((int64_t)32, a.n_rows - r0);
+    const int nw = (int)((mis + nrows * a.row_bytes + 15) >> 4);
+    const uint32_t dst = (uint32_t)__cvta_generic_to_shared(&stage[warp][0]);
+    for (int i = lane; i < nw; i += 32) {
+      const uint8_t* p = w0 + 16 * i;
+      const int64_t left = mat_end - p;
+      if (left >= 16) {
+        cp_async_16(dst + 16 * i, p, 16);
+      } else {
+        uint8_t* d = &stage[warp][16 * i];
+        for (int b = 0; b < 16; ++b) d[b] = b < left ? p[b] : (uint8_t)0;
+      }
+    }
+  }
+  cp_async_commit();
+  const uint8_t* myrow = &stage[warp][mis] + lane * a.row_bytes;
+  int64_t cursor = g;  // the group's members: g, g + step, ... (one matrix)
+  for (;;) {
+    if (tid == 0) {
+      int n = 0;
+      for (; n < NB && cursor < a.batch; ++n, cursor += a.step) s_b[n] = cursor;
+      s_n = n;
+      s_cursor = cursor;
+    }
+    __syncthreads();
+    const int nm = s_n;
+    cursor = s_cursor;
+    if (nm == 0) break;
+    int64_t bx[NB];
+#pragma unroll
+    for (int j = 0; j < NB; ++j) bx[j] = j < nm ? s_b[j] : 0;
+    for (int i = tid; i < nm * (int)ncols; i += 32 * kShortWarps) {
+      const int j = i / (int)ncols, c = i - j * (int)ncols;
+      xs[j][c] = __ldg(a.x + s_b[j] * a.x_stride + c);
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    if (row < a.n_rows) {
+      float acc[NB];
+#pragma unroll
+      for (int j = 0; j < NB; ++j) acc[j] = 0.f;
+#pragma unroll 1
+      for (int64_t kb = 0; kb < a.nblocks; ++kb)
+#pragma unroll
+        for (int i0 = 0; i0 < S::bs; i0 += 8) {
+          float w[8];
+          decode8<TYPE>(myrow + kb * S::ts, i0, w);
+          const int64_t c = kb * S::bs + i0;
+#pragma unroll
+          for (int j = 0; j < NB; ++j) {
+            if (j >= nm) break;
+            const float4 x0 = *reinterpret_cast<const float4*>(&xs[j][c]), x1 = *reinterpret_cast<const float4*>(&xs[j][c + 4]);
+            float v = acc[j];
+            v = fmaf(w[0], x0.x, v), v = fmaf(w[1], x0.y, v), v = fmaf(w[2], x0.z, v), v = fmaf(w[3], x0.w, v);
+            v = fmaf(w[4], x1.x, v), v = fmaf(w[5], x1.y, v), v = fmaf(w[6], x1.z, v), v = fmaf(w[7], x1.w, v);
+            acc[j] = v;
+          }
+        }
+#pragma unroll
+      for (int j = 0; j < NB; ++j)
+        if (j < nm) a.y[bx[j] * a.y_stride + row] = acc[j];
+    }
+    __syncthreads();  // xs, s_b and s_n are rewritten by the next pass
+  }
+  cp_async_wait<0>();  // a CTA whose group had no member never waited for its rows
+}
+
+template <int TYPE>
+void launch_short(const Args& a, int64_t groups, bool wide) {
+  static_assert(Shape<TYPE>::bs == 32, "the short-row kernel unrolls a block's 4 groups of 8 values");
+  const dim3 grid(ceil_div(a.n_rows, 32 * kShortWarps), (unsigned)groups);
+  if (wide)
+    gemv_short_rows_kernel<TYPE, kMaxX><<<grid, 32 * kShortWarps, 0, cur_stream()>>>(a);
+  else
+    gemv_short_rows_kernel<TYPE, 1><<<grid, 32 * kShortWarps, 0, cur_stream()>>>(a);
+  MLACONF_CUDA_LAUNCH_CHECK("gemv_short_rows_kernel");
+}
+
 template <int TYPE>
 bool launch(const Args& a, int64_t groups, bool wide) {
   if (traits(static_cast<GgmlType>(TYPE)).type_size != Shape<TYPE>::ts ||
@@ -331,6 +464,13 @@ bool launch(const Args& a, int64_t groups, bool wide) {
   // at B = 1 and 6 % at B = 8 for it (docs/PERF_H200_gemv_blocks.md, v2 measured); its order is v1's.
   constexpr bool kLaneSub = TYPE == kQ8_0;
   constexpr bool kHot = TYPE == kQ6_K || TYPE == kQ5_K || TYPE == kQ5_0;  // GLM-5's other block types
+  // Short rows of 32-value blocks without ids: a row per lane (above), in every variant but v1's comparison.
+  if constexpr (Shape<TYPE>::bs == 32) {
+    if (!a.ids && a.nblocks * 32 <= kShortMaxCols && gemv_variant() != kGemvV1) {
+      launch_short<TYPE>(a, groups, wide);
+      return true;
+    }
+  }
   if (kLaneSub || gemv_variant() == kGemvV1) {
     if (wide)
       gemv_blocks_kernel<TYPE, kMaxX, 1><<<grid, kThreads, 0, cur_stream()>>>(a);

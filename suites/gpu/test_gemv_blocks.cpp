@@ -8,7 +8,9 @@
 //     up: <= 3.2e-8; measured on the CPU with random data, 20 trials of 257 rows), so the bound is 2e-6.
 //  2. bit for bit against that host emulation (lane l sums the 8-value groups l, l + 32, ... with fmaf in
 //     column order, then the xor tree over 32 lanes; Q8_0: lane l sums the 32-value sub-blocks l, l + 32,
-//     ...): the kernel's documented order, exactly.
+//     ...; rows of at most 256 values of a 32-value block type without expert ids (the short-row kernel, a
+//     row per lane): one fmaf
+//     chain over the columns in order): the kernels' documented orders, exactly.
 //  3. batch invariance: every entry of a batch bit-identical to the same x run alone (B = 1).
 // Shapes are off every tile multiple: rows 1, 7, 9, 31, 33, 255, 257, 1021 (16 rows per CTA, 4 per
 // warp), columns 1, 2, 3 blocks and a multiple past one 32-sub-block chunk (37 blocks of 32 values,
@@ -33,8 +35,14 @@ namespace {
 const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
                            GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
-// The kernel's fp32 order of operations for one row and one x (see the file comment).
-float emulate(GgmlType t, const float* w, const float* x, int64_t cols) {
+// The kernel's fp32 order of operations for one row and one x (see the file comment). ids: the entries
+// pick their matrices by expert id (gemv_experts), which the short-row kernel does not take.
+float emulate(GgmlType t, const float* w, const float* x, int64_t cols, bool ids) {
+  if (!ids && cols <= 256 && traits(t).block_size == 32) {  // optimized/gemv_blocks.cu kShortMaxCols
+    float p = 0.f;
+    for (int64_t c = 0; c < cols; ++c) p = std::fma(w[c], x[c], p);
+    return p;
+  }
   const int64_t run = t == GgmlType::Q8_0 ? 32 : 8;  // lane l takes the runs l, l + 32, ... of this many values
   const int64_t nruns = cols / run;
   float p[32] = {};
@@ -50,10 +58,10 @@ float emulate(GgmlType t, const float* w, const float* x, int64_t cols) {
 }
 
 // The emulation of type t over the dequantized matrices W [mats * rows, cols].
-MakeEmulation emulation(GgmlType t, int64_t rows, int64_t cols) {
+MakeEmulation emulation(GgmlType t, int64_t rows, int64_t cols, bool ids = false) {
   return [=](const std::vector<uint8_t>&, const std::vector<float>& W) -> RowEmulation {
-    return [t, rows, cols, &W](int64_t mat, int64_t row, const float* x) {
-      return emulate(t, W.data() + (mat * rows + row) * cols, x, cols);
+    return [t, rows, cols, ids, &W](int64_t mat, int64_t row, const float* x) {
+      return emulate(t, W.data() + (mat * rows + row) * cols, x, cols, ids);
     };
   };
 }
@@ -74,14 +82,14 @@ void batch_case(GgmlType t, int64_t rows, int64_t cols, int B) {
 void experts_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> ids) {
   MLACONF_REQUIRE_CUDA();
   GemvVariantScope simt(cuda::kGemvSimt);  // the kernel this file emulates, at every shape
-  gemv_experts_check(t, rows, cols, ids, 4, 77 + (int)t, 5, emulation(t, rows, cols));
+  gemv_experts_check(t, rows, cols, ids, 4, 77 + (int)t, 5, emulation(t, rows, cols, true));
 }
 
-// Per-head matrices (b % H): T = 3 tokens x H = 4 heads, groups of 3 entries with step 4.
-void per_head_case(GgmlType t, int64_t rows, int64_t cols) {
+// Per-head matrices (b % H): T = 3 tokens x H heads, groups of 3 entries with step H.
+void per_head_case(GgmlType t, int64_t rows, int64_t cols, int64_t H = 4) {
   MLACONF_REQUIRE_CUDA();
   GemvVariantScope simt(cuda::kGemvSimt);  // the kernel this file emulates, at every shape
-  const int64_t bs = traits(t).block_size, H = 4, n = 3 * H;
+  const int64_t bs = traits(t).block_size, n = 3 * H;
   const auto blocks = random_blocks(t, H * rows * cols / bs, 91 + (int)t);
   const auto W = ref_dequant(t, blocks, H * rows * cols);
   const auto x = random_x((size_t)n * cols, 6);
@@ -153,6 +161,14 @@ const bool registered = [] {
                                      cols_tag(2 * bs) + ")",
                   [=] { per_head_case(t, 31, 2 * bs); });
   }
+  // The short-row kernel's edges: 256 columns (its widest rows; Q8_0's 272 bytes fill its staging) and 288 (the
+  // block kernel again); GLM-5's attn_k_b (64 heads of 512 x 192 Q5_0).
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q5_0})
+    for (int64_t cols : {256, 288})
+      register_case("gemv_blocks", std::string("gemv(type=") + type_name(t) + ",rows=129,cols=" + cols_tag(cols) + ",b=9)",
+                    [=] { batch_case(t, 129, cols, 9); });
+  register_case("gemv_blocks", "gemv_per_head(type=Q5_0,h=64,t=3,rows=512,cols=192)",
+                [] { per_head_case(GgmlType::Q5_0, 512, 192, 64); });
   register_case("gemv_blocks", "negative_controls(type=Q6_K,rows=33,cols=768)", negative_control_case);
   return true;
 }();
