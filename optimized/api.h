@@ -129,6 +129,41 @@ class CudaGraph {
   int dev_ = 0;
 };
 
+// Work queued beside the current stream's (a decode step's indexer beside its query path, which does not
+// read it). The constructor forks: this device's side stream (non-blocking, one per device) waits for
+// the work queued so far on the current stream. run(fn) queues fn's launches, async copies and
+// stream-ordered allocations on the side stream, and gives its kernels their own scratch slots (scratch()
+// keeps one set per stream lane). join() makes the current stream wait for the side stream; the
+// destructor joins if join() was not called. Under a CudaGraph capture the side stream takes part in the
+// capture: a fork and a join in the graph. fn must queue stream-ordered work only (a synchronous copy on
+// the legacy stream would not wait for the side stream), and run() does not nest.
+class SideStream {
+ public:
+  SideStream();
+  ~SideStream();
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
+  template <class F>
+  void run(F&& fn) {
+    enter();
+    try {
+      fn();
+    } catch (...) {
+      leave();
+      throw;
+    }
+    leave();
+  }
+  void join();
+
+ private:
+  void enter();
+  void leave();
+  void* main_ = nullptr;  // cudaStream_t: the stream that forked
+  int dev_ = 0;
+  bool joined_ = false;
+};
+
 template <class T>
 DeviceBuffer to_device(const std::vector<T>& v) {
   DeviceBuffer b(v.size() * sizeof(T));

@@ -93,6 +93,8 @@ __device__ __forceinline__ float ld_f16_hw(const uint8_t* p) {
 // The stream of every launch, stream-ordered allocation and async copy on this thread: the legacy
 // default stream (0), or, while a CudaGraph captures, its capture stream.
 cudaStream_t cur_stream();
+// 1 inside SideStream::run (its launches on the side stream), else 0: scratch() keeps a set of slots per lane.
+int stream_lane();
 // Called where a kernel's scratch, ticket or work memory is reallocated (api.h: workspace_generation).
 void bump_workspace_generation();
 

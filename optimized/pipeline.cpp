@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <utility>
 
 #include "core/error.h"
@@ -528,49 +529,14 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
   auto cq = fbuf(T * c.q_lora_rank);
   q_a_norm(l, qa.as<float>(), T, cq.as<float>());
   done(l, op::kQANorm, cq.as<float>(), {T, c.q_lora_rank});
-  auto qb = fbuf(T * H * dq);
-  q_b(l, cq.as<float>(), T, qb.as<float>());
-  done(l, op::kQB, qb.as<float>(), {T, H, dq});
-  q_rope(qb.as<float>(), T, d_pos);
-  if (wants(l, op::kQPeRope)) {
-    auto tmp = fbuf(T * H * R);
-    copy2d(tmp.get(), R * 4, qb.as<float>() + dn, dq * 4, R * 4, T * H);
-    rec(l, op::kQPeRope, tmp.as<float>(), {T, H, R});
-  }
-
-  // Latent: [RMSNorm(kv_a[:dl]) | RoPE(kv_a[dl:])] -> the fp16 cache rows n_past..n_past+T-1.
-  auto kva = fbuf(T * dlat);
-  kv_a(l, x.as<float>(), T, kva.as<float>());
-  done(l, op::kKvA, kva.as<float>(), {T, dlat});
-  auto lat = fbuf(T * dlat);
-  latent_rows(l, kva.as<float>(), T, d_pos, lat.as<float>());
-  if (wants(l, op::kKvLatent)) {
-    auto tmp = fbuf(T * dl);
-    copy2d(tmp.get(), dl * 4, lat.get(), dlat * 4, dl * 4, T);
-    rec(l, op::kKvLatent, tmp.as<float>(), {T, dl});
-  }
-  if (wants(l, op::kKPeRope)) {
-    auto tmp = fbuf(T * R);
-    copy2d(tmp.get(), R * 4, lat.as<float>() + dl, dlat * 4, R * 4, T);
-    rec(l, op::kKPeRope, tmp.as<float>(), {T, R});
-  }
-  done(l, op::kLatentCache, lat.as<float>(), {T, dlat});
-  if (sr)  // a pass over sequences: each row to its page of the shared pool
-    to_half_rows(lat.as<float>(), T, dlat, sr->lat_rows[(size_t)cur], pool[l].as<uint16_t>());
-  else
-    to_half(lat.as<float>(), T * dlat, latent[l].as<uint16_t>() + n_past * dlat);
-
-  // Absorbed query [W_UK^T q_nope | q_pe], per head.
-  auto qabs = fbuf(T * H * dlat);
-  absorb(l, qb.as<float>(), T, qabs.as<float>());
-  done(l, op::kQAbsorbed, qabs.as<float>(), {T, H, dlat});
-  DeviceBuffer qabs_h = tbuf((size_t)T * H * dlat * 2);
-  to_half(qabs.as<float>(), T * H * dlat, qabs_h.as<uint16_t>());
-
-  // Indexer (full layers) or the source layer's selection.
+  // The indexer of a full layer (scores, top-k) as a lambda: it reads x and cq only, so a decode step over
+  // sequences (every product a GEMV: a prefill's products share the stage's dequantization buffer and cuBLAS
+  // handle) without overflow checks, traces or forced decisions queues it on the side stream beside the
+  // query path below (q_b, the latent, the absorbed query), joined before sparse MLA: both are chains of
+  // small launches at B = 1 that leave most SMs idle. Elsewhere it runs after them, in order.
   const int64_t K = c.indexer_top_k;
   const bool full = l < (int64_t)c.indexer_full.size() ? (bool)c.indexer_full[l] : true;
-  if (full) {
+  auto run_indexer = [&] {
     const int64_t Hi = c.indexer_n_head, Di = c.indexer_head_size;
     auto qi = fbuf(T * Hi * Di);
     indexer_q(l, cq.as<float>(), T, d_pos, qi.as<float>());
@@ -610,7 +576,57 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
         topk_by_layer[l].upload(fk, (size_t)T * K * 4);
       }
     }
+  };
+  std::optional<SideStream> side;
+  if (full && sr && all_gemv && !opt.overflow_check && !tr && !forced) {
+    side.emplace();
+    side->run(run_indexer);
   }
+
+  auto qb = fbuf(T * H * dq);
+  q_b(l, cq.as<float>(), T, qb.as<float>());
+  done(l, op::kQB, qb.as<float>(), {T, H, dq});
+  q_rope(qb.as<float>(), T, d_pos);
+  if (wants(l, op::kQPeRope)) {
+    auto tmp = fbuf(T * H * R);
+    copy2d(tmp.get(), R * 4, qb.as<float>() + dn, dq * 4, R * 4, T * H);
+    rec(l, op::kQPeRope, tmp.as<float>(), {T, H, R});
+  }
+
+  // Latent: [RMSNorm(kv_a[:dl]) | RoPE(kv_a[dl:])] -> the fp16 cache rows n_past..n_past+T-1.
+  auto kva = fbuf(T * dlat);
+  kv_a(l, x.as<float>(), T, kva.as<float>());
+  done(l, op::kKvA, kva.as<float>(), {T, dlat});
+  auto lat = fbuf(T * dlat);
+  latent_rows(l, kva.as<float>(), T, d_pos, lat.as<float>());
+  if (wants(l, op::kKvLatent)) {
+    auto tmp = fbuf(T * dl);
+    copy2d(tmp.get(), dl * 4, lat.get(), dlat * 4, dl * 4, T);
+    rec(l, op::kKvLatent, tmp.as<float>(), {T, dl});
+  }
+  if (wants(l, op::kKPeRope)) {
+    auto tmp = fbuf(T * R);
+    copy2d(tmp.get(), R * 4, lat.as<float>() + dl, dlat * 4, R * 4, T);
+    rec(l, op::kKPeRope, tmp.as<float>(), {T, R});
+  }
+  done(l, op::kLatentCache, lat.as<float>(), {T, dlat});
+  if (sr)  // a pass over sequences: each row to its page of the shared pool
+    to_half_rows(lat.as<float>(), T, dlat, sr->lat_rows[(size_t)cur], pool[l].as<uint16_t>());
+  else
+    to_half(lat.as<float>(), T * dlat, latent[l].as<uint16_t>() + n_past * dlat);
+
+  // Absorbed query [W_UK^T q_nope | q_pe], per head.
+  auto qabs = fbuf(T * H * dlat);
+  absorb(l, qb.as<float>(), T, qabs.as<float>());
+  done(l, op::kQAbsorbed, qabs.as<float>(), {T, H, dlat});
+  DeviceBuffer qabs_h = tbuf((size_t)T * H * dlat * 2);
+  to_half(qabs.as<float>(), T * H * dlat, qabs_h.as<uint16_t>());
+
+  // The indexer's selection (full layers) or the source layer's.
+  if (side)
+    side->join();
+  else if (full)
+    run_indexer();
   const int64_t src = full ? l : c.indexer_source_layer(l);
   if (src < 0 || src >= l + 1 || !topk_by_layer[src].get())
     throw InputError(f.path() + ": layer " + std::to_string(l) + " shares the indexer of layer " + std::to_string(src) +

@@ -123,7 +123,7 @@ DeviceBuffer::DeviceBuffer(size_t bytes) : n_(bytes) {
       MLACONF_CUDA_CHECK(cudaMemsetAsync(p_, 0xFF, bytes, cur_stream()));  // poison
     } else {
       MLACONF_CUDA_CHECK(cudaMalloc(&p_, bytes));
-      MLACONF_CUDA_CHECK(cudaMemset(p_, 0xFF, bytes));  // poison
+      MLACONF_CUDA_CHECK(cudaMemsetAsync(p_, 0xFF, bytes, cur_stream()));  // poison, before the stream's next use
     }
   }
 }
@@ -175,18 +175,20 @@ void DeviceBuffer::download(void* host, size_t bytes, size_t offset) const {
   if (offset + bytes > n_) throw CudaError("DeviceBuffer::download past the end");
   MLACONF_CUDA_CHECK(cudaMemcpy(host, static_cast<const char*>(p_) + offset, bytes, cudaMemcpyDeviceToHost));
 }
+// Stream-ordered on cur_stream() (the side stream's work memory is set before its kernels read it).
 void DeviceBuffer::fill(uint8_t byte) {
-  if (n_) MLACONF_CUDA_CHECK(cudaMemset(p_, byte, n_));
+  if (n_) MLACONF_CUDA_CHECK(cudaMemsetAsync(p_, byte, n_, cur_stream()));
 }
 
 void* scratch(int slot, size_t bytes) {
   // One set per device: a kernel may only touch its own device's memory (no peer access assumed).
   constexpr int kMaxDevices = 64;
-  static DeviceBuffer bufs[kMaxDevices][8];
+  // And one set per stream lane (SideStream::run's kernels may run beside the main stream's).
+  static DeviceBuffer bufs[kMaxDevices][2][8];
   if (slot < 0 || slot >= 8) throw CudaError("scratch: bad slot");
   const int d = current_device();
   if (d >= kMaxDevices) throw CudaError("scratch: device ordinal " + std::to_string(d) + " beyond 63");
-  DeviceBuffer& b = bufs[d][slot];
+  DeviceBuffer& b = bufs[d][stream_lane()][slot];
   if (b.bytes() < bytes) {
     b = DeviceBuffer();  // free first
     b = DeviceBuffer(bytes + bytes / 4);
@@ -203,8 +205,58 @@ void bump_workspace_generation() { ++g_workspace_generation; }
 
 namespace {
 thread_local cudaStream_t g_stream = 0;  // cur_stream(): 0 (legacy) unless a CudaGraph captures
+thread_local cudaStream_t g_side = nullptr;  // inside SideStream::run: the side stream, which cur_stream() returns
+
+// Per device: the side stream and the fork and join events (reused: a wait takes the event's state at the call).
+struct SideResources {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+};
+SideResources& side_resources(int dev) {
+  constexpr int kMaxDevices = 64;
+  static SideResources r[kMaxDevices];
+  if (dev < 0 || dev >= kMaxDevices) throw CudaError("SideStream: device ordinal " + std::to_string(dev) + " beyond 63");
+  SideResources& s = r[dev];
+  if (!s.stream) {
+    MLACONF_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+    MLACONF_CUDA_CHECK(cudaEventCreateWithFlags(&s.fork, cudaEventDisableTiming));
+    MLACONF_CUDA_CHECK(cudaEventCreateWithFlags(&s.join, cudaEventDisableTiming));
+  }
+  return s;
+}
 }  // namespace
-cudaStream_t cur_stream() { return g_stream; }
+cudaStream_t cur_stream() { return g_side ? g_side : g_stream; }
+int stream_lane() { return g_side ? 1 : 0; }
+
+SideStream::SideStream() {
+  if (g_side) throw CudaError("SideStream: a fork inside SideStream::run");
+  dev_ = current_device();
+  SideResources& r = side_resources(dev_);
+  main_ = g_stream;
+  MLACONF_CUDA_CHECK(cudaEventRecord(r.fork, g_stream));
+  MLACONF_CUDA_CHECK(cudaStreamWaitEvent(r.stream, r.fork, 0));
+}
+void SideStream::enter() {
+  if (g_side) throw CudaError("SideStream::run does not nest");
+  if (current_device() != dev_) throw CudaError("SideStream::run on another device than its fork's");
+  g_side = side_resources(dev_).stream;
+}
+void SideStream::leave() { g_side = nullptr; }
+void SideStream::join() {
+  if (joined_) return;
+  joined_ = true;
+  DeviceScope on(dev_);
+  SideResources& r = side_resources(dev_);
+  MLACONF_CUDA_CHECK(cudaEventRecord(r.join, r.stream));
+  MLACONF_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(main_), r.join, 0));
+}
+SideStream::~SideStream() {
+  if (joined_) return;
+  try {
+    join();
+  } catch (...) {  // a destructor does not throw; the error stays pending for the next check
+  }
+}
 
 void CudaGraph::begin_capture() {
   if (g_stream) throw CudaError("CudaGraph::capture: a capture is already running on this thread");
