@@ -1,0 +1,94 @@
+// suites/gpu: SideStream (optimized/api.h), the per-device side stream a decode step queues a full layer's
+// indexer on, beside its query path. Checked, directly and as a captured CUDA graph replayed three times:
+//   - the side stream's work comes after the work queued on the current stream before the fork (it reads
+//     what that work wrote), and the current stream's work after join() comes after the side stream's
+//     (it reads what the side wrote last, behind a chain of slow launches that would otherwise still run);
+//   - run() does not nest (cuda::CudaError).
+// The side's own scratch slots (the indexer's tensor-core GEMVs beside the query path's) are checked by the
+// pipeline's graph decode cases (batch.*graph*: each sequence bit-identical to decoding alone).
+// Negative control: the values the side must deliver differ from what its output held before.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/error.h"
+#include "optimized/api.h"
+#include "suites/gpu/gpu_test_util.h"
+
+namespace mlaconf::gputest {
+namespace {
+
+using test::CaseName;
+
+constexpr int64_t kN = int64_t{1} << 24;  // 64 MB per buffer: each launch takes tens of microseconds
+
+// a = 2 (main), fork, side: b = a then b *= 1 four times, join, main: d = b.
+void queue_steps(float* a, float* b, float* d) {
+  cuda::scale_inplace(a, kN, 2.f);
+  cuda::SideStream side;
+  side.run([&] {
+    cuda::copy2d(b, 4096, a, 4096, 4096, kN * 4 / 4096);
+    for (int i = 0; i < 4; ++i) cuda::scale_inplace(b, kN, 1.f);
+  });
+  side.join();
+  cuda::copy2d(d, 4096, b, 4096, 4096, kN * 4 / 4096);
+}
+
+// Elements of buffer x (kN floats) that are not v.
+int64_t not_equal(const cuda::DeviceBuffer& x, float v) {
+  const std::vector<float> h = cuda::to_host<float>(x, kN);
+  int64_t n = 0;
+  for (float f : h) n += f != v;
+  return n;
+}
+
+void side_stream_order(bool graph) {
+  MLACONF_REQUIRE_CUDA();
+  const std::vector<float> ones(kN, 1.f);
+  cuda::DeviceBuffer a(kN * 4), b(kN * 4), d(kN * 4);
+  auto reset = [&] {
+    a.upload(ones.data(), kN * 4);
+    b.fill(0);
+    d.fill(0);
+    cuda::synchronize();
+    ASSERT_EQ(not_equal(d, 2.f), kN) << "negative control: d holds no 2 before the steps";
+  };
+  if (!graph) {
+    reset();
+    queue_steps(a.as<float>(), b.as<float>(), d.as<float>());
+    cuda::synchronize();
+    EXPECT_EQ(not_equal(b, 2.f), 0) << "the side read a before the main stream's scaling";
+    EXPECT_EQ(not_equal(d, 2.f), 0) << "the main stream read b before the side stream finished";
+    return;
+  }
+  cuda::CudaGraph g;
+  g.capture([&] { queue_steps(a.as<float>(), b.as<float>(), d.as<float>()); });
+  for (int rep = 0; rep < 3; ++rep) {
+    reset();
+    g.launch();
+    cuda::synchronize();
+    EXPECT_EQ(not_equal(b, 2.f), 0) << "replay " << rep << ": the side read a before the main stream's scaling";
+    EXPECT_EQ(not_equal(d, 2.f), 0) << "replay " << rep << ": the main stream read b before the side stream finished";
+  }
+}
+
+void side_stream_nesting() {
+  MLACONF_REQUIRE_CUDA();
+  cuda::SideStream side;
+  side.run([&] { EXPECT_THROW(side.run([] {}), cuda::CudaError); });
+  EXPECT_THROW(cuda::SideStream{}.run([] { cuda::SideStream inner; }), cuda::CudaError) << "a fork inside run()";
+  side.join();
+  cuda::synchronize();
+}
+
+const bool registered = [] {
+  for (bool graph : {false, true})
+    register_case("streams", CaseName("side_stream").p("check", "order").p("graph", graph ? 1 : 0).str(),
+                  [graph] { side_stream_order(graph); });
+  register_case("streams", CaseName("side_stream").p("check", "nesting").str(), [] { side_stream_nesting(); });
+  return true;
+}();
+
+}  // namespace
+}  // namespace mlaconf::gputest
