@@ -142,6 +142,16 @@ struct Args {
   int64_t y_stride;
 };
 
+// The next <= NB members of a group without ids from `cursor` (advanced past them): cursor, cursor + step, ...
+// below the batch, in batch order; stored in s_b where `store`.
+template <int NB>
+__device__ __forceinline__ int step_members(const Args& a, int64_t& cursor, int64_t* s_b, bool store) {
+  int n = 0;
+  for (; n < NB && cursor < a.batch; ++n, cursor += a.step)
+    if (store) s_b[n] = cursor;
+  return n;
+}
+
 // grid (ceil(n_rows / kRowsPerCta), groups). Group g: without ids, the batch entries g, g + step, ...
 // (one matrix); with ids, entry g and every later entry with the same id, run by the CTA of the
 // group's first entry (the CTAs of the other entries return at once).
@@ -210,8 +220,7 @@ __global__ void __launch_bounds__(kThreads) gemv_blocks_kernel(Args a) {
     if (warp == 0) {
       int n = 0;
       if (!a.ids) {
-        for (; n < NB && cursor < a.batch; ++n, cursor += a.step)
-          if (lane == 0) s_b[n] = cursor;
+        n = step_members<NB>(a, cursor, s_b, lane == 0);
       } else {
         while (n < NB && cursor < a.batch) {
           const int64_t k = cursor + lane;
@@ -394,9 +403,7 @@ __global__ void __launch_bounds__(32 * kShortWarps) gemv_short_rows_kernel(Args 
   int64_t cursor = g;  // the group's members: g, g + step, ... (one matrix)
   for (;;) {
     if (tid == 0) {
-      int n = 0;
-      for (; n < NB && cursor < a.batch; ++n, cursor += a.step) s_b[n] = cursor;
-      s_n = n;
+      s_n = step_members<NB>(a, cursor, s_b, true);
       s_cursor = cursor;
     }
     __syncthreads();
