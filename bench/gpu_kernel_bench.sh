@@ -55,7 +55,7 @@ if [ -x "$GPU_TESTS" ]; then
 fi
 # One process per kernel family: a kernel that faults cannot take the others' timings with it.
 rcs=""
-for fam in sparse_mla indexer gemv; do
+for fam in sparse_mla indexer gemv argmax; do
   "$B/kernel_bench" --only "$fam" --json "$OUT/mlaconf_$fam.json" > "$OUT/mlaconf_$fam.log" 2>&1
   rcs="$rcs $fam=$?"
 done
@@ -69,5 +69,5 @@ cat "$OUT/gpu.csv"
 grep -h "^device" "$OUT/mlaconf_sparse_mla.log"
 grep -h "^check\|^measure\|^FAILED\|error" "$OUT"/mlaconf_*.log
 echo "kernel_bench exits:$rcs"
-python3 bench/merge_bench.py "$OUT"/mlaconf_sparse_mla.json "$OUT"/mlaconf_indexer.json "$OUT"/mlaconf_gemv.json \
+python3 bench/merge_bench.py "$OUT"/mlaconf_sparse_mla.json "$OUT"/mlaconf_indexer.json "$OUT"/mlaconf_gemv.json "$OUT"/mlaconf_argmax.json \
   --torch "$OUT/torch.json" --json "$OUT/merged.json" --md "$OUT/table.md"

@@ -205,6 +205,22 @@ class Bench:
             del W, fns
             torch.cuda.empty_cache()
 
+    # The greedy pick of kernel_bench (argmax_rows): B rows of the vocabulary's 154880 fp32 logits,
+    # torch.argmax over each row (its first index of the maximum, as argmax_rows').
+    def argmax(self):
+        n = 154880
+        for B in (1, 64):
+            name = f"argmax_rows(B={B},n={n})"
+            if not self.wanted(name):
+                continue
+            nbytes = B * n * 4.0
+            pool = max(1, math.ceil(220e6 / nbytes))
+            X = torch.randn(pool, B, n, dtype=torch.float32, device="cuda")
+            fns = [graph(lambda i=i: torch.argmax(X[i], dim=1)) for i in range(pool)]
+            self.report(name, "torch.argmax", f"rotating {pool} logit sets", timed(fns, self.reps), nbytes + B * 8.0, 0.0)
+            del X, fns
+            torch.cuda.empty_cache()
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -227,6 +243,7 @@ def main():
     b.gemv()
     b.gemv_blocks()
     b.gemv_float()
+    b.argmax()
     write_atomic(a.json, json.dumps(dict(source="torch", device=torch.cuda.get_device_name(), torch=torch.__version__,
                                          copy_gbs=b.copy_gbs, fp16_tflops=b.tflops, rows=b.rows), indent=1))
     return 0
