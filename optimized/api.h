@@ -130,7 +130,7 @@ class CudaGraph {
 };
 
 // Work queued beside the current stream's (a decode step's indexer beside its query path, which does not
-// read it). The constructor forks: this device's side stream (non-blocking, one per device) waits for
+// read it). The constructor forks: this device's side stream (non-blocking, one per device and host thread) waits for
 // the work queued so far on the current stream. run(fn) queues fn's launches, async copies and
 // stream-ordered allocations on the side stream, and gives its kernels their own scratch slots (scratch()
 // keeps one set per stream lane). join() makes the current stream wait for the side stream; the

@@ -207,14 +207,15 @@ namespace {
 thread_local cudaStream_t g_stream = 0;  // cur_stream(): 0 (legacy) unless a CudaGraph captures
 thread_local cudaStream_t g_side = nullptr;  // inside SideStream::run: the side stream, which cur_stream() returns
 
-// Per device: the side stream and the fork and join events (reused: a wait takes the event's state at the call).
+// Per host thread and device: the side stream and the fork and join events (reused: a wait takes the event's
+// state at the call, so another thread's record between a fork's record and its wait must not reach them).
 struct SideResources {
   cudaStream_t stream = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
 };
 SideResources& side_resources(int dev) {
   constexpr int kMaxDevices = 64;
-  static SideResources r[kMaxDevices];
+  thread_local SideResources r[kMaxDevices];
   if (dev < 0 || dev >= kMaxDevices) throw CudaError("SideStream: device ordinal " + std::to_string(dev) + " beyond 63");
   SideResources& s = r[dev];
   if (!s.stream) {
