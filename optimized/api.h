@@ -136,7 +136,8 @@ class CudaGraph {
 // keeps one set per stream lane). join() makes the current stream wait for the side stream; the
 // destructor joins if join() was not called. Under a CudaGraph capture the side stream takes part in the
 // capture: a fork and a join in the graph. fn must queue stream-ordered work only (a synchronous copy on
-// the legacy stream would not wait for the side stream), and run() does not nest.
+// the legacy stream would not wait for the side stream), and run() does not nest. The side lane's scratch
+// slots and the indexer's work memory are per device, not per thread: one pipeline per device at a time.
 class SideStream {
  public:
   SideStream();

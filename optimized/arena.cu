@@ -8,7 +8,6 @@
 namespace mlaconf::cuda {
 namespace {
 thread_local PassArenas* g_active = nullptr;  // the arenas of this thread's pass, if one is running
-bool capturing() { return cur_stream() != 0; }  // a CudaGraph captures this thread's work
 }  // namespace
 
 PassArenas::Arena* PassArenas::find(int dev) {

@@ -95,6 +95,8 @@ __device__ __forceinline__ float ld_f16_hw(const uint8_t* p) {
 cudaStream_t cur_stream();
 // 1 inside SideStream::run (its launches on the side stream), else 0: scratch() keeps a set of slots per lane.
 int stream_lane();
+// True while a CudaGraph captures this thread's work (cur_stream() alone also differs from 0 inside SideStream::run).
+bool capturing();
 // Called where a kernel's scratch, ticket or work memory is reallocated (api.h: workspace_generation).
 void bump_workspace_generation();
 

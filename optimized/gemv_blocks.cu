@@ -348,7 +348,8 @@ __global__ void __launch_bounds__(kThreads) gemv_blocks_kernel(Args a) {
 }
 
 // ---- short rows: a row per lane ----
-// Rows of at most kShortMaxCols values of a 32-value block type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) without expert ids (GLM-5's attn_k_b: 64 heads of 512 x 192 Q5_0,
+// Per-entry matrices (gemv_per_head, apply_wuv: entry b on matrix b % w_count, no expert ids) of rows of at most
+// kShortMaxCols values of a 32-value block type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) (GLM-5's attn_k_b: 64 heads of 512 x 192 Q5_0,
 // the absorbed query's W_UK^T at every decode step). The kernel above gives a row 4 lanes' worth of a
 // 1024-value chunk: at 192 columns 24 of 32 lanes work on one 16-row tile per CTA, 2048 CTAs of 23.6 KB for
 // 4.3 MB of weights (H200, ncu: 15-16 us, the SMs 58 % busy, 2.6 waves). Here lane l of a warp owns row
@@ -471,9 +472,11 @@ bool launch(const Args& a, int64_t groups, bool wide) {
   // at B = 1 and 6 % at B = 8 for it (docs/PERF_H200_gemv_blocks.md, v2 measured); its order is v1's.
   constexpr bool kLaneSub = TYPE == kQ8_0;
   constexpr bool kHot = TYPE == kQ6_K || TYPE == kQ5_K || TYPE == kQ5_0;  // GLM-5's other block types
-  // Short rows of 32-value blocks without ids: a row per lane (above), in every variant but v1's comparison.
+  // Short rows of 32-value blocks on per-entry matrices without ids (gemv_per_head, apply_wuv): a row per lane
+  // (above), in every variant but v1's comparison. Not for one matrix or expert ids: an expert's matrix runs as
+  // one matrix in forward() and by id in a batched decode, and both must keep the same order of sums.
   if constexpr (Shape<TYPE>::bs == 32) {
-    if (!a.ids && a.nblocks * 32 <= kShortMaxCols && gemv_variant() != kGemvV1) {
+    if (!a.ids && a.w_stride != 0 && a.w_count > 1 && a.nblocks * 32 <= kShortMaxCols && gemv_variant() != kGemvV1) {
       launch_short<TYPE>(a, groups, wide);
       return true;
     }

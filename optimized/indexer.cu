@@ -929,7 +929,7 @@ TopkWork topk_work(int64_t T, int64_t L) {
 //     the fp32 kernel computes (its rounding included). hi = a + e (rounded up) into work memory, and the
 //     multi-CTA top-k's first histogram over lo = a - e (rounded down; per CTA in shared memory, then
 //     added to the row's): bin b of the k-th largest lo.
-//  2. indexer_refine (256 keys per CTA): every key with hi >= lambda, the lowest value of bin b, gets s
+//  2. indexer_refine (1024 or 256 keys per CTA, by shape: kRefineKeysSmall): every key with hi >= lambda, the lowest value of bin b, gets s
 //     itself (the fp32 kernel's arithmetic, bit for bit) into the scores buffer and the row's list of
 //     refined scores; every other key -inf. A key left out has s <= hi < lambda <= the k-th largest lo,
 //     below the k keys whose lo is at least that: the exact rule would not select it either, and every key

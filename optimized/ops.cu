@@ -410,12 +410,14 @@ void split_half(const float* d_x, int64_t n, uint16_t* d_hi, uint16_t* d_lo) {
   MLACONF_CUDA_LAUNCH_CHECK("split_half_kernel");
 }
 int64_t count_nonfinite(const float* d_x, int64_t n) {
+  // Every step on cur_stream(), then a wait for it (the count is read on the host).
   auto* c = static_cast<unsigned long long*>(scratch(7, 8));
-  MLACONF_CUDA_CHECK(cudaMemset(c, 0, 8));
+  MLACONF_CUDA_CHECK(cudaMemsetAsync(c, 0, 8, cur_stream()));
   if (n) nonfinite_kernel<<<grid_for(n), 256, 0, cur_stream()>>>(d_x, n, c);
   MLACONF_CUDA_LAUNCH_CHECK("nonfinite_kernel");
   unsigned long long h = 0;
-  MLACONF_CUDA_CHECK(cudaMemcpy(&h, c, 8, cudaMemcpyDeviceToHost));
+  MLACONF_CUDA_CHECK(cudaMemcpyAsync(&h, c, 8, cudaMemcpyDeviceToHost, cur_stream()));
+  MLACONF_CUDA_CHECK(cudaStreamSynchronize(cur_stream()));
   return (int64_t)h;
 }
 

@@ -218,16 +218,25 @@ SideResources& side_resources(int dev) {
   thread_local SideResources r[kMaxDevices];
   if (dev < 0 || dev >= kMaxDevices) throw CudaError("SideStream: device ordinal " + std::to_string(dev) + " beyond 63");
   SideResources& s = r[dev];
-  if (!s.stream) {
-    MLACONF_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
-    MLACONF_CUDA_CHECK(cudaEventCreateWithFlags(&s.fork, cudaEventDisableTiming));
-    MLACONF_CUDA_CHECK(cudaEventCreateWithFlags(&s.join, cudaEventDisableTiming));
+  if (!s.stream) {  // all three or none
+    SideResources n;
+    cudaError_t e = cudaStreamCreateWithFlags(&n.stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&n.fork, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&n.join, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+      if (n.join) cudaEventDestroy(n.join);
+      if (n.fork) cudaEventDestroy(n.fork);
+      if (n.stream) cudaStreamDestroy(n.stream);
+      MLACONF_CUDA_CHECK(e);
+    }
+    s = n;
   }
   return s;
 }
 }  // namespace
 cudaStream_t cur_stream() { return g_side ? g_side : g_stream; }
 int stream_lane() { return g_side ? 1 : 0; }
+bool capturing() { return g_stream != 0; }
 
 SideStream::SideStream() {
   if (g_side) throw CudaError("SideStream: a fork inside SideStream::run");
@@ -245,11 +254,11 @@ void SideStream::enter() {
 void SideStream::leave() { g_side = nullptr; }
 void SideStream::join() {
   if (joined_) return;
-  joined_ = true;
   DeviceScope on(dev_);
   SideResources& r = side_resources(dev_);
   MLACONF_CUDA_CHECK(cudaEventRecord(r.join, r.stream));
   MLACONF_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(main_), r.join, 0));
+  joined_ = true;  // only once the wait is queued: a failed join is tried again by the destructor
 }
 SideStream::~SideStream() {
   if (joined_) return;

@@ -21,7 +21,8 @@ void PinnedUpload::upload(void* d_dst) {
     std::vector<unsigned char>& v;
     ~Clear() { v.clear(); }
   } clear{image_};
-  if (cur_stream() != 0) throw CudaError("PinnedUpload::upload while a CUDA graph captures");
+  if (capturing()) throw CudaError("PinnedUpload::upload while a CUDA graph captures");
+  if (stream_lane()) throw CudaError("PinnedUpload::upload inside SideStream::run (it copies on the legacy stream)");
   const size_t n = image_.size();
   if (n == 0) return;
   const int dev = current_device();

@@ -18,8 +18,9 @@
 // step, with a floor: the bytes a step must read (every weight once, the experts B tokens pick under
 // uniform routing, each sequence's top-k latent rows and indexer keys) at --floor-gbs. The overflow
 // check is off in this mode (a server does not scan every op). The first step is timed apart (warm_ms).
-// --graph: decode steps as CUDA graphs (PipelineOptions::decode_graph; without --devices); the capture
-// step is timed apart too (warm_ms is then both steps), so the timed steps are the graph's replays.
+// --graph: decode steps as CUDA graphs (PipelineOptions::decode_graph; without --devices); every step up
+// to the first replay (the capture's, normally the second) is timed apart too (warm_ms holds them all), so
+// the timed steps are the graph's replays.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -159,6 +160,9 @@ void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c
       ++untimed;
     }
     const double warm_s = seconds_since(t0);
+    if (p.options().decode_graph && p.graph_replays() == replays0)
+      std::fprintf(stderr, "bench: B = %lld: the decode graph never replayed in %lld steps: no step was timed\n", (long long)B,
+                   (long long)a.decode_steps);
     t0 = std::chrono::steady_clock::now();
     for (int64_t st = untimed; st < a.decode_steps; ++st) step();
     const double decode_s = seconds_since(t0);

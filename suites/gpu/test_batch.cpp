@@ -12,7 +12,8 @@
 // Sequences have different lengths, several beyond the indexer's top_k (the sparse selection matters);
 // pages are small (16 rows), so pages of different sequences interleave in the pool, and a sequence
 // closed before the decode steps hands its (stale) pages to the others. The same with the decode steps
-// captured in a CUDA graph (routing on the device, bit-exact with the host's). Models: the tiny model
+// captured in a CUDA graph (routing on the device, bit-exact with the host's), and as direct steps without the
+// overflow check (each full layer's indexer on the side stream, as in graphs and `mlaconf bench`). Models: the tiny model
 // (../shared/models) and a synthesized glm-dsa model with odd sizes (5 heads, 2 indexer heads, top_k
 // 16, shared-indexer layers FSFS). Also: the layer split (--devices 0,0) batched equals unsplit
 // batched, and misuse is an InputError. Negative control: another sequence's logits differ (the
@@ -100,6 +101,8 @@ struct BatchRun {
   std::vector<int> devices;
   bool reverse_order = false;
   bool graph = false;            // decode steps as a CUDA graph (overflow check off)
+  bool unchecked = false;        // direct steps with the overflow check off: the indexer on the side stream, as
+                                 // `mlaconf bench` runs them
   int64_t* replays = nullptr;    // out: graph replays
 };
 std::vector<SeqLogits> batched(const GgufFile& f, const ModelConfig& c, int64_t B, int64_t ctx, const BatchRun& run) {
@@ -110,7 +113,7 @@ std::vector<SeqLogits> batched(const GgufFile& f, const ModelConfig& c, int64_t 
   o.page_rows = kPageRows;
   o.devices = run.devices;
   o.decode_graph = run.graph;
-  o.overflow_check = !run.graph;
+  o.overflow_check = !run.graph && !run.unchecked;
   cuda::Pipeline p(f, c, o);
   const int decoy = p.open_sequence();
   {
@@ -205,9 +208,9 @@ void check_model(const std::string& model, const std::vector<int64_t>& Bs) {
   }
 }
 
-// A synthesized glm-dsa model with odd sizes: 5 heads, 2 indexer heads, top_k 16, layers F S F S, a vocabulary of
-// 20000 (greedy picks over chunks: argmax_rows' two-launch path, whose work memory is sized outside the graph),
-// (layers 1 and 3 read the selection of 0 and 2: absolute rows shared across layers). Synthesized once
+// A synthesized glm-dsa model with odd sizes: 5 heads, 2 indexer heads, top_k 16, layers F S F S (layers 1 and 3
+// read the selection of 0 and 2: absolute rows shared across layers), a vocabulary of 20000 (greedy picks over
+// chunks: argmax_rows' two-launch path, whose work memory is sized outside the graph). Synthesized once
 // per process through the CLI (MLACONF_CLI), removed at exit; "" when that fails.
 constexpr const char* kOddName = "synth_h5_hi2_topk16_FSFS";
 std::string odd_model() {
@@ -268,6 +271,19 @@ void check_graph(const std::string& model, const std::vector<int64_t>& Bs) {
     const std::vector<SeqLogits> got = batched(a.f, a.c, B, a.ctx, run);
     expect_equal_to_alone(got, a.first(B), std::filesystem::path(model).filename().string() + " graph B=" + std::to_string(B));
     EXPECT_EQ(replays, kSteps - 1) << "the decode graph did not run every step after the first";
+  }
+}
+
+// Direct steps without the overflow check (each full layer's indexer on the side stream, beside the query path):
+// each sequence bit-identical to decoding it alone.
+void check_unchecked(const std::string& model, const std::vector<int64_t>& Bs) {
+  const AloneRefs a = alone_refs(model, Bs);
+  for (int64_t B : Bs) {
+    BatchRun run;
+    run.unchecked = true;
+    run.reverse_order = B % 2 == 1;
+    const std::vector<SeqLogits> got = batched(a.f, a.c, B, a.ctx, run);
+    expect_equal_to_alone(got, a.first(B), std::filesystem::path(model).filename().string() + " unchecked B=" + std::to_string(B));
   }
 }
 
@@ -449,6 +465,9 @@ const bool registered = [] {
     for (int64_t B : mn == kOddName ? std::vector<int64_t>{3, 8} : std::vector<int64_t>{1, 8, 33})
       register_case("batch", CaseName("batched_decode_graph").p("model", mn).p("B", B).str(),
                     [mn, B] { run_case(mn, [B](const std::string& m) { check_graph(m, {B}); }); });
+    for (int64_t B : {1, 8})
+      register_case("batch", CaseName("batched_decode_unchecked").p("model", mn).p("B", B).str(),
+                    [mn, B] { run_case(mn, [B](const std::string& m) { check_unchecked(m, {B}); }); });
   }
   // The tensor-core GEMV (GLM-5's Q4_K / Q6_K matrices; the tiny model's are below the default's threshold)
   // pinned for every Q4_K / Q6_K matrix: each sequence still the bits of decoding it alone.

@@ -8,8 +8,8 @@
 //     up: <= 3.2e-8; measured on the CPU with random data, 20 trials of 257 rows), so the bound is 2e-6.
 //  2. bit for bit against that host emulation (lane l sums the 8-value groups l, l + 32, ... with fmaf in
 //     column order, then the xor tree over 32 lanes; Q8_0: lane l sums the 32-value sub-blocks l, l + 32,
-//     ...; rows of at most 256 values of a 32-value block type without expert ids (the short-row kernel, a
-//     row per lane): one fmaf
+//     ...; per-head matrices (gemv_per_head) of rows of at most 256 values of a 32-value block type (the
+//     short-row kernel, a row per lane): one fmaf
 //     chain over the columns in order): the kernels' documented orders, exactly.
 //  3. batch invariance: every entry of a batch bit-identical to the same x run alone (B = 1).
 // Shapes are off every tile multiple: rows 1, 7, 9, 31, 33, 255, 257, 1021 (16 rows per CTA, 4 per
@@ -35,10 +35,10 @@ namespace {
 const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
                            GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
-// The kernel's fp32 order of operations for one row and one x (see the file comment). ids: the entries
-// pick their matrices by expert id (gemv_experts), which the short-row kernel does not take.
-float emulate(GgmlType t, const float* w, const float* x, int64_t cols, bool ids) {
-  if (!ids && cols <= 256 && traits(t).block_size == 32) {  // optimized/gemv_blocks.cu kShortMaxCols
+// The kernel's fp32 order of operations for one row and one x (see the file comment). per_head: the entries
+// are on per-head matrices (gemv_per_head), the only calls the short-row kernel takes.
+float emulate(GgmlType t, const float* w, const float* x, int64_t cols, bool per_head) {
+  if (per_head && cols <= 256 && traits(t).block_size == 32) {  // optimized/gemv_blocks.cu kShortMaxCols
     float p = 0.f;
     for (int64_t c = 0; c < cols; ++c) p = std::fma(w[c], x[c], p);
     return p;
@@ -58,16 +58,16 @@ float emulate(GgmlType t, const float* w, const float* x, int64_t cols, bool ids
 }
 
 // The emulation of type t over the dequantized matrices W [mats * rows, cols].
-MakeEmulation emulation(GgmlType t, int64_t rows, int64_t cols, bool ids = false) {
+MakeEmulation emulation(GgmlType t, int64_t rows, int64_t cols, bool per_head = false) {
   return [=](const std::vector<uint8_t>&, const std::vector<float>& W) -> RowEmulation {
-    return [t, rows, cols, ids, &W](int64_t mat, int64_t row, const float* x) {
-      return emulate(t, W.data() + (mat * rows + row) * cols, x, cols, ids);
+    return [t, rows, cols, per_head, &W](int64_t mat, int64_t row, const float* x) {
+      return emulate(t, W.data() + (mat * rows + row) * cols, x, cols, per_head);
     };
   };
 }
 Judged judge(GgmlType t, const std::vector<float>& got, const std::vector<float>& W, const std::vector<int64_t>& mat,
-             const std::vector<float>& x, int64_t rows, int64_t cols) {
-  return judge_gemv(got, W, mat, x, rows, cols, emulation(t, rows, cols)({}, W));
+             const std::vector<float>& x, int64_t rows, int64_t cols, bool per_head = false) {
+  return judge_gemv(got, W, mat, x, rows, cols, emulation(t, rows, cols, per_head)({}, W));
 }
 
 // B x vectors on one matrix (batched decode); then each entry alone, bit-identical.
@@ -82,7 +82,7 @@ void batch_case(GgmlType t, int64_t rows, int64_t cols, int B) {
 void experts_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> ids) {
   MLACONF_REQUIRE_CUDA();
   GemvVariantScope simt(cuda::kGemvSimt);  // the kernel this file emulates, at every shape
-  gemv_experts_check(t, rows, cols, ids, 4, 77 + (int)t, 5, emulation(t, rows, cols, true));
+  gemv_experts_check(t, rows, cols, ids, 4, 77 + (int)t, 5, emulation(t, rows, cols));
 }
 
 // Per-head matrices (b % H): T = 3 tokens x H heads, groups of 3 entries with step H.
@@ -98,7 +98,7 @@ void per_head_case(GgmlType t, int64_t rows, int64_t cols, int64_t H = 4) {
   cuda::gemv_per_head(t, d_w.get(), rows, cols, H, d_x.as<float>(), cols, d_y.as<float>(), rows, n);
   std::vector<int64_t> mat(n);
   for (int64_t b = 0; b < n; ++b) mat[b] = b % H;
-  expect_judged(judge(t, cuda::to_host<float>(d_y, (size_t)n * rows), W, mat, x, rows, cols), "per head");
+  expect_judged(judge(t, cuda::to_host<float>(d_y, (size_t)n * rows), W, mat, x, rows, cols, true), "per head");
 }
 
 // Negative controls: the judge rejects a result off by one row (rows swapped) and one fp32 ulp off
@@ -161,12 +161,13 @@ const bool registered = [] {
                                      cols_tag(2 * bs) + ")",
                   [=] { per_head_case(t, 31, 2 * bs); });
   }
-  // The short-row kernel's edges: 256 columns (its widest rows; Q8_0's 272 bytes fill its staging) and 288 (the
-  // block kernel again); GLM-5's attn_k_b (64 heads of 512 x 192 Q5_0).
+  // The short-row kernel's edges (per-head matrices only): 256 columns (its widest rows; Q8_0's 272 bytes fill its
+  // staging) and 288 (the block kernel again), rows off its 32 per warp and 128 per CTA; GLM-5's attn_k_b (64 heads
+  // of 512 x 192 Q5_0).
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q5_0})
     for (int64_t cols : {256, 288})
-      register_case("gemv_blocks", std::string("gemv(type=") + type_name(t) + ",rows=129,cols=" + cols_tag(cols) + ",b=9)",
-                    [=] { batch_case(t, 129, cols, 9); });
+      register_case("gemv_blocks", std::string("gemv_per_head(type=") + type_name(t) + ",h=3,t=3,rows=129,cols=" + cols_tag(cols) + ")",
+                    [=] { per_head_case(t, 129, cols, 3); });
   register_case("gemv_blocks", "gemv_per_head(type=Q5_0,h=64,t=3,rows=512,cols=192)",
                 [] { per_head_case(GgmlType::Q5_0, 512, 192, 64); });
   register_case("gemv_blocks", "negative_controls(type=Q6_K,rows=33,cols=768)", negative_control_case);
