@@ -99,6 +99,19 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 }
 constexpr int kBins = 2048;  // the multi-CTA top-k's first histogram: bits 31..21 of the order keys
 
+// The row's CTAs each take a ticket after their global writes: true, in every thread, for the row's last
+// CTA, which then sees every other CTA's writes (a fence before the ticket and one after). Begins and ends
+// with a barrier; s_last: a shared int of the kernel; tid: threadIdx.x.
+__device__ __forceinline__ bool last_cta_of_row(int* ticket, int& s_last, int tid) {
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) s_last = atomicAdd(ticket, 1) == (int)gridDim.x - 1;
+  __syncthreads();
+  if (!s_last) return false;
+  __threadfence();
+  return true;
+}
+
 // The multi-CTA top-k's first pass, fused into the scores kernel (indexer_topk_f32_rows): its
 // per-row global histogram, count of finite scores, ticket and state (the TopkWork of topk_rows).
 // hist == nullptr: the scores kernel leaves it alone.
@@ -305,12 +318,7 @@ __global__ void __launch_bounds__(kF32Warps * 32, 3)
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) n_finite += __shfl_xor_sync(0xffffffffu, n_finite, o);
     if (lane == 0 && n_finite) atomicAdd(&hs.valid[t], n_finite);
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) s_last = atomicAdd(&hs.ticket[t], 1) == (int)gridDim.x - 1;
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
+    if (!last_cta_of_row(&hs.ticket[t], s_last, tid)) return;
     pick_first_bin<kF32Warps * 32>(hs, t);
   }
 }
@@ -677,12 +685,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_hist(const float* scores, i
   for (int b = tid; b < kBins; b += kTopkThreads)
     if (hist[b]) atomicAdd(&w.hist[t * kBins + b], hist[b]);
   if (tid == 0) atomicAdd(&w.valid[t], s_valid);
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) s_last = atomicAdd(&w.ticket1[t], 1) == (int)gridDim.x - 1;
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
+  if (!last_cta_of_row(&w.ticket1[t], s_last, tid)) return;
   for (int b = tid; b < kBins; b += kTopkThreads) {
     hist[b] = __ldcg(&w.hist[t * kBins + b]);
     w.hist[t * kBins + b] = 0;
@@ -858,12 +861,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_collect(const float* scores
       }
     }
   }
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) s_last = atomicAdd(&w.ticket2[t], 1) == (int)gridDim.x - 1;
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
+  if (!last_cta_of_row(&w.ticket2[t], s_last, tid)) return;
   const int n_cand = __ldcg(&w.ncand[t]);
   const uint32_t* ckey = w.ckey + t * kTopkCand;
   const int32_t* cidx = w.cidx + t * kTopkCand;
@@ -1111,12 +1109,7 @@ __global__ void __launch_bounds__(kBoundWarps * 32, 2)
   __syncthreads();
   for (int i = tid; i < kBins; i += kBoundWarps * 32)
     if (hist[i]) atomicAdd(&hs.hist[t * kBins + i], hist[i]);
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) s_last = atomicAdd(&hs.ticket[t], 1) == (int)gridDim.x - 1;
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
+  if (!last_cta_of_row(&hs.ticket[t], s_last, tid)) return;
   pick_first_bin<kBoundWarps * 32>(hs, t);
 }
 
@@ -1247,12 +1240,7 @@ __global__ void __launch_bounds__(kRefineWarps * 32)
   __syncthreads();
   for (int j = tid; j < nv; j += kRefineWarps * 32)
     if (s_base + j < kTopkCand) wk.ckey[t * kTopkCand + s_base + j] = okey[j], wk.cidx[t * kTopkCand + s_base + j] = oidx[j];
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) s_last = atomicAdd(&hs.ticket[t], 1) == (int)gridDim.x - 1;
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
+  if (!last_cta_of_row(&hs.ticket[t], s_last, tid)) return;
   pick_first_bin<kRefineWarps * 32>(hs, t);  // bin b1 of the k-th largest refined score -> state[t * 8 ..]
   __syncthreads();
   const int b1 = __ldcg(&wk.state[t * 8]), above = __ldcg(&wk.state[t * 8 + 1]), keff = __ldcg(&wk.state[t * 8 + 2]);
