@@ -205,8 +205,14 @@ void gemv(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const floa
 // All used experts of a token (or of a batch) in one launch: y_j = W[ids[j]] x_j for j < n, where
 // expert e's matrix (n_rows x ncols, type t) starts at d_w + e * expert_stride bytes and ids [n] is on
 // the device; x_j = d_x + j * x_stride (0: one x for all), y_j = d_y + j * y_stride.
+// An id of -1 takes the matrix at d_w_alt instead (the same type and shape, 16-byte aligned): a shared expert
+// run as one more entry of the launch, with the bits it has alone. Only where gemv_experts_alt_ok says so.
 void gemv_experts(GgmlType t, const void* d_w, int64_t expert_stride, const int32_t* d_ids, int64_t n, int64_t n_rows,
-                  int64_t ncols, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride);
+                  int64_t ncols, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride,
+                  const void* d_w_alt = nullptr);
+// Whether gemv_experts takes d_w_alt for this type and shape under the current kernel variant (the tensor-core
+// GEMV runs it).
+bool gemv_experts_alt_ok(GgmlType t, int64_t n_rows, int64_t ncols);
 // Per-head GEMV: y[b] = W[b % H] x[b] for b < batch; W[h] (rows x cols, type t) at d_w + h * rows * row bytes;
 // x[b] = d_x + b * x_stride, y[b] = d_y + b * y_stride.
 void gemv_per_head(GgmlType t, const void* d_w, int64_t rows, int64_t cols, int64_t H, const float* d_x, int64_t x_stride,

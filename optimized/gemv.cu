@@ -401,7 +401,8 @@ cublasHandle_t cublas() {
 
 // Matrix of batch entry b: ids[b] when ids is given, else b % w_count.
 void gemv_impl(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const float* d_x, float* d_y, int64_t batch,
-               int64_t w_count, int64_t w_stride, int64_t x_stride, int64_t y_stride, const int32_t* d_ids = nullptr) {
+               int64_t w_count, int64_t w_stride, int64_t x_stride, int64_t y_stride, const int32_t* d_ids = nullptr,
+               const void* d_w_alt = nullptr) {
   if (!can_dequantize(t)) throw InputError(std::string("cuda::gemv: unsupported weight type ") + type_name(t));
   if (n_rows <= 0 || ncols <= 0 || batch <= 0) throw InputError("cuda::gemv: empty shape");
   const auto& tr = traits(t);
@@ -413,8 +414,10 @@ void gemv_impl(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const
   // batched decode needs each row's bits independent of it), at every shape in kGemvMma.
   const int v = gemv_variant();
   if ((v == kGemvMma || (v == kGemvDefault && gemv_mma_by_default(t, n_rows, ncols))) &&
-      gemv_mma(t, d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch))
+      gemv_mma(t, d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch, d_w_alt))
     return;
+  // Only the tensor-core GEMV takes an id of -1 (gemv_experts_alt_ok tells the caller beforehand).
+  if (d_w_alt) throw InputError("cuda::gemv_experts: a matrix for id -1 needs the tensor-core GEMV (gemv_experts_alt_ok)");
   // Q4_K: the vectorised SIMT kernel, for every batch shape.
   if (t == GgmlType::Q4_K && v != kGemvV1 &&
       gemv_q4k_v2(d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch))
@@ -442,9 +445,15 @@ void gemv(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const floa
 }
 
 void gemv_experts(GgmlType t, const void* d_w, int64_t expert_stride, const int32_t* d_ids, int64_t n, int64_t n_rows,
-                  int64_t ncols, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride) {
+                  int64_t ncols, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride, const void* d_w_alt) {
   if (n == 0) return;
-  gemv_impl(t, d_w, n_rows, ncols, d_x, d_y, n, n, expert_stride, x_stride, y_stride, d_ids);
+  gemv_impl(t, d_w, n_rows, ncols, d_x, d_y, n, n, expert_stride, x_stride, y_stride, d_ids, d_w_alt);
+}
+
+bool gemv_experts_alt_ok(GgmlType t, int64_t n_rows, int64_t ncols) {
+  const int v = gemv_variant();
+  return (t == GgmlType::Q4_K || t == GgmlType::Q6_K) && ncols % 256 == 0 &&
+         (v == kGemvMma || (v == kGemvDefault && gemv_mma_by_default(t, n_rows, ncols)));
 }
 
 void apply_wuv(GgmlType t, const void* d_wuv, int64_t v, int64_t d_v, const float* d_latent, int64_t T, int64_t H,

@@ -164,6 +164,7 @@ struct MmaArgs {
   bool shared;  // one matrix for the batch: entry group y (entries 8 y .. 8 y + 7, slots = entries)
   int ny;       // shared: entry groups, the fastest-varying part of blockIdx.x
   bool one_x;   // (not shared) every entry reads x slot 0
+  const uint8_t* w_alt;  // (ids) the matrix of id -1: a shared expert taken as one more entry, or null
   const uint2* xi;
   const float2* xf;     // Q4_K: split_x_q4k_kernel's xf and xm
   const uint32_t* xm;
@@ -440,7 +441,7 @@ __global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
   // Q4_K only (null for Q6_K): this lane's two columns' 2^-e, and its dmin term's B fragment.
   const float2* xfg = TYPE == kQ4_K ? a.xf + (slot >> 1) * (int64_t)a.nb * 4 + t : nullptr;
   const uint32_t* xmg = TYPE == kQ4_K ? a.xm + ((slot >> 1) * (int64_t)a.nb * 8 + xc) * 4 + t : nullptr;
-  const uint8_t* wm = a.w + mat * a.w_stride;
+  const uint8_t* wm = mat < 0 ? a.w_alt : a.w + mat * a.w_stride;
   const uint8_t* mat_end = wm + a.n_rows * a.row_bytes;
   const int64_t rl0 = min(tile * 16 + g, a.n_rows - 1), rl1 = min(tile * 16 + g + 8, a.n_rows - 1);
   const int b_lo = (int)((int64_t)a.nb * kp / a.ks), b_hi = (int)((int64_t)a.nb * (kp + 1) / a.ks);
@@ -620,8 +621,10 @@ bool gemv_mma_by_default(GgmlType t, int64_t n_rows, int64_t ncols) {
 }
 
 bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_ids, int64_t w_count,
-              int64_t w_stride, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride, int64_t batch) {
+              int64_t w_stride, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride, int64_t batch,
+              const void* d_w_alt) {
   if (t != GgmlType::Q4_K && t != GgmlType::Q6_K) return false;
+  if (d_w_alt && (!d_ids || reinterpret_cast<uintptr_t>(d_w_alt) % 16)) return false;
   if (n_rows <= 0 || batch <= 0 || w_count <= 0 || ncols % 256 || ncols / 256 > (1 << 24)) return false;
   if ((reinterpret_cast<uintptr_t>(d_w) % 16) || w_stride % 16 || x_stride < 0) return false;
   const bool shared = !d_ids && (w_stride == 0 || w_count == 1);
@@ -664,8 +667,9 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   const int cpw = split8 && ks == kWarpsSmall ? 2 : 1;  // only for the experts (one column group: NCG 1)
   const bool pair_red = split8 && ks == kWarps;
   MmaArgs a{static_cast<const uint8_t*>(d_w), n_rows, row_bytes(t, ncols), (int)nb, rt, ks, cpw, pair_red, d_ids, w_count,
-            w_stride, batch, shared, (int)ny, one_x, static_cast<const uint2*>(xi), reinterpret_cast<const float2*>(xf),
-            reinterpret_cast<const uint32_t*>(xm), d_y, y_stride};
+            w_stride, batch, shared, (int)ny, one_x, static_cast<const uint8_t*>(d_w_alt),
+            static_cast<const uint2*>(xi), reinterpret_cast<const float2*>(xf), reinterpret_cast<const uint32_t*>(xm), d_y,
+            y_stride};
   const dim3 grid = shared ? dim3((unsigned)(ceil_div(tiles, rt) * ny)) : dim3(ceil_div(tiles, rt), (unsigned)batch);
   if (t == GgmlType::Q6_K) {
     if (ncg == 1) launch<kQ6_K, 1>(a, grid);

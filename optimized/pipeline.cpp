@@ -462,7 +462,22 @@ struct Pipeline::Impl {
   RouteArgs route_args(int64_t l, bool on_device) const;
   // Each used expert once over its tokens -> eo [T, k, E] in slot order (unweighted).
   void experts(int64_t l, const float* y, int64_t T, const std::vector<int32_t>& ids, float* eo);
-  void expert_pairs(int64_t l, const float* y, int64_t T, const int32_t* d_ids, const int32_t* d_tok, float* eo);
+  void expert_pairs(int64_t l, const float* y, int64_t T, const int32_t* d_ids, const int32_t* d_tok, float* eo,
+                    bool with_shared = false);
+  // Whether a one-token decode step runs layer l's shared expert as one more entry of the experts' launches
+  // (expert_pairs with_shared): one shared expert whose three matrices have the experts' types and shapes, on
+  // the GEMV that takes an id of -1 (gemv_experts_alt_ok). It saves three launches (and their x splits) per
+  // MoE layer; the shared expert's products have the same bits either way (gemv_mma.cuh).
+  bool shared_as_entry(int64_t l, int64_t T) const {
+    if (T != 1 || c.n_expert_shared != 1) return false;
+    const DevTensor &gw = L(l, wname::kGateExps), &uw = L(l, wname::kUpExps), &dw = L(l, wname::kDownExps);
+    const DevTensor &gs = L(l, wname::kGateShexp), &us = L(l, wname::kUpShexp), &ds = L(l, wname::kDownShexp);
+    auto same = [](const DevTensor& e, const DevTensor& s) {
+      return e.type == s.type && e.ne0 == s.ne0 && e.ne1 == s.ne1 && e.row_bytes == s.row_bytes;
+    };
+    return same(gw, gs) && same(uw, us) && same(dw, ds) && gemv_experts_alt_ok(gw.type, gw.ne1, gw.ne0) &&
+           gemv_experts_alt_ok(uw.type, uw.ne1, uw.ne0) && gemv_experts_alt_ok(dw.type, dw.ne1, dw.ne0);
+  }
   void shared_expert(int64_t l, const float* y, int64_t T, float* sh) {
     const int64_t Fs = L(l, wname::kGateShexp).ne1;
     auto g = fbuf(T * Fs), u = fbuf(T * Fs);
@@ -707,9 +722,16 @@ void Pipeline::Impl::route_weights(int64_t l, Route& r, int64_t T) const {
 // device (gemv_experts): ids [T, k] expert ids, tok [T, k] each pair's token row. Each pair's product is
 // the one the per-expert loop of experts() computes (the same weights, x and kernel), so a row does not
 // depend on the other rows.
-void Pipeline::Impl::expert_pairs(int64_t l, const float* y, int64_t T, const int32_t* d_ids, const int32_t* d_tok, float* eo) {
-  const int64_t E = c.n_embd, k = c.n_expert_used, F = c.n_ff_exp, n = T * k;
+// with_shared (one token, shared_as_entry): ids [k + 1] ends with -1, the shared expert, whose output is eo's
+// row k.
+void Pipeline::Impl::expert_pairs(int64_t l, const float* y, int64_t T, const int32_t* d_ids, const int32_t* d_tok, float* eo,
+                                  bool with_shared) {
+  const int64_t E = c.n_embd, k = c.n_expert_used, F = c.n_ff_exp, n = T * k + (with_shared ? 1 : 0);
+  if (with_shared && T != 1) throw std::logic_error("expert_pairs: the shared expert as an entry needs one token");
   const DevTensor &gw = L(l, wname::kGateExps), &uw = L(l, wname::kUpExps), &dw = L(l, wname::kDownExps);
+  const void *gs = nullptr, *us = nullptr, *ds = nullptr;
+  if (with_shared)
+    gs = L(l, wname::kGateShexp).buf.get(), us = L(l, wname::kUpShexp).buf.get(), ds = L(l, wname::kDownShexp).buf.get();
   auto ge = fbuf(n * F), ue = fbuf(n * F);
   // One token: every pair's x is y itself, read in place (x stride 0) instead of gathered into k copies;
   // the GEMVs read the same values (their arithmetic does not depend on where x lies), so the same bits.
@@ -721,10 +743,10 @@ void Pipeline::Impl::expert_pairs(int64_t l, const float* y, int64_t T, const in
     gather_rows(y, E, d_tok, n, E, xe.as<float>(), E);
     xp = xe.as<float>(), xs = E;
   }
-  gemv_experts(gw.type, gw.buf.get(), gw.ne1 * gw.row_bytes, d_ids, n, gw.ne1, gw.ne0, xp, xs, ge.as<float>(), F);
-  gemv_experts(uw.type, uw.buf.get(), uw.ne1 * uw.row_bytes, d_ids, n, uw.ne1, uw.ne0, xp, xs, ue.as<float>(), F);
+  gemv_experts(gw.type, gw.buf.get(), gw.ne1 * gw.row_bytes, d_ids, n, gw.ne1, gw.ne0, xp, xs, ge.as<float>(), F, gs);
+  gemv_experts(uw.type, uw.buf.get(), uw.ne1 * uw.row_bytes, d_ids, n, uw.ne1, uw.ne0, xp, xs, ue.as<float>(), F, us);
   silu_gate(ge.as<float>(), ue.as<float>(), n * F, ge.as<float>());
-  gemv_experts(dw.type, dw.buf.get(), dw.ne1 * dw.row_bytes, d_ids, n, dw.ne1, dw.ne0, ge.as<float>(), F, eo, E);
+  gemv_experts(dw.type, dw.buf.get(), dw.ne1 * dw.row_bytes, d_ids, n, dw.ne1, dw.ne0, ge.as<float>(), F, eo, E, ds);
 }
 
 void Pipeline::Impl::experts(int64_t l, const float* y, int64_t T, const std::vector<int32_t>& ids, float* eo) {
@@ -773,21 +795,29 @@ void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out, float
   // step never waits for the host (the host routing reads the logits back: one synchronization per MoE
   // layer, after which the device idles until the host has routed and queued the experts).
   if (sr && all_gemv) {
-    DeviceBuffer d_ids = tbuf((size_t)(T * k) * 4), d_wts = tbuf((size_t)(T * k) * 4), d_tok = tbuf((size_t)(T * k) * 4);
+    const bool fold = shared_as_entry(l, T);  // the shared expert as entry k (id -1) of the experts' launches
+    const int64_t n = T * k + (fold ? 1 : 0);
+    DeviceBuffer d_ids = tbuf((size_t)n * 4), d_wts = tbuf((size_t)(T * k) * 4), d_tok = tbuf((size_t)(T * k) * 4);
     RouteArgs ra = route_args(l, true);
     ra.logits = logits.as<float>(), ra.T = T;
     ra.ids = d_ids.as<int32_t>(), ra.wts = d_wts.as<float>(), ra.tok = d_tok.as<int32_t>();
     route_experts(ra);
-    auto eo = fbuf(T * k * E);
-    expert_pairs(l, y, T, d_ids.as<int32_t>(), d_tok.as<int32_t>(), eo.as<float>());
+    if (fold) DeviceBuffer::borrowed(d_ids.as<int32_t>() + T * k, 4).fill(0xFF);  // id -1
+    auto eo = fbuf(n * E);
+    expert_pairs(l, y, T, d_ids.as<int32_t>(), d_tok.as<int32_t>(), eo.as<float>(), fold);
     done(l, op::kExpertOut, eo.as<float>(), {T, k, E});
     DeviceBuffer sh;
-    if (c.n_expert_shared > 0) {
+    const float* shp = nullptr;
+    if (fold) {
+      shp = eo.as<float>() + T * k * E;
+      done(l, op::kSharedExpertOut, shp, {T, E});
+    } else if (c.n_expert_shared > 0) {
       sh = fbuf(T * E);
       shared_expert(l, y, T, sh.as<float>());
       done(l, op::kSharedExpertOut, sh.as<float>(), {T, E});
+      shp = sh.as<float>();
     }
-    weighted_combine(eo.as<float>(), d_wts.as<float>(), T, k, E, sh.get() ? sh.as<float>() : nullptr, out, residual);
+    weighted_combine(eo.as<float>(), d_wts.as<float>(), T, k, E, shp, out, residual);
     return;
   }
   std::vector<float> lg(T * nE);

@@ -28,6 +28,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <map>
 #include <random>
 
 #include "core/argmax.h"
@@ -208,36 +209,56 @@ void check_model(const std::string& model, const std::vector<int64_t>& Bs) {
   }
 }
 
-// A synthesized glm-dsa model with odd sizes: 5 heads, 2 indexer heads, top_k 16, layers F S F S (layers 1 and 3
-// read the selection of 0 and 2: absolute rows shared across layers), a vocabulary of 20000 (greedy picks over
-// chunks: argmax_rows' two-launch path, whose work memory is sized outside the graph). Synthesized once
-// per process through the CLI (MLACONF_CLI), removed at exit; "" when that fails.
+// Synthesized glm-dsa models, each made once per process through the CLI (MLACONF_CLI) and removed at exit:
+//   kOddName: odd sizes: 5 heads, 2 indexer heads, top_k 16, layers F S F S (layers 1 and 3 read the selection
+//     of 0 and 2: absolute rows shared across layers), a vocabulary of 20000 (greedy picks over chunks:
+//     argmax_rows' two-launch path, whose work memory is sized outside the graph);
+//   kShexpName: the tiny dims with every expert and shared-expert matrix Q4_K, so that under the tensor-core
+//     GEMV a one-token step runs the shared expert as one more entry of the experts' launches (id -1).
 constexpr const char* kOddName = "synth_h5_hi2_topk16_FSFS";
-std::string odd_model() {
+constexpr const char* kShexpName = "synth_q4k_exps_shexp";
+std::string synth_model(const std::string& name) {
   static struct Owned {
-    std::string dir, path;
-    bool tried = false;
+    std::string dir;
+    std::map<std::string, std::string> path;  // "" when synth failed
     ~Owned() {
       if (!dir.empty()) std::filesystem::remove_all(dir);
     }
   } owned;
-  if (!owned.tried) {
-    owned.tried = true;
+  if (auto it = owned.path.find(name); it != owned.path.end()) return it->second;
+  if (owned.dir.empty()) {
     owned.dir = (std::filesystem::temp_directory_path() / ("mlaconf-batch-" + std::to_string(getpid()))).string();
     std::filesystem::create_directories(owned.dir);
-    const std::string m = owned.dir + "/odd.gguf";
-    if (sh(cli() + " synth --arch glm-dsa --seed 11 --n-head 5 --indexer-heads 2 --top-k 16 --indexer-types FSFS --vocab 20000 -o " + m +
-           " >/dev/null") == 0)
-      owned.path = m;
   }
-  return owned.path;
+  const std::string args = name == kOddName
+                               ? "--seed 11 --n-head 5 --indexer-heads 2 --top-k 16 --indexer-types FSFS --vocab 20000"
+                               : "--seed 12 --type _exps=Q4_K --type _shexp=Q4_K";
+  const std::string m = owned.dir + "/" + name + ".gguf";
+  std::string& got = owned.path[name];
+  if (sh(cli() + " synth --arch glm-dsa " + args + " -o " + m + " >/dev/null") == 0) got = m;
+  return got;
+}
+
+// kShexpName's premise (else its cases would pass without the path they are for): layer 1's experts and shared
+// expert all Q4_K, one shared expert, and the GEMV taking an id of -1 at their shapes.
+void expect_shexp_as_entry(const std::string& model) {
+  GgufFile f = GgufFile::open(model);
+  const ModelConfig c = ModelConfig::from_gguf(f);
+  ASSERT_EQ(c.n_expert_shared, 1);
+  for (const char* n : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"}) {
+    const TensorInfo* t = f.find_tensor(std::string("blk.1.") + n + ".weight");
+    ASSERT_NE(t, nullptr) << n;
+    EXPECT_EQ(t->type, GgmlType::Q4_K) << n;
+  }
+  EXPECT_TRUE(cuda::gemv_experts_alt_ok(GgmlType::Q4_K, c.n_ff_exp, c.n_embd));
+  EXPECT_TRUE(cuda::gemv_experts_alt_ok(GgmlType::Q4_K, c.n_embd, c.n_ff_exp));
 }
 
 // The model of a case by its name in the case: "" (with the reason in *why) when it is not there.
 std::string model_of(const std::string& name, std::string* why) {
-  if (name == kOddName) {
+  if (name == kOddName || name == kShexpName) {
     if (!std::filesystem::exists(cli())) return *why = cli() + " not built (needed to synthesize)", "";
-    const std::string m = odd_model();
+    const std::string m = synth_model(name);
     if (m.empty()) *why = "synth failed";
     return m;
   }
@@ -477,6 +498,27 @@ const bool registered = [] {
       check_model(m, {8});
     });
   });
+  // The shared expert as entry k of the experts' launches (one-token steps, the tensor-core GEMV): each
+  // sequence still the bits of decoding it alone (forward() runs the shared expert as a matrix of its own);
+  // B = 3 has no one-token step and runs it by itself.
+  for (int64_t B : {1, 3})
+    register_case("batch", CaseName("batched_decode").p("model", kShexpName).p("B", B).p("gemv", "mma").str(), [B] {
+      run_case(kShexpName, [B](const std::string& m) {
+        GemvVariantScope mma(cuda::kGemvMma);
+        expect_shexp_as_entry(m);
+        check_model(m, {B});
+      });
+    });
+  for (const char* kind : {"graph", "unchecked"})
+    register_case("batch", CaseName(std::string("batched_decode_") + kind).p("model", kShexpName).p("B", 1).p("gemv", "mma").str(),
+                  [kind] {
+                    run_case(kShexpName, [kind](const std::string& m) {
+                      GemvVariantScope mma(cuda::kGemvMma);
+                      expect_shexp_as_entry(m);
+                      if (std::string(kind) == "graph") check_graph(m, {1});
+                      else check_unchecked(m, {1});
+                    });
+                  });
   for (int stages : {2, 3})
     register_case("batch", CaseName("batched_decode_split").p("model", "glm_dsa_tiny").p("B", 8).p("stages", stages).str(),
                   [stages] { run_case("glm_dsa_tiny", [stages](const std::string& m) { check_split(m, 8, stages); }); });

@@ -17,7 +17,8 @@
 // unevenly over the warps, warps without blocks), batches 1, 2, 3, 8, 17 (8 x per pass: 17 is three passes,
 // the last with one x). Expert strides stay 16-byte aligned (rows x row bytes; a misaligned matrix takes the
 // SIMT kernels, whose bits differ); 64 x on one matrix (8 entry groups, adjacent in the grid); 11
-// entries on one expert, interleaved with others (each entry its own CTAs; bits as run alone). Negative
+// entries on one expert, interleaved with others (each entry its own CTAs; bits as run alone), and 20; a shared
+// expert as id -1 (experts_alt: bits as its matrix run alone by gemv). Negative
 // control: the fault gemv-x-bf16 (x kept as one 16-bit term) must fail (1). default_dispatch: on both sides of
 // each of the rule's thresholds the default gives the bits of the kernel the rule names, which differ from
 // the other kernel's (so the check can fail).
@@ -84,6 +85,46 @@ void experts_shared_x_case(GgmlType t, int64_t rows, int64_t cols) {
     differ += std::memcmp(one.data(), got.data() + e * rows, rows * 4) != 0;
   }
   EXPECT_EQ(differ, 0) << differ << " of " << n << " experts differ from the matrix run alone";
+}
+
+// A shared expert as one more entry (id -1 takes the matrix at d_w_alt, a buffer of its own): every entry
+// against float64 and bit-identical to its matrix run alone by gemv (the shared matrix's own path), with one x
+// for all (the pipeline's one-token step) or one per entry (20 entries, two of them -1).
+void experts_alt_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> ids, bool one_x) {
+  MLACONF_REQUIRE_CUDA();
+  GemvVariantScope mma(cuda::kGemvMma);
+  ASSERT_TRUE(cuda::gemv_experts_alt_ok(t, rows, cols));
+  const int64_t n = (int64_t)ids.size(), pool = 4;
+  const auto blocks = random_blocks(t, pool * rows * cols / 256, 909 + (int)t);
+  const auto alt = random_blocks(t, rows * cols / 256, 910 + (int)t);
+  auto all = blocks;
+  all.insert(all.end(), alt.begin(), alt.end());
+  const auto W = ref_dequant(t, all, (pool + 1) * rows * cols);  // the judge's matrix `pool` is the alt one
+  const auto xs = random_x((size_t)(one_x ? 1 : n) * cols, 78);
+  std::vector<float> x;  // the judge's layout: one x per entry
+  for (int64_t j = 0; j < n; ++j) x.insert(x.end(), xs.begin() + (one_x ? 0 : j * cols), xs.begin() + (one_x ? 1 : j + 1) * cols);
+  auto d_w = cuda::to_device(blocks), d_alt = cuda::to_device(alt), d_x = cuda::to_device(xs), d_ids = cuda::to_device(ids);
+  cuda::DeviceBuffer d_y((size_t)n * rows * 4);
+  const int64_t stride = rows * row_bytes(t, cols);
+  cuda::gemv_experts(t, d_w.get(), stride, d_ids.as<int32_t>(), n, rows, cols, d_x.as<float>(), one_x ? 0 : cols, d_y.as<float>(),
+                     rows, d_alt.get());
+  const auto got = cuda::to_host<float>(d_y, (size_t)n * rows);
+  std::vector<int64_t> mats;
+  for (int32_t id : ids) mats.push_back(id < 0 ? pool : id);
+  const Judged j = judge_gemv(got, W, mats, x, rows, cols, RowEmulation{});
+  std::printf("  experts with a shared one: max |err| / sum|wx| %.3e (bound %.0e)\n", j.worst, kMmaBound);
+  EXPECT_LE(j.worst, kMmaBound);
+  int64_t differ = 0, alts = 0;
+  for (int64_t e = 0; e < n; ++e) {
+    cuda::DeviceBuffer d_y1((size_t)rows * 4);
+    const void* w1 = ids[e] < 0 ? d_alt.get() : static_cast<const void*>(static_cast<const uint8_t*>(d_w.get()) + ids[e] * stride);
+    cuda::gemv(t, w1, rows, cols, d_x.as<float>() + (one_x ? 0 : e * cols), d_y1.as<float>());
+    const auto one = cuda::to_host<float>(d_y1, rows);
+    differ += std::memcmp(one.data(), got.data() + e * rows, rows * 4) != 0;
+    alts += ids[e] < 0;
+  }
+  EXPECT_GT(alts, 0);
+  EXPECT_EQ(differ, 0) << differ << " of " << n << " entries differ from their matrix run alone";
 }
 
 // Negative control: with x kept as its first 16-bit term (gemv-x-bf16) the float64 check must fail by far;
@@ -196,6 +237,18 @@ const bool registered = [] {
     for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{132, 1536}, {40, 256}, {2000, 2304}, {2048, 6144}, {6144, 2048}})
       register_case("gemv_mma", "experts_one_x(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) + ")",
                     [=] { experts_shared_x_case(t, rows, cols); });
+    // 20 entries, 6 on expert 1, interleaved with others.
+    register_case("gemv_mma", "experts(type=" + tn + ",rows=40,cols=512,ids=1.0.1.2.3.1.0.2.1.3.3.2.0.1.2.0.3.1.2.0)",
+                  [=] { experts_case(t, 40, 512, {1, 0, 1, 2, 3, 1, 0, 2, 1, 3, 3, 2, 0, 1, 2, 0, 3, 1, 2, 0}); });
+    // The shared expert as id -1: the pipeline's one-token step at an expert's gate (2048 x 6144) and down
+    // (6144 x 2048, beyond 128 tiles), 8 + 1 entries on one x; and 18 + 2 entries, one x each.
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{2048, 6144}, {6144, 2048}})
+      register_case("gemv_mma", "experts_alt(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
+                                    ",ids=3.0.2.1.3.2.0.1.m1,one_x)",
+                    [=] { experts_alt_case(t, rows, cols, {3, 0, 2, 1, 3, 2, 0, 1, -1}, true); });
+    register_case("gemv_mma", "experts_alt(type=" + tn + ",rows=40,cols=512,ids=20_with_m1_at_5.19)", [=] {
+      experts_alt_case(t, 40, 512, {1, 0, 2, 3, 0, -1, 2, 1, 3, 0, 2, 1, 3, 0, 1, 2, 3, 0, 1, -1}, false);
+    });
     register_case("gemv_mma", "negative_control(type=" + tn + ",fault=gemv_x_bf16)", [=] { negative_control_case(t); });
     register_case("gemv_mma", "x_range(type=" + tn + ",log2_scale=m100.m30.40.100.pm60)", [=] { x_range_case(t); });
     register_case("gemv_mma", "gemv(type=" + tn + ",rows=1040,cols=2048,b=64)", [=] { batch_case(t, 1040, 2048, 64); });
