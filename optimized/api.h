@@ -210,9 +210,25 @@ void gemv(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const floa
 void gemv_experts(GgmlType t, const void* d_w, int64_t expert_stride, const int32_t* d_ids, int64_t n, int64_t n_rows,
                   int64_t ncols, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride,
                   const void* d_w_alt = nullptr);
-// Whether gemv_experts takes d_w_alt for this type and shape under the current kernel variant (the tensor-core
-// GEMV runs it).
+// Whether gemv_experts takes d_w_alt, and gemv_experts_grouped runs, for this type and shape under the current
+// kernel variant (the tensor-core GEMV runs both).
 bool gemv_experts_alt_ok(GgmlType t, int64_t n_rows, int64_t ncols);
+// The (token, expert) pairs of a batched decode step grouped by expert, so that an expert picked by several
+// tokens decodes its weights once for them (gemv_experts_grouped): n pairs (ids [n] expert ids, tok [n] their
+// token rows) stably sorted by expert id into slots, ord [n] (slot s holds pair ord[s]) and tok_sorted [n]
+// (= tok[ord[s]]); groups [n][4] (expert, first slot, end slot, 0) in slot order, *n_groups of them: an expert's
+// slots [r0, r1) cut at every fourth slot from 2 floor(r0 / 2) on, so that each group lies in two slot pairs.
+// One CTA, n <= kGroupPairsMax. Device pointers; nothing is read back.
+constexpr int64_t kGroupPairsMax = 2048;
+void group_pairs(const int32_t* d_ids, const int32_t* d_tok, int64_t n, int32_t* d_ord, int32_t* d_tok_sorted, int32_t* d_groups,
+                 int32_t* d_n_groups);
+// y_{out_rows[s]} = W[e] x_s for each slot s of each group (e, first, end) of group_pairs, x_s = d_x + s x_stride
+// (the slots' x in slot order), y_r = d_y + r y_stride (out_rows null: r = s). Each group is one shared pass of
+// its expert's matrix (gemv_mma), so each product has the bits of that x on that matrix alone. n: the slots;
+// a launch sized for n groups (the count stays on the device: a CUDA graph can hold it).
+void gemv_experts_grouped(GgmlType t, const void* d_w, int64_t expert_stride, int64_t n_rows, int64_t ncols,
+                          const int32_t* d_groups, const int32_t* d_n_groups, int64_t n, const float* d_x, int64_t x_stride,
+                          float* d_y, int64_t y_stride, const int32_t* d_out_rows);
 // Per-head GEMV: y[b] = W[b % H] x[b] for b < batch; W[h] (rows x cols, type t) at d_w + h * rows * row bytes;
 // x[b] = d_x + b * x_stride, y[b] = d_y + b * y_stride.
 void gemv_per_head(GgmlType t, const void* d_w, int64_t rows, int64_t cols, int64_t H, const float* d_x, int64_t x_stride,

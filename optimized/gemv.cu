@@ -450,6 +450,17 @@ void gemv_experts(GgmlType t, const void* d_w, int64_t expert_stride, const int3
   gemv_impl(t, d_w, n_rows, ncols, d_x, d_y, n, n, expert_stride, x_stride, y_stride, d_ids, d_w_alt);
 }
 
+void gemv_experts_grouped(GgmlType t, const void* d_w, int64_t expert_stride, int64_t n_rows, int64_t ncols,
+                          const int32_t* d_groups, const int32_t* d_n_groups, int64_t n, const float* d_x, int64_t x_stride,
+                          float* d_y, int64_t y_stride, const int32_t* d_out_rows) {
+  if (n == 0) return;
+  if (!gemv_experts_alt_ok(t, n_rows, ncols)) throw InputError("cuda::gemv_experts_grouped: needs the tensor-core GEMV (gemv_experts_alt_ok)");
+  const ExpertGroupsArg g{d_groups, d_n_groups, d_out_rows};
+  // n + 1 matrices is a bound for the expert ids' range check only (gemv_mma checks none; ids are the router's).
+  if (!gemv_mma(t, d_w, n_rows, ncols, nullptr, n + 1, expert_stride, d_x, x_stride, d_y, y_stride, n, nullptr, &g))
+    throw InputError("cuda::gemv_experts_grouped: shape or alignment the tensor-core GEMV does not take");
+}
+
 bool gemv_experts_alt_ok(GgmlType t, int64_t n_rows, int64_t ncols) {
   const int v = gemv_variant();
   return (t == GgmlType::Q4_K || t == GgmlType::Q6_K) && ncols % 256 == 0 &&

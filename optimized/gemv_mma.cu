@@ -55,6 +55,7 @@ namespace {
 // Warps per CTA: kWarps or kWarpsSmall (gemv_mma's split rule).
 constexpr int kWarps = 8, kWarpsSmall = 4;
 constexpr int kMaxCg = 4;  // column groups per pass: 2 x each, so up to 8 x per pass
+constexpr int kGroupedCg = 2;  // column groups of a grouped experts' pass (MmaArgs::groups)
 
 // ---- x as 16-bit terms (one launch per GEMV call) ----
 // v as three terms of the 16-bit type T (bf16 or fp16), each the rounding of what the previous ones left (every
@@ -165,6 +166,12 @@ struct MmaArgs {
   int ny;       // shared: entry groups, the fastest-varying part of blockIdx.x
   bool one_x;   // (not shared) every entry reads x slot 0
   const uint8_t* w_alt;  // (ids) the matrix of id -1: a shared expert taken as one more entry, or null
+  // Grouped experts (shared passes per expert; `shared` is set): CTA row y takes groups[y] = (expert, first
+  // slot, end slot), slots sorted by expert (group_pairs), when y < *n_groups; its column groups are the
+  // slot pairs from first / 2 on, and it writes only its own slots, slot s to row out_rows[s] (null: s).
+  const int4* groups;
+  const int32_t* n_groups;
+  const int32_t* out_rows;
   const uint2* xi;
   const float2* xf;     // Q4_K: split_x_q4k_kernel's xf and xm
   const uint32_t* xm;
@@ -421,14 +428,21 @@ __global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
   const int rtl = warp / a.ks, kp = warp % a.ks;
   // Shared matrix: the entry groups of a row tile are adjacent CTAs, so that they run together and all but
   // the first read the tile's weights from L2 (B > 8 reads the matrix from DRAM about once, not B / 8 times).
-  const int64_t tb = a.shared ? (int64_t)blockIdx.x / a.ny : (int64_t)blockIdx.x;
+  // Grouped experts: the group table was written before split_x ran (stream order), so it is read before
+  // griddepcontrol.wait; a CTA past the step's groups does nothing (the grid is sized for the most groups).
+  int2 grp = make_int2(0, 0);  // (expert, first slot); the end slot is read again after the loop
+  if (a.groups) {
+    if ((int)blockIdx.y >= *a.n_groups) return;
+    grp = *reinterpret_cast<const int2*>(a.groups + blockIdx.y);
+  }
+  const int64_t tb = a.groups ? (int64_t)blockIdx.x : a.shared ? (int64_t)blockIdx.x / a.ny : (int64_t)blockIdx.x;
   const int64_t yg = a.shared ? (int64_t)blockIdx.x % a.ny : (int64_t)blockIdx.y;
   const int64_t tile = tb * a.rt + rtl;
   const bool tile_ok = tile * 16 < a.n_rows;
-  const int64_t e0 = a.shared ? yg * 8 : yg;
-  const int64_t mat = a.ids ? (int64_t)a.ids[e0] : (a.shared ? 0 : e0 % a.w_count);
+  const int64_t e0 = a.groups ? 2 * (int64_t)(grp.y >> 1) : a.shared ? yg * 8 : yg;
+  const int64_t mat = a.groups ? (int64_t)grp.x : a.ids ? (int64_t)a.ids[e0] : (a.shared ? 0 : e0 % a.w_count);
   const int64_t slot = a.shared ? e0 : (a.one_x ? 0 : e0);  // the x slot of column group 0's first token
-  const int64_t left = a.batch - e0 < 8 ? a.batch - e0 : 8;
+  const int64_t left = a.groups ? 4 : a.batch - e0 < 8 ? a.batch - e0 : 8;  // grouped: the CTA's slots are cut below
   const int ncg = a.shared ? (int)((left + 1) / 2 < NCG ? (left + 1) / 2 : NCG) : 1;
   const int64_t K16 = (int64_t)a.nb * 16;
   // This lane's B fragment of k-step 0 (column xc). An entry that is not a shared pass uses 3 of the 8 columns
@@ -441,7 +455,9 @@ __global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
   // Q4_K only (null for Q6_K): this lane's two columns' 2^-e, and its dmin term's B fragment.
   const float2* xfg = TYPE == kQ4_K ? a.xf + (slot >> 1) * (int64_t)a.nb * 4 + t : nullptr;
   const uint32_t* xmg = TYPE == kQ4_K ? a.xm + ((slot >> 1) * (int64_t)a.nb * 8 + xc) * 4 + t : nullptr;
-  const uint8_t* wm = mat < 0 ? a.w_alt : a.w + mat * a.w_stride;
+  // Id -1 (w_alt) comes only with ids, which run one column group (NCG 1): the wider passes keep the plain
+  // address (sm_90 SASS: the select cost their hot loop up to 22 instructions through register allocation).
+  const uint8_t* wm = NCG == 1 && mat < 0 ? a.w_alt : a.w + mat * a.w_stride;
   const uint8_t* mat_end = wm + a.n_rows * a.row_bytes;
   const int64_t rl0 = min(tile * 16 + g, a.n_rows - 1), rl1 = min(tile * 16 + g + 8, a.n_rows - 1);
   const int b_lo = (int)((int64_t)a.nb * kp / a.ks), b_hi = (int)((int64_t)a.nb * (kp + 1) / a.ks);
@@ -575,19 +591,25 @@ __global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
   const int row = lane & 15, tk = lane >> 4;
   const int64_t rowg = tile * 16 + row;
   if (rowg >= a.n_rows) return;
+  // The slots this CTA writes (grouped: its group's; kept out of the loop's registers).
+  int64_t e_lo = 0, e_hi = a.batch;
+  if (a.groups) {
+    const int4 gr = a.groups[blockIdx.y];
+    e_lo = gr.y, e_hi = gr.z;
+  }
 #pragma unroll
   for (int c = 0; c < NCG; ++c) {
     if (c >= ncg) break;
     int64_t e;
     if (a.shared) {
       e = e0 + 2 * c + tk;
-      if (e >= a.batch) continue;
+      if (e < e_lo || e >= e_hi) continue;
     } else {
       if (tk != (int)(slot & 1)) continue;
       e = e0;
     }
     const float* v = vals + (rtl * NCG + c) * 8 * 16;
-    a.y[e * a.y_stride + rowg] = __fadd_rn(__fadd_rn(v[(3 * tk) * 16 + row], v[(3 * tk + 1) * 16 + row]), v[(3 * tk + 2) * 16 + row]);
+    a.y[(a.out_rows ? (int64_t)a.out_rows[e] : e) * a.y_stride + rowg] = __fadd_rn(__fadd_rn(v[(3 * tk) * 16 + row], v[(3 * tk + 1) * 16 + row]), v[(3 * tk + 2) * 16 + row]);
   }
 }
 
@@ -622,22 +644,27 @@ bool gemv_mma_by_default(GgmlType t, int64_t n_rows, int64_t ncols) {
 
 bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_ids, int64_t w_count,
               int64_t w_stride, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride, int64_t batch,
-              const void* d_w_alt) {
+              const void* d_w_alt, const ExpertGroupsArg* grouped) {
   if (t != GgmlType::Q4_K && t != GgmlType::Q6_K) return false;
   if (d_w_alt && (!d_ids || reinterpret_cast<uintptr_t>(d_w_alt) % 16)) return false;
+  if (grouped && (d_ids || d_w_alt || x_stride <= 0)) return false;
   if (n_rows <= 0 || batch <= 0 || w_count <= 0 || ncols % 256 || ncols / 256 > (1 << 24)) return false;
   if ((reinterpret_cast<uintptr_t>(d_w) % 16) || w_stride % 16 || x_stride < 0) return false;
-  const bool shared = !d_ids && (w_stride == 0 || w_count == 1);
-  if (!shared && batch > 65535) return false;
+  // Grouped experts run shared passes (rows, split and order of sums as one matrix: the same bits).
+  const bool shared = grouped || (!d_ids && (w_stride == 0 || w_count == 1));
+  if ((!shared || grouped) && batch > 65535) return false;
   const int64_t K = ncols, nb = ncols / 256;
   // x slots: a shared matrix gives every entry its own (even when x_stride is 0); experts at one token
   // (x_stride 0) read one.
   const bool one_x = !shared && x_stride == 0;
   const int64_t ntok = one_x ? 1 : batch, ny = shared ? (batch + 7) / 8 : 0;
-  const int ncg = shared ? (int)std::min<int64_t>(kMaxCg, (batch + 1) / 2) : 1;  // column groups per pass (NCG)
+  // Column groups per pass (NCG). Grouped: 2 (4 slots), the pass of an expert picked by 2-3 tokens (B = 64 of
+  // GLM-5's 256 experts, top 8: 2 on average).
+  const int ncg = grouped ? kGroupedCg : shared ? (int)std::min<int64_t>(kMaxCg, (batch + 1) / 2) : 1;
   // Column groups hold 2 slots each. A shared pass reads NCG groups from 4 y on, so past the last entry
-  // they are padded with zero x (the kernel never branches around an mma).
-  const int64_t groups = shared ? (ny == 1 ? ncg : kMaxCg * ny) : (ntok + 1) / 2;
+  // they are padded with zero x (the kernel never branches around an mma); a grouped pass from any slot pair,
+  // so up to one group past the last.
+  const int64_t groups = grouped ? (ntok + 1) / 2 + kGroupedCg - 1 : shared ? (ny == 1 ? ncg : kMaxCg * ny) : (ntok + 1) / 2;
   if (2 * groups > 65535 || (shared && (n_rows + 15) / 16 * ny > 0x7fffffff)) return false;
   void* xi = scratch(5, (size_t)groups * K * 16);
   // Q4_K: xm ([groups][nb][8][8] bf16) then xf ([groups][nb][8] fp32).
@@ -668,9 +695,13 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   const bool pair_red = split8 && ks == kWarps;
   MmaArgs a{static_cast<const uint8_t*>(d_w), n_rows, row_bytes(t, ncols), (int)nb, rt, ks, cpw, pair_red, d_ids, w_count,
             w_stride, batch, shared, (int)ny, one_x, static_cast<const uint8_t*>(d_w_alt),
-            static_cast<const uint2*>(xi), reinterpret_cast<const float2*>(xf), reinterpret_cast<const uint32_t*>(xm), d_y,
-            y_stride};
-  const dim3 grid = shared ? dim3((unsigned)(ceil_div(tiles, rt) * ny)) : dim3(ceil_div(tiles, rt), (unsigned)batch);
+            grouped ? reinterpret_cast<const int4*>(grouped->groups) : nullptr, grouped ? grouped->n_groups : nullptr,
+            grouped ? grouped->out_rows : nullptr, static_cast<const uint2*>(xi), reinterpret_cast<const float2*>(xf),
+            reinterpret_cast<const uint32_t*>(xm), d_y, y_stride};
+  // Grouped: a CTA row per possible group (at most one per slot); those past the step's count return at once.
+  const dim3 grid = grouped ? dim3(ceil_div(tiles, rt), (unsigned)batch)
+                    : shared ? dim3((unsigned)(ceil_div(tiles, rt) * ny))
+                             : dim3(ceil_div(tiles, rt), (unsigned)batch);
   if (t == GgmlType::Q6_K) {
     if (ncg == 1) launch<kQ6_K, 1>(a, grid);
     else if (ncg == 2) launch<kQ6_K, 2>(a, grid);

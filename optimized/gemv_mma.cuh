@@ -21,8 +21,15 @@ namespace mlaconf::cuda {
 // 64 per-head 256 x 512 matrices) they lost at both B = 1 and 8. A rule of the shape, never of the batch.
 bool gemv_mma_by_default(GgmlType t, int64_t n_rows, int64_t ncols);
 
+// Grouped experts (gemv_experts_grouped in api.h): group_pairs' table and count, and the output row of each slot.
+struct ExpertGroupsArg {
+  const int32_t* groups;
+  const int32_t* n_groups;
+  const int32_t* out_rows;
+};
+
 bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_ids, int64_t w_count,
               int64_t w_stride, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride, int64_t batch,
-              const void* d_w_alt = nullptr);
+              const void* d_w_alt = nullptr, const ExpertGroupsArg* grouped = nullptr);
 
 }  // namespace mlaconf::cuda

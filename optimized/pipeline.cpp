@@ -468,6 +468,16 @@ struct Pipeline::Impl {
   // (expert_pairs with_shared): one shared expert whose three matrices have the experts' types and shapes, on
   // the GEMV that takes an id of -1 (gemv_experts_alt_ok). It saves three launches (and their x splits) per
   // MoE layer; the shared expert's products have the same bits either way (gemv_mma.cuh).
+  // Whether a decode step's n (token, expert) pairs run grouped by expert (expert_pairs): from 2 picks per expert
+  // on average (GLM-5, 256 experts, top 8: B >= 64). MLACONF_GROUP_EXPERTS=0 / 1 turns it off / on at every
+  // size, for measurements; the bits are the same either way.
+  bool group_experts(int64_t n) const {
+    static const int mode = [] {
+      const char* v = std::getenv("MLACONF_GROUP_EXPERTS");
+      return v && *v ? std::atoi(v) : -1;
+    }();
+    return mode >= 0 ? mode != 0 : n >= 2 * c.n_expert;
+  }
   bool shared_as_entry(int64_t l, int64_t T) const {
     if (T != 1 || c.n_expert_shared != 1) return false;
     const DevTensor &gw = L(l, wname::kGateExps), &uw = L(l, wname::kUpExps), &dw = L(l, wname::kDownExps);
@@ -733,6 +743,26 @@ void Pipeline::Impl::expert_pairs(int64_t l, const float* y, int64_t T, const in
   if (with_shared)
     gs = L(l, wname::kGateShexp).buf.get(), us = L(l, wname::kUpShexp).buf.get(), ds = L(l, wname::kDownShexp).buf.get();
   auto ge = fbuf(n * F), ue = fbuf(n * F);
+  // Several tokens, most experts picked more than once (group_experts): the pairs sorted by expert into slots,
+  // each expert's slots in shared passes (gemv_experts_grouped), its weights decoded once for up to 4 of them.
+  // The same bits as by pair (each product is that x on that matrix alone); gate and up in slot order, the down
+  // back in pair order.
+  if (!with_shared && T > 1 && group_experts(T * k) && n <= kGroupPairsMax && gemv_experts_alt_ok(gw.type, gw.ne1, gw.ne0) &&
+      gemv_experts_alt_ok(uw.type, uw.ne1, uw.ne0) && gemv_experts_alt_ok(dw.type, dw.ne1, dw.ne0)) {
+    DeviceBuffer ord = tbuf((size_t)n * 4), toks = tbuf((size_t)n * 4), grp = tbuf((size_t)n * 16), ng = tbuf(4);
+    group_pairs(d_ids, d_tok, n, ord.as<int32_t>(), toks.as<int32_t>(), grp.as<int32_t>(), ng.as<int32_t>());
+    auto xe = fbuf(n * E);
+    gather_rows(y, E, toks.as<int32_t>(), n, E, xe.as<float>(), E);
+    const int32_t *g = grp.as<int32_t>(), *cnt = ng.as<int32_t>();
+    gemv_experts_grouped(gw.type, gw.buf.get(), gw.ne1 * gw.row_bytes, gw.ne1, gw.ne0, g, cnt, n, xe.as<float>(), E, ge.as<float>(),
+                         F, nullptr);
+    gemv_experts_grouped(uw.type, uw.buf.get(), uw.ne1 * uw.row_bytes, uw.ne1, uw.ne0, g, cnt, n, xe.as<float>(), E, ue.as<float>(),
+                         F, nullptr);
+    silu_gate(ge.as<float>(), ue.as<float>(), n * F, ge.as<float>());
+    gemv_experts_grouped(dw.type, dw.buf.get(), dw.ne1 * dw.row_bytes, dw.ne1, dw.ne0, g, cnt, n, ge.as<float>(), F, eo, E,
+                         ord.as<int32_t>());
+    return;
+  }
   // One token: every pair's x is y itself, read in place (x stride 0) instead of gathered into k copies;
   // the GEMVs read the same values (their arithmetic does not depend on where x lies), so the same bits.
   DeviceBuffer xe;

@@ -147,7 +147,67 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(RouteArgs a) {
   }
 }
 
+// group_pairs (api.h), one CTA. Pair j's slot is its place in a stable sort by expert id: the pairs of lower
+// ids plus the pairs of its id before it (as the selections above: a rank, so no sort runs). Its expert's slots
+// are [r0, r1) = [lower, lower + equal); a group starts at r0 and at every fourth slot from 2 floor(r0 / 2) on.
+// Groups are numbered in slot order by a CTA-wide exclusive scan of the starts (one chunk of slots per thread).
+constexpr int kGroupThreads = 1024;
+__global__ void group_pairs_kernel(const int32_t* __restrict__ ids, const int32_t* __restrict__ tok, int n, int32_t* __restrict__ ord,
+                                   int32_t* __restrict__ tok_sorted, int4* __restrict__ groups, int32_t* __restrict__ n_groups) {
+  __shared__ int32_t sid[kGroupPairsMax], gexp[kGroupPairsMax], gend[kGroupPairsMax];
+  __shared__ uint8_t gstart[kGroupPairsMax];
+  __shared__ int32_t part[kGroupThreads];
+  const int tid = threadIdx.x;
+  for (int i = tid; i < n; i += kGroupThreads) sid[i] = ids[i];
+  __syncthreads();
+  for (int j = tid; j < n; j += kGroupThreads) {
+    const int32_t e = sid[j];
+    int lower = 0, before = 0, equal = 0;
+    for (int i = 0; i < n; ++i) {
+      const int32_t v = sid[i];
+      lower += v < e;
+      equal += v == e;
+      before += v == e && i < j;
+    }
+    const int s = lower + before, r0 = lower, r1 = lower + equal, p0 = 2 * (r0 >> 1);
+    ord[s] = j;
+    tok_sorted[s] = tok[j];
+    const bool start = s == r0 || ((s & 1) == 0 && ((s - p0) & 3) == 0);
+    gstart[s] = start;
+    gexp[s] = e;
+    gend[s] = min(r1, p0 + 4 * ((s - p0) / 4 + 1));
+  }
+  __syncthreads();
+  const int per = (n + kGroupThreads - 1) / kGroupThreads, lo = tid * per, hi = min(n, lo + per);
+  int cnt = 0;
+  for (int s2 = lo; s2 < hi; ++s2) cnt += gstart[s2];
+  part[tid] = cnt;
+  __syncthreads();
+  if (tid == 0) {
+    int run = 0;
+    for (int i = 0; i < kGroupThreads; ++i) {
+      const int c = part[i];
+      part[i] = run;
+      run += c;
+    }
+    *n_groups = run;
+  }
+  __syncthreads();
+  int g = part[tid];
+  for (int s2 = lo; s2 < hi; ++s2)
+    if (gstart[s2]) groups[g++] = make_int4(gexp[s2], s2, gend[s2], 0);
+}
+
 }  // namespace
+
+void group_pairs(const int32_t* d_ids, const int32_t* d_tok, int64_t n, int32_t* d_ord, int32_t* d_tok_sorted, int32_t* d_groups,
+                 int32_t* d_n_groups) {
+  if (n < 0 || n > kGroupPairsMax) throw InputError("cuda::group_pairs: " + std::to_string(n) + " pairs (at most " + std::to_string(kGroupPairsMax) + ")");
+  if (reinterpret_cast<uintptr_t>(d_groups) % 16) throw InputError("cuda::group_pairs: groups not 16-byte aligned");
+  group_pairs_kernel<<<1, kGroupThreads, 0, cur_stream()>>>(d_ids, d_tok, (int)n, d_ord, d_tok_sorted, reinterpret_cast<int4*>(d_groups),
+                                                            d_n_groups);
+  MLACONF_CUDA_LAUNCH_CHECK("group_pairs_kernel");
+}
 
 void route_experts(const RouteArgs& a) {
   check_route_args(a);

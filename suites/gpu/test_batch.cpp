@@ -501,7 +501,8 @@ const bool registered = [] {
   // The shared expert as entry k of the experts' launches (one-token steps, the tensor-core GEMV): each
   // sequence still the bits of decoding it alone (forward() runs the shared expert as a matrix of its own);
   // B = 3 has no one-token step and runs it by itself.
-  for (int64_t B : {1, 3})
+  // B = 8: 32 pairs on 16 experts, grouped by expert (Pipeline group_experts).
+  for (int64_t B : {1, 3, 8})
     register_case("batch", CaseName("batched_decode").p("model", kShexpName).p("B", B).p("gemv", "mma").str(), [B] {
       run_case(kShexpName, [B](const std::string& m) {
         GemvVariantScope mma(cuda::kGemvMma);
@@ -510,15 +511,16 @@ const bool registered = [] {
       });
     });
   for (const char* kind : {"graph", "unchecked"})
-    register_case("batch", CaseName(std::string("batched_decode_") + kind).p("model", kShexpName).p("B", 1).p("gemv", "mma").str(),
-                  [kind] {
-                    run_case(kShexpName, [kind](const std::string& m) {
-                      GemvVariantScope mma(cuda::kGemvMma);
-                      expect_shexp_as_entry(m);
-                      if (std::string(kind) == "graph") check_graph(m, {1});
-                      else check_unchecked(m, {1});
+    for (int64_t B : {1, 8})
+      register_case("batch", CaseName(std::string("batched_decode_") + kind).p("model", kShexpName).p("B", B).p("gemv", "mma").str(),
+                    [kind, B] {
+                      run_case(kShexpName, [kind, B](const std::string& m) {
+                        GemvVariantScope mma(cuda::kGemvMma);
+                        expect_shexp_as_entry(m);
+                        if (std::string(kind) == "graph") check_graph(m, {B});
+                        else check_unchecked(m, {B});
+                      });
                     });
-                  });
   for (int stages : {2, 3})
     register_case("batch", CaseName("batched_decode_split").p("model", "glm_dsa_tiny").p("B", 8).p("stages", stages).str(),
                   [stages] { run_case("glm_dsa_tiny", [stages](const std::string& m) { check_split(m, 8, stages); }); });

@@ -24,6 +24,7 @@
 // the other kernel's (so the check can fail).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <tuple>
@@ -125,6 +126,67 @@ void experts_alt_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_
   }
   EXPECT_GT(alts, 0);
   EXPECT_EQ(differ, 0) << differ << " of " << n << " entries differ from their matrix run alone";
+}
+
+// Pairs grouped by expert (group_pairs, then gemv_experts_grouped with the output rows back in pair order), each
+// pair its own x: the table checked on the host (slots a stable sort of the pairs by expert; groups in slot order
+// covering every slot once, each inside one expert's run and two slot pairs), then every pair against float64
+// and bit-identical to its expert run alone by id.
+void experts_grouped_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> ids, int64_t pool) {
+  MLACONF_REQUIRE_CUDA();
+  GemvVariantScope mma(cuda::kGemvMma);
+  const int64_t n = (int64_t)ids.size();
+  const auto blocks = random_blocks(t, pool * rows * cols / 256, 1212 + (int)t);
+  const auto W = ref_dequant(t, blocks, pool * rows * cols);
+  const auto x = random_x((size_t)n * cols, 31);
+  std::vector<int32_t> tok(n);
+  for (int64_t j = 0; j < n; ++j) tok[j] = (int32_t)j;
+  auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x), d_ids = cuda::to_device(ids), d_tok = cuda::to_device(tok);
+  cuda::DeviceBuffer d_ord((size_t)n * 4), d_ts((size_t)n * 4), d_grp((size_t)n * 16), d_ng(4), d_xs((size_t)n * cols * 4),
+      d_y((size_t)n * rows * 4);
+  cuda::group_pairs(d_ids.as<int32_t>(), d_tok.as<int32_t>(), n, d_ord.as<int32_t>(), d_ts.as<int32_t>(), d_grp.as<int32_t>(),
+                    d_ng.as<int32_t>());
+  cuda::gather_rows(d_x.as<float>(), cols, d_ts.as<int32_t>(), n, cols, d_xs.as<float>(), cols);
+  const int64_t stride = rows * row_bytes(t, cols);
+  cuda::gemv_experts_grouped(t, d_w.get(), stride, rows, cols, d_grp.as<int32_t>(), d_ng.as<int32_t>(), n, d_xs.as<float>(), cols,
+                             d_y.as<float>(), rows, d_ord.as<int32_t>());
+  // The table.
+  const auto ord = cuda::to_host<int32_t>(d_ord, n), ts = cuda::to_host<int32_t>(d_ts, n);
+  const int32_t ng = cuda::to_host<int32_t>(d_ng, 1)[0];
+  ASSERT_GT(ng, 0);
+  ASSERT_LE(ng, n);
+  const auto grp = cuda::to_host<int32_t>(d_grp, (size_t)ng * 4);
+  std::vector<int32_t> want(n);
+  for (int64_t j = 0; j < n; ++j) want[j] = (int32_t)j;
+  std::stable_sort(want.begin(), want.end(), [&](int32_t a, int32_t b) { return ids[a] < ids[b]; });
+  EXPECT_EQ(ord, want) << "slots are not the pairs stably sorted by expert";
+  for (int64_t s2 = 0; s2 < n; ++s2) EXPECT_EQ(ts[s2], tok[ord[s2]]);
+  int64_t next = 0, multi = 0;
+  for (int32_t g = 0; g < ng; ++g) {
+    const int32_t e = grp[4 * g], b = grp[4 * g + 1], end = grp[4 * g + 2];
+    EXPECT_EQ(b, next) << "group " << g;
+    EXPECT_GT(end, b) << "group " << g;
+    EXPECT_LE((end - 1) / 2 - b / 2, 1) << "group " << g << " spans more than two slot pairs";
+    for (int32_t s2 = b; s2 < end && s2 < n; ++s2) EXPECT_EQ(ids[ord[s2]], e) << "slot " << s2 << " in group " << g;
+    multi += end - b > 1;
+    next = end;
+  }
+  EXPECT_EQ(next, n) << "the groups do not cover the slots";
+  EXPECT_GT(multi, 0) << "no group holds two pairs: nothing shared";
+  // The products.
+  const auto got = cuda::to_host<float>(d_y, (size_t)n * rows);
+  const Judged j = judge_gemv(got, W, std::vector<int64_t>(ids.begin(), ids.end()), x, rows, cols, RowEmulation{});
+  std::printf("  %d groups for %lld pairs: max |err| / sum|wx| %.3e (bound %.0e)\n", ng, (long long)n, j.worst, kMmaBound);
+  EXPECT_LE(j.worst, kMmaBound);
+  int64_t differ = 0;
+  for (int64_t e = 0; e < n; ++e) {
+    cuda::DeviceBuffer d_id = cuda::to_device(std::vector<int32_t>{ids[e]}), d_y1((size_t)rows * 4);
+    cuda::gemv_experts(t, d_w.get(), stride, d_id.as<int32_t>(), 1, rows, cols, d_x.as<float>() + e * cols, cols, d_y1.as<float>(),
+                       rows);
+    const auto one = cuda::to_host<float>(d_y1, rows);
+    differ += std::memcmp(one.data(), got.data() + e * rows, rows * 4) != 0;
+  }
+  EXPECT_EQ(differ, 0) << differ << " of " << n << " pairs differ from their expert run alone";
 }
 
 // Negative control: with x kept as its first 16-bit term (gemv-x-bf16) the float64 check must fail by far;
@@ -249,6 +311,19 @@ const bool registered = [] {
     register_case("gemv_mma", "experts_alt(type=" + tn + ",rows=40,cols=512,ids=20_with_m1_at_5.19)", [=] {
       experts_alt_case(t, 40, 512, {1, 0, 2, 3, 0, -1, 2, 1, 3, 0, 2, 1, 3, 0, 1, 2, 3, 0, 1, -1}, false);
     });
+    // Pairs grouped by expert: runs of 1-7 slots starting at odd and even slots (37 pairs on 6 experts, one unused),
+    // and the production shapes with 64 pairs on 24 of 32 experts (gate / up; the down beyond 128 tiles).
+    register_case("gemv_mma", "experts_grouped(type=" + tn + ",rows=40,cols=512,pairs=37,experts=6)", [=] {
+      experts_grouped_case(t, 40, 512, {4, 1, 0, 4, 2, 4, 1, 0, 0, 4, 2, 1, 4, 0, 2, 4, 4, 1, 0, 2, 1, 0, 5, 2, 1, 0, 4, 2, 2, 1, 0, 5, 0, 2, 1, 2, 0}, 6);
+    });
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{2048, 6144}, {6144, 2048}})
+      register_case("gemv_mma", "experts_grouped(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
+                                    ",pairs=64,experts=32)",
+                    [=] {
+                      std::vector<int32_t> ids(64);
+                      for (int j = 0; j < 64; ++j) ids[j] = (int32_t)((j * 7 + j / 5) % 24);
+                      experts_grouped_case(t, rows, cols, ids, 32);
+                    });
     register_case("gemv_mma", "negative_control(type=" + tn + ",fault=gemv_x_bf16)", [=] { negative_control_case(t); });
     register_case("gemv_mma", "x_range(type=" + tn + ",log2_scale=m100.m30.40.100.pm60)", [=] { x_range_case(t); });
     register_case("gemv_mma", "gemv(type=" + tn + ",rows=1040,cols=2048,b=64)", [=] { batch_case(t, 1040, 2048, 64); });
