@@ -155,6 +155,9 @@ class SideStream {
     }
     leave();
   }
+  // Fork again: the side stream also waits for the work queued on the forking stream since the last fork
+  // (a decode step queues the indexer's key and weights, of x alone, before q_a, and its query after q_a_norm).
+  void refork();
   void join();
 
  private:

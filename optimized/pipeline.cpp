@@ -548,24 +548,18 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
   auto x = fbuf(T * E);
   attn_norm(l, h, T, x.as<float>());
   done(l, op::kAttnNormOut, x.as<float>(), {T, E});
-  auto qa = fbuf(T * c.q_lora_rank);
-  q_a(l, x.as<float>(), T, qa.as<float>());
-  done(l, op::kQA, qa.as<float>(), {T, c.q_lora_rank});
-  auto cq = fbuf(T * c.q_lora_rank);
-  q_a_norm(l, qa.as<float>(), T, cq.as<float>());
-  done(l, op::kQANorm, cq.as<float>(), {T, c.q_lora_rank});
-  // The indexer of a full layer (scores, top-k) as a lambda: it reads x and cq only, so a decode step over
-  // sequences (every product a GEMV: a prefill's products share the stage's dequantization buffer and cuBLAS
-  // handle) without overflow checks, traces or forced decisions queues it on the side stream beside the
-  // query path below (q_b, the latent, the absorbed query), joined before sparse MLA: both are chains of
-  // small launches at B = 1 that leave most SMs idle. Elsewhere it runs after them, in order.
+  // The indexer of a full layer (scores, top-k) in three parts: its key and weights (of x alone), its query (of
+  // cq), the selection. A decode step over sequences (every product a GEMV: a prefill's products share the
+  // stage's dequantization buffer and cuBLAS handle) without overflow checks, traces or forced decisions queues
+  // them on the side stream beside the query path, joined before sparse MLA: the key and weights from here,
+  // beside q_a and q_a_norm; the query and the selection once cq is queued (a second fork), beside q_b, the
+  // latent and the absorbed query. At B = 1 both streams are chains of small launches that leave most SMs idle,
+  // and the indexer's is the longer. Elsewhere the parts run after the query path, in their order of old.
   const int64_t K = c.indexer_top_k;
   const bool full = l < (int64_t)c.indexer_full.size() ? (bool)c.indexer_full[l] : true;
-  auto run_indexer = [&] {
-    const int64_t Hi = c.indexer_n_head, Di = c.indexer_head_size;
-    auto qi = fbuf(T * Hi * Di);
-    indexer_q(l, cq.as<float>(), T, d_pos, qi.as<float>());
-    done(l, op::kIndexerQ, qi.as<float>(), {T, Hi, Di});
+  const int64_t Hi = c.indexer_n_head, Di = c.indexer_head_size;
+  DeviceBuffer qi, wts;
+  auto run_indexer_kw = [&] {
     auto ki = fbuf(T * Di);
     indexer_k(l, x.as<float>(), T, d_pos, ki.as<float>());
     done(l, op::kIndexerK, ki.as<float>(), {T, Di});
@@ -573,9 +567,28 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
       scatter_rows(ki.as<float>(), Di, sr->key_rows[(size_t)cur], T, Di, skeys[l].as<float>(), Di);
     else
       copy2d(ikeys[l].as<float>() + n_past * Di, Di * 4, ki.get(), Di * 4, Di * 4, T);
-    auto wts = fbuf(T * Hi);
+    wts = fbuf(T * Hi);
     indexer_weights(l, x.as<float>(), T, wts.as<float>());
     done(l, op::kIndexerWeights, wts.as<float>(), {T, Hi});
+  };
+  std::optional<SideStream> side;
+  if (full && sr && all_gemv && !opt.overflow_check && !tr && !forced) {
+    side.emplace();
+    side->run(run_indexer_kw);
+  }
+
+  auto qa = fbuf(T * c.q_lora_rank);
+  q_a(l, x.as<float>(), T, qa.as<float>());
+  done(l, op::kQA, qa.as<float>(), {T, c.q_lora_rank});
+  auto cq = fbuf(T * c.q_lora_rank);
+  q_a_norm(l, qa.as<float>(), T, cq.as<float>());
+  done(l, op::kQANorm, cq.as<float>(), {T, c.q_lora_rank});
+  auto run_indexer_q = [&] {
+    qi = fbuf(T * Hi * Di);
+    indexer_q(l, cq.as<float>(), T, d_pos, qi.as<float>());
+    done(l, op::kIndexerQ, qi.as<float>(), {T, Hi, Di});
+  };
+  auto run_indexer_select = [&] {
     topk_by_layer[l] = tbuf((size_t)T * K * 4);
     if (sr) {  // a pass over sequences (no trace, no forced decisions)
       indexer_select_seq(l, qi.as<float>(), wts.as<float>(), d_pos, T, topk_by_layer[l].as<int32_t>());
@@ -602,10 +615,12 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
       }
     }
   };
-  std::optional<SideStream> side;
-  if (full && sr && all_gemv && !opt.overflow_check && !tr && !forced) {
-    side.emplace();
-    side->run(run_indexer);
+  if (side) {
+    side->refork();
+    side->run([&] {
+      run_indexer_q();
+      run_indexer_select();
+    });
   }
 
   auto qb = fbuf(T * H * dq);
@@ -648,10 +663,13 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
   to_half(qabs.as<float>(), T * H * dlat, qabs_h.as<uint16_t>());
 
   // The indexer's selection (full layers) or the source layer's.
-  if (side)
+  if (side) {
     side->join();
-  else if (full)
-    run_indexer();
+  } else if (full) {
+    run_indexer_q();
+    run_indexer_kw();
+    run_indexer_select();
+  }
   const int64_t src = full ? l : c.indexer_source_layer(l);
   if (src < 0 || src >= l + 1 || !topk_by_layer[src].get())
     throw InputError(f.path() + ": layer " + std::to_string(l) + " shares the indexer of layer " + std::to_string(src) +

@@ -252,6 +252,14 @@ void SideStream::enter() {
   g_side = side_resources(dev_).stream;
 }
 void SideStream::leave() { g_side = nullptr; }
+void SideStream::refork() {
+  if (g_side) throw CudaError("SideStream::refork inside run()");
+  if (joined_) throw CudaError("SideStream::refork after join()");
+  DeviceScope on(dev_);
+  SideResources& r = side_resources(dev_);
+  MLACONF_CUDA_CHECK(cudaEventRecord(r.fork, static_cast<cudaStream_t>(main_)));
+  MLACONF_CUDA_CHECK(cudaStreamWaitEvent(r.stream, r.fork, 0));
+}
 void SideStream::join() {
   if (joined_) return;
   DeviceScope on(dev_);

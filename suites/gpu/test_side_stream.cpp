@@ -3,6 +3,7 @@
 //   - the side stream's work comes after the work queued on the current stream before the fork (it reads
 //     what that work wrote), and the current stream's work after join() comes after the side stream's
 //     (it reads what the side wrote last, behind a chain of slow launches that would otherwise still run);
+//   - after refork() the side stream's work also comes after what the current stream queued since the fork;
 //   - run() does not nest (cuda::CudaError).
 // The side's own scratch slots (the indexer's tensor-core GEMVs beside the query path's) are checked by the
 // pipeline's graph decode cases (batch.*graph*: each sequence bit-identical to decoding alone).
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -31,6 +33,20 @@ void queue_steps(float* a, float* b, float* d) {
     cuda::copy2d(b, 4096, a, 4096, 4096, kN * 4 / 4096);
     for (int i = 0; i < 4; ++i) cuda::scale_inplace(b, kN, 1.f);
   });
+  side.join();
+  cuda::copy2d(d, 4096, b, 4096, 4096, kN * 4 / 4096);
+}
+
+// refork(): a = 2 (main), fork, side: c = a; main: a *= 3 then a *= 1 four times (a slow chain), refork, side:
+// b = a, join, main: d = b. Without the second fork the side would copy a while the main chain still runs.
+void queue_refork_steps(float* a, float* b, float* c, float* d) {
+  cuda::scale_inplace(a, kN, 2.f);
+  cuda::SideStream side;
+  side.run([&] { cuda::copy2d(c, 4096, a, 4096, 4096, kN * 4 / 4096); });
+  cuda::scale_inplace(a, kN, 3.f);
+  for (int i = 0; i < 4; ++i) cuda::scale_inplace(a, kN, 1.f);
+  side.refork();
+  side.run([&] { cuda::copy2d(b, 4096, a, 4096, 4096, kN * 4 / 4096); });
   side.join();
   cuda::copy2d(d, 4096, b, 4096, 4096, kN * 4 / 4096);
 }
@@ -74,10 +90,44 @@ void side_stream_order(bool graph) {
   }
 }
 
+void side_stream_refork(bool graph) {
+  MLACONF_REQUIRE_CUDA();
+  const std::vector<float> ones(kN, 1.f);
+  cuda::DeviceBuffer a(kN * 4), b(kN * 4), c(kN * 4), d(kN * 4);
+  auto reset = [&] {
+    a.upload(ones.data(), kN * 4);
+    b.fill(0);
+    d.fill(0);
+    cuda::synchronize();
+    ASSERT_EQ(not_equal(d, 6.f), kN) << "negative control: d holds no 6 before the steps";
+  };
+  auto check = [&](const std::string& when) {
+    EXPECT_EQ(not_equal(b, 6.f), 0) << when << "the side read a before the main stream's work queued before refork()";
+    EXPECT_EQ(not_equal(d, 6.f), 0) << when << "the main stream read b before the side stream finished";
+  };
+  if (!graph) {
+    reset();
+    queue_refork_steps(a.as<float>(), b.as<float>(), c.as<float>(), d.as<float>());
+    cuda::synchronize();
+    check("");
+    return;
+  }
+  { cuda::SideStream warm; }
+  cuda::CudaGraph g;
+  g.capture([&] { queue_refork_steps(a.as<float>(), b.as<float>(), c.as<float>(), d.as<float>()); });
+  for (int rep = 0; rep < 3; ++rep) {
+    reset();
+    g.launch();
+    cuda::synchronize();
+    check("replay " + std::to_string(rep) + ": ");
+  }
+}
+
 void side_stream_nesting() {
   MLACONF_REQUIRE_CUDA();
   cuda::SideStream side;
   side.run([&] { EXPECT_THROW(side.run([] {}), cuda::CudaError); });
+  side.run([&] { EXPECT_THROW(side.refork(), cuda::CudaError) << "refork inside run()"; });
   EXPECT_THROW(cuda::SideStream{}.run([] { cuda::SideStream inner; }), cuda::CudaError) << "a fork inside run()";
   side.join();
   cuda::synchronize();
@@ -87,6 +137,9 @@ const bool registered = [] {
   for (bool graph : {false, true})
     register_case("streams", CaseName("side_stream").p("check", "order").p("graph", graph ? 1 : 0).str(),
                   [graph] { side_stream_order(graph); });
+  for (bool graph : {false, true})
+    register_case("streams", CaseName("side_stream").p("check", "refork").p("graph", graph ? 1 : 0).str(),
+                  [graph] { side_stream_refork(graph); });
   register_case("streams", CaseName("side_stream").p("check", "nesting").str(), [] { side_stream_nesting(); });
   return true;
 }();
