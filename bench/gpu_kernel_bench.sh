@@ -16,11 +16,11 @@ ARCH="${BENCH_ARCH:-90}"
 B=build-bench-sm$ARCH
 mkdir -p "$B"
 SRCS="bench/kernel_bench.cu optimized/sparse_mla.cu optimized/gemv.cu optimized/gemv_blocks.cu optimized/gemv_float.cu optimized/gemv_mma.cu optimized/indexer.cu optimized/dequant.cu
-      optimized/runtime.cu optimized/faults.cu optimized/ops.cu optimized/paged.cu"
+      optimized/runtime.cu optimized/faults.cu optimized/ops.cu optimized/paged.cu optimized/route.cu"
 FLAGS="-std=c++20 -O3 -I. --expt-relaxed-constexpr -lineinfo --fmad=true -gencode arch=compute_$ARCH,code=sm_$ARCH"
 stale=0
 [ -x "$B/kernel_bench" ] || stale=1
-for f in $SRCS core/ggml_types.cpp optimized/*.cuh optimized/*.h optimized/*.inc core/*.h; do
+for f in $SRCS core/ggml_types.cpp optimized/route_host.cpp optimized/*.cuh optimized/*.h optimized/*.inc core/*.h; do
   [ "$f" -nt "$B/kernel_bench" ] && stale=1
 done
 if [ $stale = 1 ]; then
@@ -33,6 +33,8 @@ if [ $stale = 1 ]; then
     pids+=($!)
   done
   g++ -std=c++20 -O2 -I. -c core/ggml_types.cpp -o "$B/ggml_types.o" &
+  pids+=($!)
+  g++ -std=c++20 -O2 -I. -c optimized/route_host.cpp -o "$B/route_host.o" &  # route.cu's argument check
   pids+=($!)
   fail=0
   for p in "${pids[@]}"; do wait "$p" || fail=1; done

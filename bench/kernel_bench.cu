@@ -404,6 +404,24 @@ void q4k_experts_batch_case(int64_t rows, int64_t cols, int B) {
           std::to_string(n) + " entries, " + std::to_string((int)distinct) + " distinct experts on average", us,
           distinct * mat_bytes + n * (cols + rows) * 4.0, n * 2.0 * rows * cols});
   }
+  // The same entries grouped by expert, as the pipeline's step runs them from 2 picks per expert on average:
+  // group_pairs, the x rows gathered into slot order, gemv_experts_grouped writing rows back in entry order (the
+  // pipeline groups once per layer for its three matrices; here every call groups).
+  if (n > kGroupPairsMax || !gemv_experts_alt_ok(GgmlType::Q4_K, rows, cols)) return;
+  std::vector<int32_t> tok((size_t)n);
+  for (int64_t j = 0; j < n; ++j) tok[j] = (int32_t)j;
+  DeviceBuffer d_tok = to_device(tok), ord((size_t)n * 4), ts((size_t)n * 4), grp((size_t)n * 16), ng(4), xs((size_t)n * cols * 4);
+  const double gus = time_us([&](int i) {
+    group_pairs(d_ids.as<int32_t>() + (i % kSets) * n, d_tok.as<int32_t>(), n, ord.as<int32_t>(), ts.as<int32_t>(), grp.as<int32_t>(),
+                ng.as<int32_t>());
+    gather_rows(x.as<float>(), cols, ts.as<int32_t>(), n, cols, xs.as<float>(), cols);
+    gemv_experts_grouped(GgmlType::Q4_K, wp, (int64_t)mat_bytes, rows, cols, grp.as<int32_t>(), ng.as<int32_t>(), n, xs.as<float>(), cols,
+                         y.as<float>(), rows, ord.as<int32_t>());
+  });
+  report({stem + ",grouped)", "gemv_experts",
+          std::to_string(n) + " entries grouped by expert (group_pairs + gather + gemv_experts_grouped), " +
+              std::to_string((int)distinct) + " distinct experts on average",
+          gus, distinct * mat_bytes + n * (cols + rows) * 4.0, n * 2.0 * rows * cols});
 }
 
 // The pipeline's Q4_K decode shapes (GLM-5 dims), each kernel variant in the same run.
@@ -412,7 +430,7 @@ void gemv_cases() {
   for (int B : {1, 8})
     for (const auto& sh : shapes) q4k_case(sh[0], sh[1], B);
   for (const auto& sh : {std::array<int64_t, 2>{2048, 6144}, std::array<int64_t, 2>{6144, 2048}}) q4k_experts_case(sh[0], sh[1]);
-  for (int B : {8, 32}) q4k_experts_batch_case(2048, 6144, B);
+  for (int B : {8, 32, 64}) q4k_experts_batch_case(2048, 6144, B);
 }
 
 // ---- block-type GEMVs (optimized/gemv_blocks.cu): GLM-5's Q6_K output head and attention shapes ------
