@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -59,38 +60,9 @@ int64_t not_equal(const cuda::DeviceBuffer& x, float v) {
   return n;
 }
 
-void side_stream_order(bool graph) {
-  MLACONF_REQUIRE_CUDA();
-  const std::vector<float> ones(kN, 1.f);
-  cuda::DeviceBuffer a(kN * 4), b(kN * 4), d(kN * 4);
-  auto reset = [&] {
-    a.upload(ones.data(), kN * 4);
-    b.fill(0);
-    d.fill(0);
-    cuda::synchronize();
-    ASSERT_EQ(not_equal(d, 2.f), kN) << "negative control: d holds no 2 before the steps";
-  };
-  if (!graph) {
-    reset();
-    queue_steps(a.as<float>(), b.as<float>(), d.as<float>());
-    cuda::synchronize();
-    EXPECT_EQ(not_equal(b, 2.f), 0) << "the side read a before the main stream's scaling";
-    EXPECT_EQ(not_equal(d, 2.f), 0) << "the main stream read b before the side stream finished";
-    return;
-  }
-  { cuda::SideStream warm; }  // the side stream and its events exist before the capture, as a decode's warm step makes them
-  cuda::CudaGraph g;
-  g.capture([&] { queue_steps(a.as<float>(), b.as<float>(), d.as<float>()); });
-  for (int rep = 0; rep < 3; ++rep) {
-    reset();
-    g.launch();
-    cuda::synchronize();
-    EXPECT_EQ(not_equal(b, 2.f), 0) << "replay " << rep << ": the side read a before the main stream's scaling";
-    EXPECT_EQ(not_equal(d, 2.f), 0) << "replay " << rep << ": the main stream read b before the side stream finished";
-  }
-}
-
-void side_stream_refork(bool graph) {
+// Runs queue(a, b, c, d) from a = 1, b = d = 0, directly or captured once and replayed three times, and checks
+// b and d equal `want` after each run; side_msg says what a wrong b means.
+void check_order(bool graph, float want, const std::function<void(float*, float*, float*, float*)>& queue, const std::string& side_msg) {
   MLACONF_REQUIRE_CUDA();
   const std::vector<float> ones(kN, 1.f);
   cuda::DeviceBuffer a(kN * 4), b(kN * 4), c(kN * 4), d(kN * 4);
@@ -99,28 +71,38 @@ void side_stream_refork(bool graph) {
     b.fill(0);
     d.fill(0);
     cuda::synchronize();
-    ASSERT_EQ(not_equal(d, 6.f), kN) << "negative control: d holds no 6 before the steps";
+    ASSERT_EQ(not_equal(d, want), kN) << "negative control: d holds no " << want << " before the steps";
   };
   auto check = [&](const std::string& when) {
-    EXPECT_EQ(not_equal(b, 6.f), 0) << when << "the side read a before the main stream's work queued before refork()";
-    EXPECT_EQ(not_equal(d, 6.f), 0) << when << "the main stream read b before the side stream finished";
+    EXPECT_EQ(not_equal(b, want), 0) << when << side_msg;
+    EXPECT_EQ(not_equal(d, want), 0) << when << "the main stream read b before the side stream finished";
   };
+  auto run = [&] { queue(a.as<float>(), b.as<float>(), c.as<float>(), d.as<float>()); };
   if (!graph) {
     reset();
-    queue_refork_steps(a.as<float>(), b.as<float>(), c.as<float>(), d.as<float>());
+    run();
     cuda::synchronize();
     check("");
     return;
   }
-  { cuda::SideStream warm; }
+  { cuda::SideStream warm; }  // the side stream and its events exist before the capture, as a decode's warm step makes them
   cuda::CudaGraph g;
-  g.capture([&] { queue_refork_steps(a.as<float>(), b.as<float>(), c.as<float>(), d.as<float>()); });
+  g.capture(run);
   for (int rep = 0; rep < 3; ++rep) {
     reset();
     g.launch();
     cuda::synchronize();
     check("replay " + std::to_string(rep) + ": ");
   }
+}
+
+void side_stream_order(bool graph) {
+  check_order(graph, 2.f, [](float* a, float* b, float*, float* d) { queue_steps(a, b, d); },
+              "the side read a before the main stream's scaling");
+}
+
+void side_stream_refork(bool graph) {
+  check_order(graph, 6.f, queue_refork_steps, "the side read a before the main stream's work queued before refork()");
 }
 
 void side_stream_nesting() {
