@@ -456,8 +456,8 @@ void gemv_experts_grouped(GgmlType t, const void* d_w, int64_t expert_stride, in
   if (n == 0) return;
   if (!gemv_experts_alt_ok(t, n_rows, ncols)) throw InputError("cuda::gemv_experts_grouped: needs the tensor-core GEMV (gemv_experts_alt_ok)");
   const ExpertGroupsArg g{d_groups, d_n_groups, d_out_rows};
-  // n + 1 matrices is a bound for the expert ids' range check only (gemv_mma checks none; ids are the router's).
-  if (!gemv_mma(t, d_w, n_rows, ncols, nullptr, n + 1, expert_stride, d_x, x_stride, d_y, y_stride, n, nullptr, &g))
+  // w_count (1) is unused by grouped passes: each takes its expert from the table (the router's ids, unchecked).
+  if (!gemv_mma(t, d_w, n_rows, ncols, nullptr, 1, expert_stride, d_x, x_stride, d_y, y_stride, n, nullptr, &g))
     throw InputError("cuda::gemv_experts_grouped: shape or alignment the tensor-core GEMV does not take");
 }
 

@@ -464,10 +464,6 @@ struct Pipeline::Impl {
   void experts(int64_t l, const float* y, int64_t T, const std::vector<int32_t>& ids, float* eo);
   void expert_pairs(int64_t l, const float* y, int64_t T, const int32_t* d_ids, const int32_t* d_tok, float* eo,
                     bool with_shared = false);
-  // Whether a one-token decode step runs layer l's shared expert as one more entry of the experts' launches
-  // (expert_pairs with_shared): one shared expert whose three matrices have the experts' types and shapes, on
-  // the GEMV that takes an id of -1 (gemv_experts_alt_ok). It saves three launches (and their x splits) per
-  // MoE layer; the shared expert's products have the same bits either way (gemv_mma.cuh).
   // Whether a decode step's n (token, expert) pairs run grouped by expert (expert_pairs): from 2 picks per expert
   // on average (GLM-5, 256 experts, top 8: B >= 64). MLACONF_GROUP_EXPERTS=0 / 1 turns it off / on at every
   // size, for measurements; the bits are the same either way.
@@ -478,15 +474,31 @@ struct Pipeline::Impl {
     }();
     return mode >= 0 ? mode != 0 : n >= 2 * c.n_expert;
   }
+  // Whether a one-token decode step runs layer l's shared expert as one more entry of the experts' launches
+  // (expert_pairs with_shared): one shared expert whose three matrices have the experts' types and shapes, on
+  // the GEMV that takes an id of -1 (gemv_experts_alt_ok). It saves three launches (and their x splits) per
+  // MoE layer; the shared expert's products have the same bits either way (gemv_mma.cuh).
   bool shared_as_entry(int64_t l, int64_t T) const {
     if (T != 1 || c.n_expert_shared != 1) return false;
     const DevTensor &gw = L(l, wname::kGateExps), &uw = L(l, wname::kUpExps), &dw = L(l, wname::kDownExps);
     const DevTensor &gs = L(l, wname::kGateShexp), &us = L(l, wname::kUpShexp), &ds = L(l, wname::kDownShexp);
     auto same = [](const DevTensor& e, const DevTensor& s) {
-      return e.type == s.type && e.ne0 == s.ne0 && e.ne1 == s.ne1 && e.row_bytes == s.row_bytes;
+      return e.type == s.type && e.ne0 == s.ne0 && e.ne1 == s.ne1 && e.row_bytes == s.row_bytes && mma_aligned(s);
     };
-    return same(gw, gs) && same(uw, us) && same(dw, ds) && gemv_experts_alt_ok(gw.type, gw.ne1, gw.ne0) &&
-           gemv_experts_alt_ok(uw.type, uw.ne1, uw.ne0) && gemv_experts_alt_ok(dw.type, dw.ne1, dw.ne0);
+    return same(gw, gs) && same(uw, us) && same(dw, ds) && experts_on_mma(l);
+  }
+  // Whether the tensor-core GEMV takes layer l's expert matrices by id, with an id of -1 or grouped: their types
+  // and shapes (gemv_experts_alt_ok) and 16-byte aligned matrices (else it would decline, and those calls have
+  // no other kernel).
+  bool experts_on_mma(int64_t l) const {
+    for (const char* n : {wname::kGateExps, wname::kUpExps, wname::kDownExps}) {
+      const DevTensor& t = L(l, n);
+      if (!gemv_experts_alt_ok(t.type, t.ne1, t.ne0) || !mma_aligned(t)) return false;
+    }
+    return true;
+  }
+  static bool mma_aligned(const DevTensor& t) {
+    return reinterpret_cast<uintptr_t>(t.buf.get()) % 16 == 0 && (t.ne1 * t.row_bytes) % 16 == 0;
   }
   void shared_expert(int64_t l, const float* y, int64_t T, float* sh) {
     const int64_t Fs = L(l, wname::kGateShexp).ne1;
@@ -765,8 +777,7 @@ void Pipeline::Impl::expert_pairs(int64_t l, const float* y, int64_t T, const in
   // each expert's slots in shared passes (gemv_experts_grouped), its weights decoded once for up to 4 of them.
   // The same bits as by pair (each product is that x on that matrix alone); gate and up in slot order, the down
   // back in pair order.
-  if (!with_shared && T > 1 && group_experts(T * k) && n <= kGroupPairsMax && gemv_experts_alt_ok(gw.type, gw.ne1, gw.ne0) &&
-      gemv_experts_alt_ok(uw.type, uw.ne1, uw.ne0) && gemv_experts_alt_ok(dw.type, dw.ne1, dw.ne0)) {
+  if (!with_shared && T > 1 && group_experts(T * k) && n <= kGroupPairsMax && experts_on_mma(l)) {
     DeviceBuffer ord = tbuf((size_t)n * 4), toks = tbuf((size_t)n * 4), grp = tbuf((size_t)n * 16), ng = tbuf(4);
     group_pairs(d_ids, d_tok, n, ord.as<int32_t>(), toks.as<int32_t>(), grp.as<int32_t>(), ng.as<int32_t>());
     auto xe = fbuf(n * E);
