@@ -14,8 +14,10 @@
 // closed before the decode steps hands its (stale) pages to the others. The same with the decode steps
 // captured in a CUDA graph (routing on the device, bit-exact with the host's), and as direct steps without the
 // overflow check (each full layer's indexer on the side stream, as in graphs and `mlaconf bench`). Models: the tiny model
-// (../shared/models) and a synthesized glm-dsa model with odd sizes (5 heads, 2 indexer heads, top_k
-// 16, shared-indexer layers FSFS). Also: the layer split (--devices 0,0) batched equals unsplit
+// (../shared/models), a synthesized glm-dsa model with odd sizes (5 heads, 2 indexer heads, top_k
+// 16, shared-indexer layers FSFS), and one whose experts and shared expert are all Q4_K (under the tensor-core
+// GEMV a one-token step runs the shared expert as one more entry of the experts' launches, and B = 8 groups
+// its 32 pairs by expert). Also: the layer split (--devices 0,0) batched equals unsplit
 // batched, and misuse is an InputError. Negative control: another sequence's logits differ (the
 // comparison can fail).
 #include <gtest/gtest.h>
