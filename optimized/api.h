@@ -161,6 +161,7 @@ class SideStream {
   void join();
 
  private:
+  void fork();  // the side stream waits for the work queued so far on the forking stream
   void enter();
   void leave();
   void* main_ = nullptr;  // cudaStream_t: the stream that forked
@@ -209,13 +210,13 @@ void gemv(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const floa
 // expert e's matrix (n_rows x ncols, type t) starts at d_w + e * expert_stride bytes and ids [n] is on
 // the device; x_j = d_x + j * x_stride (0: one x for all), y_j = d_y + j * y_stride.
 // An id of -1 takes the matrix at d_w_alt instead (the same type and shape, 16-byte aligned): a shared expert
-// run as one more entry of the launch, with the bits it has alone. Only where gemv_experts_alt_ok says so.
+// run as one more entry of the launch, with the bits it has alone. Only where gemv_experts_mma_ok says so.
 void gemv_experts(GgmlType t, const void* d_w, int64_t expert_stride, const int32_t* d_ids, int64_t n, int64_t n_rows,
                   int64_t ncols, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride,
                   const void* d_w_alt = nullptr);
 // Whether gemv_experts takes d_w_alt, and gemv_experts_grouped runs, for this type and shape under the current
 // kernel variant (the tensor-core GEMV runs both).
-bool gemv_experts_alt_ok(GgmlType t, int64_t n_rows, int64_t ncols);
+bool gemv_experts_mma_ok(GgmlType t, int64_t n_rows, int64_t ncols);
 // The (token, expert) pairs of a batched decode step grouped by expert, so that an expert picked by several
 // tokens decodes its weights once for them (gemv_experts_grouped): n pairs (ids [n] expert ids, tok [n] their
 // token rows) stably sorted by expert id into slots, ord [n] (slot s holds pair ord[s]) and tok_sorted [n]

@@ -241,9 +241,13 @@ bool capturing() { return g_stream != 0; }
 SideStream::SideStream() {
   if (g_side) throw CudaError("SideStream: a fork inside SideStream::run");
   dev_ = current_device();
-  SideResources& r = side_resources(dev_);
   main_ = g_stream;
-  MLACONF_CUDA_CHECK(cudaEventRecord(r.fork, g_stream));
+  fork();
+}
+void SideStream::fork() {
+  DeviceScope on(dev_);
+  SideResources& r = side_resources(dev_);
+  MLACONF_CUDA_CHECK(cudaEventRecord(r.fork, static_cast<cudaStream_t>(main_)));
   MLACONF_CUDA_CHECK(cudaStreamWaitEvent(r.stream, r.fork, 0));
 }
 void SideStream::enter() {
@@ -255,10 +259,7 @@ void SideStream::leave() { g_side = nullptr; }
 void SideStream::refork() {
   if (g_side) throw CudaError("SideStream::refork inside run()");
   if (joined_) throw CudaError("SideStream::refork after join()");
-  DeviceScope on(dev_);
-  SideResources& r = side_resources(dev_);
-  MLACONF_CUDA_CHECK(cudaEventRecord(r.fork, static_cast<cudaStream_t>(main_)));
-  MLACONF_CUDA_CHECK(cudaStreamWaitEvent(r.stream, r.fork, 0));
+  fork();
 }
 void SideStream::join() {
   if (joined_) return;
