@@ -407,7 +407,7 @@ void q4k_experts_batch_case(int64_t rows, int64_t cols, int B) {
   // The same entries grouped by expert, as the pipeline's step runs them from 2 picks per expert on average:
   // group_pairs, the x rows gathered into slot order, gemv_experts_grouped writing rows back in entry order (the
   // pipeline groups once per layer for its three matrices; here every call groups).
-  if (n > kGroupPairsMax || !gemv_experts_alt_ok(GgmlType::Q4_K, rows, cols)) return;
+  if (n > kGroupPairsMax || !gemv_experts_mma_ok(GgmlType::Q4_K, rows, cols)) return;
   std::vector<int32_t> tok((size_t)n);
   for (int64_t j = 0; j < n; ++j) tok[j] = (int32_t)j;
   DeviceBuffer d_tok = to_device(tok), ord((size_t)n * 4), ts((size_t)n * 4), grp((size_t)n * 16), ng(4), xs((size_t)n * cols * 4);

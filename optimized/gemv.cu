@@ -416,8 +416,8 @@ void gemv_impl(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const
   if ((v == kGemvMma || (v == kGemvDefault && gemv_mma_by_default(t, n_rows, ncols))) &&
       gemv_mma(t, d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch, d_w_alt))
     return;
-  // Only the tensor-core GEMV takes an id of -1 (gemv_experts_alt_ok tells the caller beforehand).
-  if (d_w_alt) throw InputError("cuda::gemv_experts: a matrix for id -1 needs the tensor-core GEMV (gemv_experts_alt_ok)");
+  // Only the tensor-core GEMV takes an id of -1 (gemv_experts_mma_ok tells the caller beforehand).
+  if (d_w_alt) throw InputError("cuda::gemv_experts: a matrix for id -1 needs the tensor-core GEMV (gemv_experts_mma_ok)");
   // Q4_K: the vectorised SIMT kernel, for every batch shape.
   if (t == GgmlType::Q4_K && v != kGemvV1 &&
       gemv_q4k_v2(d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch))
@@ -454,14 +454,14 @@ void gemv_experts_grouped(GgmlType t, const void* d_w, int64_t expert_stride, in
                           const int32_t* d_groups, const int32_t* d_n_groups, int64_t n, const float* d_x, int64_t x_stride,
                           float* d_y, int64_t y_stride, const int32_t* d_out_rows) {
   if (n == 0) return;
-  if (!gemv_experts_alt_ok(t, n_rows, ncols)) throw InputError("cuda::gemv_experts_grouped: needs the tensor-core GEMV (gemv_experts_alt_ok)");
+  if (!gemv_experts_mma_ok(t, n_rows, ncols)) throw InputError("cuda::gemv_experts_grouped: needs the tensor-core GEMV (gemv_experts_mma_ok)");
   const ExpertGroupsArg g{d_groups, d_n_groups, d_out_rows};
   // w_count (1) is unused by grouped passes: each takes its expert from the table (the router's ids, unchecked).
   if (!gemv_mma(t, d_w, n_rows, ncols, nullptr, 1, expert_stride, d_x, x_stride, d_y, y_stride, n, nullptr, &g))
     throw InputError("cuda::gemv_experts_grouped: shape or alignment the tensor-core GEMV does not take");
 }
 
-bool gemv_experts_alt_ok(GgmlType t, int64_t n_rows, int64_t ncols) {
+bool gemv_experts_mma_ok(GgmlType t, int64_t n_rows, int64_t ncols) {
   const int v = gemv_variant();
   return (t == GgmlType::Q4_K || t == GgmlType::Q6_K) && ncols % 256 == 0 &&
          (v == kGemvMma || (v == kGemvDefault && gemv_mma_by_default(t, n_rows, ncols)));

@@ -476,7 +476,7 @@ struct Pipeline::Impl {
   }
   // Whether a one-token decode step runs layer l's shared expert as one more entry of the experts' launches
   // (expert_pairs with_shared): one shared expert whose three matrices have the experts' types and shapes, on
-  // the GEMV that takes an id of -1 (gemv_experts_alt_ok). It saves three launches (and their x splits) per
+  // the GEMV that takes an id of -1 (gemv_experts_mma_ok). It saves three launches (and their x splits) per
   // MoE layer; the shared expert's products have the same bits either way (gemv_mma.cuh).
   bool shared_as_entry(int64_t l, int64_t T) const {
     if (T != 1 || c.n_expert_shared != 1) return false;
@@ -488,12 +488,12 @@ struct Pipeline::Impl {
     return same(gw, gs) && same(uw, us) && same(dw, ds) && experts_on_mma(l);
   }
   // Whether the tensor-core GEMV takes layer l's expert matrices by id, with an id of -1 or grouped: their types
-  // and shapes (gemv_experts_alt_ok) and 16-byte aligned matrices (else it would decline, and those calls have
+  // and shapes (gemv_experts_mma_ok) and 16-byte aligned matrices (else it would decline, and those calls have
   // no other kernel).
   bool experts_on_mma(int64_t l) const {
     for (const char* n : {wname::kGateExps, wname::kUpExps, wname::kDownExps}) {
       const DevTensor& t = L(l, n);
-      if (!gemv_experts_alt_ok(t.type, t.ne1, t.ne0) || !mma_aligned(t)) return false;
+      if (!gemv_experts_mma_ok(t.type, t.ne1, t.ne0) || !mma_aligned(t)) return false;
     }
     return true;
   }

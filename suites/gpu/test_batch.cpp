@@ -252,8 +252,8 @@ void expect_shexp_as_entry(const std::string& model) {
     ASSERT_NE(t, nullptr) << n;
     EXPECT_EQ(t->type, GgmlType::Q4_K) << n;
   }
-  EXPECT_TRUE(cuda::gemv_experts_alt_ok(GgmlType::Q4_K, c.n_ff_exp, c.n_embd));
-  EXPECT_TRUE(cuda::gemv_experts_alt_ok(GgmlType::Q4_K, c.n_embd, c.n_ff_exp));
+  EXPECT_TRUE(cuda::gemv_experts_mma_ok(GgmlType::Q4_K, c.n_ff_exp, c.n_embd));
+  EXPECT_TRUE(cuda::gemv_experts_mma_ok(GgmlType::Q4_K, c.n_embd, c.n_ff_exp));
 }
 
 // The model of a case by its name in the case: "" (with the reason in *why) when it is not there.

@@ -94,7 +94,7 @@ void experts_shared_x_case(GgmlType t, int64_t rows, int64_t cols) {
 void experts_alt_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> ids, bool one_x) {
   MLACONF_REQUIRE_CUDA();
   GemvVariantScope mma(cuda::kGemvMma);
-  ASSERT_TRUE(cuda::gemv_experts_alt_ok(t, rows, cols));
+  ASSERT_TRUE(cuda::gemv_experts_mma_ok(t, rows, cols));
   const int64_t n = (int64_t)ids.size(), pool = 4;
   const auto blocks = random_blocks(t, pool * rows * cols / 256, 909 + (int)t);
   const auto alt = random_blocks(t, rows * cols / 256, 910 + (int)t);
