@@ -168,6 +168,18 @@ class Bench:
         del W
         torch.cuda.empty_cache()
 
+    # One peer over a pool of random input sets of `shape` (together more than 220 MB, so that L2 holds none
+    # of them at its turn), call(set) captured per set: the report's bytes are one set plus extra_bytes; note
+    # may name the pool's size as {pool}.
+    def rotating(self, name, kernel, note, shape, dtype, call, extra_bytes, flops):
+        set_bytes = float(math.prod(shape) * torch.tensor([], dtype=dtype).element_size())
+        pool = max(1, math.ceil(220e6 / set_bytes))
+        X = torch.randn(pool, *shape, dtype=dtype, device="cuda")
+        fns = [graph(lambda i=i: call(X[i])) for i in range(pool)]
+        self.report(name, kernel, note.format(pool=pool), timed(fns, self.reps), set_bytes + extra_bytes, flops)
+        del X, fns
+        torch.cuda.empty_cache()
+
     # The block-type GEMV cases of kernel_bench (gemv_blocks.cu): F.linear on fp16 weights of the same
     # shape, B x vectors at once (fp16 bytes: the peer reads its own format).
     def gemv_blocks(self):
@@ -177,15 +189,9 @@ class Bench:
                 name = f"gemv(type={t},rows={rows},cols={cols},b={B})"
                 if not self.wanted(name):
                     continue
-                mat = rows * cols * 2.0
-                pool = max(1, math.ceil(220e6 / mat))
-                W = torch.randn(pool, rows, cols, dtype=torch.float16, device="cuda")
                 x = torch.randn(B, cols, dtype=torch.float16, device="cuda")
-                fns = [graph(lambda i=i: F.linear(x, W[i])) for i in range(pool)]
-                self.report(name, "F.linear fp16", f"fp16 weights, rotating {pool}, {B} x", timed(fns, self.reps),
-                            mat + B * (cols + rows) * 2.0, 2.0 * rows * cols * B)
-                del W, fns
-                torch.cuda.empty_cache()
+                self.rotating(name, "F.linear fp16", f"fp16 weights, rotating {{pool}}, {B} x", (rows, cols), torch.float16,
+                              lambda w: F.linear(x, w), B * (cols + rows) * 2.0, 2.0 * rows * cols * B)
 
     # The float GEMV case of kernel_bench (gemv_float.cu): the F32 router 256 x 6144, F.linear in fp32
     # (TF32 off) on the same bytes, B x vectors at once.
@@ -195,15 +201,9 @@ class Bench:
             name = f"gemv(type=F32,rows={rows},cols={cols},b={B})"
             if not self.wanted(name):
                 continue
-            mat = rows * cols * 4.0
-            pool = max(1, math.ceil(220e6 / mat))
-            W = torch.randn(pool, rows, cols, dtype=torch.float32, device="cuda")
             x = torch.randn(B, cols, dtype=torch.float32, device="cuda")
-            fns = [graph(lambda i=i: F.linear(x, W[i])) for i in range(pool)]
-            self.report(name, "F.linear fp32", f"fp32 weights, rotating {pool}, {B} x", timed(fns, self.reps),
-                        mat + B * (cols + rows) * 4.0, 2.0 * rows * cols * B)
-            del W, fns
-            torch.cuda.empty_cache()
+            self.rotating(name, "F.linear fp32", f"fp32 weights, rotating {{pool}}, {B} x", (rows, cols), torch.float32,
+                          lambda w: F.linear(x, w), B * (cols + rows) * 4.0, 2.0 * rows * cols * B)
 
     # The greedy pick of kernel_bench (argmax_rows): B rows of the vocabulary's 154880 fp32 logits,
     # torch.argmax over each row (its first index of the maximum, as argmax_rows').
@@ -211,15 +211,9 @@ class Bench:
         n = 154880
         for B in (1, 64):
             name = f"argmax_rows(B={B},n={n})"
-            if not self.wanted(name):
-                continue
-            nbytes = B * n * 4.0
-            pool = max(1, math.ceil(220e6 / nbytes))
-            X = torch.randn(pool, B, n, dtype=torch.float32, device="cuda")
-            fns = [graph(lambda i=i: torch.argmax(X[i], dim=1)) for i in range(pool)]
-            self.report(name, "torch.argmax", f"rotating {pool} logit sets", timed(fns, self.reps), nbytes + B * 8.0, 0.0)
-            del X, fns
-            torch.cuda.empty_cache()
+            if self.wanted(name):
+                self.rotating(name, "torch.argmax", "rotating {pool} logit sets", (B, n), torch.float32,
+                              lambda s: torch.argmax(s, dim=1), B * 8.0, 0.0)
 
 
 def main():
