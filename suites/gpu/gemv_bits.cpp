@@ -55,6 +55,18 @@ void expect_judged(const Judged& j, const char* what, double bound) {
   EXPECT_EQ(j.not_exact, 0);
 }
 
+int64_t entries_unlike_alone(const std::vector<float>& got, int64_t n, int64_t rows,
+                             const std::function<void(int64_t e, float* d_y)>& alone) {
+  int64_t differ = 0;
+  for (int64_t e = 0; e < n; ++e) {
+    cuda::DeviceBuffer d_y1((size_t)rows * 4);  // a fresh buffer (poisoned): an entry not written cannot match
+    alone(e, d_y1.as<float>());
+    const auto one = cuda::to_host<float>(d_y1, rows);
+    differ += std::memcmp(one.data(), got.data() + (size_t)e * rows, rows * 4) != 0;
+  }
+  return differ;
+}
+
 void gemv_batch_check(GgmlType t, int64_t rows, int64_t cols, int B, uint64_t w_seed, uint64_t x_seed,
                       const MakeEmulation& make, double bound) {
   const int64_t bs = traits(t).block_size;
@@ -62,16 +74,13 @@ void gemv_batch_check(GgmlType t, int64_t rows, int64_t cols, int B, uint64_t w_
   const auto W = ref_dequant(t, blocks, rows * cols);
   const auto x = random_x((size_t)B * cols, x_seed);
   auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
-  cuda::DeviceBuffer d_y((size_t)B * rows * 4), d_y1((size_t)rows * 4);
+  cuda::DeviceBuffer d_y((size_t)B * rows * 4);
   cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), B, 0, cols, rows);
   const auto got = cuda::to_host<float>(d_y, (size_t)B * rows);
   expect_judged(judge_gemv(got, W, std::vector<int64_t>(B, 0), x, rows, cols, make(blocks, W)), "batched", bound);
-  int64_t differ = 0;
-  for (int b = 0; b < B; ++b) {
-    cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>() + (size_t)b * cols, d_y1.as<float>());
-    const auto one = cuda::to_host<float>(d_y1, rows);
-    differ += std::memcmp(one.data(), got.data() + (size_t)b * rows, rows * 4) != 0;
-  }
+  const int64_t differ = entries_unlike_alone(got, B, rows, [&](int64_t b, float* d_y1) {
+    cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>() + (size_t)b * cols, d_y1);
+  });
   EXPECT_EQ(differ, 0) << differ << " of " << B << " entries differ from the same x run alone";
 }
 
@@ -87,14 +96,10 @@ void gemv_experts_check(GgmlType t, int64_t rows, int64_t cols, const std::vecto
   cuda::gemv_experts(t, d_w.get(), stride, d_ids.as<int32_t>(), n, rows, cols, d_x.as<float>(), cols, d_y.as<float>(), rows);
   const auto got = cuda::to_host<float>(d_y, (size_t)n * rows);
   expect_judged(judge_gemv(got, W, std::vector<int64_t>(ids.begin(), ids.end()), x, rows, cols, make(blocks, W)), "experts", bound);
-  int64_t differ = 0;  // each entry alone (one id)
-  for (int64_t j = 0; j < n; ++j) {
-    cuda::DeviceBuffer d_id = cuda::to_device(std::vector<int32_t>{ids[j]}), d_y1((size_t)rows * 4);
-    cuda::gemv_experts(t, d_w.get(), stride, d_id.as<int32_t>(), 1, rows, cols, d_x.as<float>() + (size_t)j * cols, cols,
-                       d_y1.as<float>(), rows);
-    const auto one = cuda::to_host<float>(d_y1, rows);
-    differ += std::memcmp(one.data(), got.data() + (size_t)j * rows, rows * 4) != 0;
-  }
+  const int64_t differ = entries_unlike_alone(got, n, rows, [&](int64_t j, float* d_y1) {  // each entry alone (one id)
+    cuda::DeviceBuffer d_id = cuda::to_device(std::vector<int32_t>{ids[j]});
+    cuda::gemv_experts(t, d_w.get(), stride, d_id.as<int32_t>(), 1, rows, cols, d_x.as<float>() + (size_t)j * cols, cols, d_y1, rows);
+  });
   EXPECT_EQ(differ, 0) << differ << " of " << n << " entries differ from the same x run alone";
 }
 

@@ -46,6 +46,11 @@ Judged judge_gemv(const std::vector<float>& got, const std::vector<float>& W, co
                   const std::vector<float>& x, int64_t rows, int64_t cols, const RowEmulation& emulate);
 void expect_judged(const Judged& j, const char* what, double bound = kGemvBound);
 
+// Check (3): the entries of got ([n][rows]) whose bits differ from that entry run by itself, where alone(e, d_y)
+// runs entry e alone into d_y (rows floats on the device).
+int64_t entries_unlike_alone(const std::vector<float>& got, int64_t n, int64_t rows,
+                             const std::function<void(int64_t e, float* d_y)>& alone);
+
 // B x vectors on one random matrix (batched decode), judged; then each entry alone, bit-identical.
 void gemv_batch_check(GgmlType t, int64_t rows, int64_t cols, int B, uint64_t w_seed, uint64_t x_seed,
                       const MakeEmulation& make, double bound = kGemvBound);

@@ -78,13 +78,9 @@ void experts_shared_x_case(GgmlType t, int64_t rows, int64_t cols) {
   const Judged j = judge_gemv(got, W, std::vector<int64_t>(ids.begin(), ids.end()), x, rows, cols, RowEmulation{});
   std::printf("  experts, one x: max |err| / sum|wx| %.3e (bound %.0e)\n", j.worst, kMmaBound);
   EXPECT_LE(j.worst, kMmaBound);
-  int64_t differ = 0;
-  for (int64_t e = 0; e < n; ++e) {
-    cuda::DeviceBuffer d_y1((size_t)rows * 4);
-    cuda::gemv(t, static_cast<const uint8_t*>(d_w.get()) + ids[e] * stride, rows, cols, d_x.as<float>(), d_y1.as<float>());
-    const auto one = cuda::to_host<float>(d_y1, rows);
-    differ += std::memcmp(one.data(), got.data() + e * rows, rows * 4) != 0;
-  }
+  const int64_t differ = entries_unlike_alone(got, n, rows, [&](int64_t e, float* d_y1) {
+    cuda::gemv(t, static_cast<const uint8_t*>(d_w.get()) + ids[e] * stride, rows, cols, d_x.as<float>(), d_y1);
+  });
   EXPECT_EQ(differ, 0) << differ << " of " << n << " experts differ from the matrix run alone";
 }
 
@@ -115,16 +111,11 @@ void experts_alt_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_
   const Judged j = judge_gemv(got, W, mats, x, rows, cols, RowEmulation{});
   std::printf("  experts with a shared one: max |err| / sum|wx| %.3e (bound %.0e)\n", j.worst, kMmaBound);
   EXPECT_LE(j.worst, kMmaBound);
-  int64_t differ = 0, alts = 0;
-  for (int64_t e = 0; e < n; ++e) {
-    cuda::DeviceBuffer d_y1((size_t)rows * 4);
+  const int64_t differ = entries_unlike_alone(got, n, rows, [&](int64_t e, float* d_y1) {
     const void* w1 = ids[e] < 0 ? d_alt.get() : static_cast<const void*>(static_cast<const uint8_t*>(d_w.get()) + ids[e] * stride);
-    cuda::gemv(t, w1, rows, cols, d_x.as<float>() + (one_x ? 0 : e * cols), d_y1.as<float>());
-    const auto one = cuda::to_host<float>(d_y1, rows);
-    differ += std::memcmp(one.data(), got.data() + e * rows, rows * 4) != 0;
-    alts += ids[e] < 0;
-  }
-  EXPECT_GT(alts, 0);
+    cuda::gemv(t, w1, rows, cols, d_x.as<float>() + (one_x ? 0 : e * cols), d_y1);
+  });
+  EXPECT_GT(std::count(ids.begin(), ids.end(), -1), 0);
   EXPECT_EQ(differ, 0) << differ << " of " << n << " entries differ from their matrix run alone";
 }
 
@@ -178,14 +169,10 @@ void experts_grouped_case(GgmlType t, int64_t rows, int64_t cols, std::vector<in
   const Judged j = judge_gemv(got, W, std::vector<int64_t>(ids.begin(), ids.end()), x, rows, cols, RowEmulation{});
   std::printf("  %d groups for %lld pairs: max |err| / sum|wx| %.3e (bound %.0e)\n", ng, (long long)n, j.worst, kMmaBound);
   EXPECT_LE(j.worst, kMmaBound);
-  int64_t differ = 0;
-  for (int64_t e = 0; e < n; ++e) {
-    cuda::DeviceBuffer d_id = cuda::to_device(std::vector<int32_t>{ids[e]}), d_y1((size_t)rows * 4);
-    cuda::gemv_experts(t, d_w.get(), stride, d_id.as<int32_t>(), 1, rows, cols, d_x.as<float>() + e * cols, cols, d_y1.as<float>(),
-                       rows);
-    const auto one = cuda::to_host<float>(d_y1, rows);
-    differ += std::memcmp(one.data(), got.data() + e * rows, rows * 4) != 0;
-  }
+  const int64_t differ = entries_unlike_alone(got, n, rows, [&](int64_t e, float* d_y1) {
+    cuda::DeviceBuffer d_id = cuda::to_device(std::vector<int32_t>{ids[e]});
+    cuda::gemv_experts(t, d_w.get(), stride, d_id.as<int32_t>(), 1, rows, cols, d_x.as<float>() + e * cols, cols, d_y1, rows);
+  });
   EXPECT_EQ(differ, 0) << differ << " of " << n << " pairs differ from their expert run alone";
 }
 
