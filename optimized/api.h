@@ -301,6 +301,10 @@ void copy2d(void* d_dst, size_t dst_pitch, const void* d_src, size_t src_pitch, 
 // (-1 for an all-NaN row): core/argmax.h's rule (ties to the lower id, -0 == +0), on the device, so that a
 // decode loop downloads B ids instead of B x vocab logits and scans nothing on the host.
 void argmax_rows(const float* d_x, int64_t rows, int64_t n, int32_t* d_out);
+// The next decode step's token ids from this step's greedy picks, on the device (chained greedy steps):
+// ids[b] = picks[b], or 0 where picks[b] is -1 (a row of NaN logits), so that the step queued behind it
+// embeds a real row; the host, which sees the -1 one step later, discards that step (decode_steps_greedy).
+void feed_picks(const int32_t* d_picks, int64_t B, int32_t* d_ids);
 // Counts non-finite values of x[0..n) (returns the count; synchronizes).
 int64_t count_nonfinite(const float* d_x, int64_t n);
 

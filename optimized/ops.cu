@@ -363,6 +363,15 @@ void argmax_rows(const float* d_x, int64_t rows, int64_t n, int32_t* d_out) {
   argmax_rows_kernel<<<(unsigned)rows, kArgmaxThreads, 0, cur_stream()>>>(d_x, n, d_out);
   MLACONF_CUDA_LAUNCH_CHECK("argmax_rows_kernel");
 }
+__global__ void feed_picks_kernel(const int32_t* __restrict__ picks, int64_t B, int32_t* __restrict__ ids) {
+  const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (b < B) ids[b] = picks[b] >= 0 ? picks[b] : 0;
+}
+void feed_picks(const int32_t* d_picks, int64_t B, int32_t* d_ids) {
+  if (B == 0) return;
+  feed_picks_kernel<<<(unsigned)ceil_div(B, 256), 256, 0, cur_stream()>>>(d_picks, B, d_ids);
+  MLACONF_CUDA_LAUNCH_CHECK("feed_picks_kernel");
+}
 void to_half(const float* d_x, int64_t n, uint16_t* d_y) {
   if (n == 0) return;
   to_half_kernel<<<grid_for((n + 3) / 4), 256, 0, cur_stream()>>>(d_x, n, reinterpret_cast<__half*>(d_y));

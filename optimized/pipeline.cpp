@@ -96,6 +96,12 @@ struct Pipeline::Impl {
     DeviceBuffer inputs, logits;
     CudaGraph graph;
     uint64_t captured_gen = ~0ull, warm_gen = ~0ull;  // workspace_generation() at capture / at the last direct run
+    // Chained greedy steps (graph_chain): the step's picks on the device, downloaded into one of two pinned
+    // buffers (step k's while step k + 1 runs).
+    DeviceBuffer picks;
+    PinnedDownload picks_host[2];
+    // Captured, and holding the current workspaces: the next step replays it.
+    bool replays() const { return graph.ready() && captured_gen == workspace_generation(); }
   };
   std::map<int64_t, StepGraph> step_graphs;  // by B
   int64_t graph_replays = 0;
@@ -305,6 +311,10 @@ struct Pipeline::Impl {
   // Runs rows r (filled: slot, pos, groups, plan) over their sequences and advances them. all_gemv: decode.
   std::vector<float> seq_pass(std::span<const int32_t> ids, SeqRows& r, bool gemv_only);
   std::vector<float> graph_step(std::span<const int32_t> ids, SeqRows& r);
+  // A decode step's rows: one per sequence, at its length (InputError for a bad list).
+  SeqRows step_rows(std::span<const int> seqs, std::span<const int32_t> ids);
+  // Greedy steps as replays of the captured B-row graph, queued one ahead (decode_steps_greedy): appends to out.
+  void graph_chain(std::span<const int> seqs, std::span<const int32_t> ids, int64_t n, std::vector<std::vector<int32_t>>& out);
   // Runs fn with `r` as the pass's rows (no trace, no forced decisions), then clears them, also on error.
   template <class F>
   std::vector<float> with_rows(const SeqRows& r, bool gemv_only, F&& fn) {
@@ -1229,25 +1239,30 @@ std::vector<float> Pipeline::prefill(int seq, std::span<const int32_t> ids) {
   return m.seq_pass(ids, r, false);
 }
 
-std::vector<float> Pipeline::decode_step(std::span<const int> seqs, std::span<const int32_t> ids) {
-  Impl& m = *impl_;
-  m.require_batched();
+Pipeline::Impl::SeqRows Pipeline::Impl::step_rows(std::span<const int> seqs, std::span<const int32_t> ids) {
+  require_batched();
   const int64_t B = seqs.size();
   if (B == 0 || (int64_t)ids.size() != B)
     throw InputError("decode_step: " + std::to_string(B) + " sequences and " + std::to_string(ids.size()) + " tokens (need one each, at least one)");
-  if (B * m.c.n_head > 65535)
-    throw InputError("decode_step: " + std::to_string(B) + " sequences x " + std::to_string(m.c.n_head) +
+  if (B * c.n_head > 65535)
+    throw InputError("decode_step: " + std::to_string(B) + " sequences x " + std::to_string(c.n_head) +
                      " heads exceed the 65535 per-head products of one pass");
-  std::vector<char> seen(m.seqs.size(), 0);
-  Impl::SeqRows r;
+  std::vector<char> seen(this->seqs.size(), 0);
+  SeqRows r;
   for (int64_t b = 0; b < B; ++b) {
-    const Impl::Seq& q = m.open_seq(seqs[(size_t)b]);
+    const Seq& q = open_seq(seqs[(size_t)b]);
     if (seen[(size_t)seqs[(size_t)b]]++) throw InputError("decode_step: sequence " + std::to_string(seqs[(size_t)b]) + " appears twice");
     r.slot.push_back(seqs[(size_t)b]);
     r.pos.push_back((int32_t)std::min<int64_t>(q.len, INT32_MAX));
     r.groups.emplace_back(b, b + 1);
   }
-  r.plan_queries = m.opt.batch_invariant ? 1 : 0;
+  r.plan_queries = opt.batch_invariant ? 1 : 0;
+  return r;
+}
+
+std::vector<float> Pipeline::decode_step(std::span<const int> seqs, std::span<const int32_t> ids) {
+  Impl& m = *impl_;
+  Impl::SeqRows r = m.step_rows(seqs, ids);
   if (m.opt.decode_graph && m.stage_dev.size() == 1 && !m.opt.overflow_check) return m.graph_step(ids, r);
   return m.seq_pass(ids, r, true);
 }
@@ -1261,6 +1276,81 @@ std::vector<int32_t> Pipeline::decode_step_greedy(std::span<const int> seqs, std
   impl_->greedy_out = picks.data();
   decode_step(seqs, ids);
   return picks;
+}
+
+namespace {
+// A step's picks with a -1: a row whose logits were all NaN, a token the next step cannot take.
+bool has_no_pick(const std::vector<int32_t>& picks) { return std::find(picks.begin(), picks.end(), -1) != picks.end(); }
+}  // namespace
+
+std::vector<std::vector<int32_t>> Pipeline::decode_steps_greedy(std::span<const int> seqs, std::span<const int32_t> ids,
+                                                               int64_t n) {
+  Impl& m = *impl_;
+  if (n < 0) throw InputError("decode_steps_greedy: " + std::to_string(n) + " steps");
+  m.step_rows(seqs, ids);  // the list checked before any step
+  std::vector<std::vector<int32_t>> out;
+  std::vector<int32_t> next(ids.begin(), ids.end());
+  const bool graph = m.opt.decode_graph && m.stage_dev.size() == 1 && !m.opt.overflow_check;
+  auto stopped = [&] { return !out.empty() && has_no_pick(out.back()); };
+  // One by one until the B-row graph replays (its warm and capture steps), or throughout without graphs.
+  while ((int64_t)out.size() < n && !stopped() && !(graph && m.step_graphs[(int64_t)seqs.size()].replays())) {
+    out.push_back(decode_step_greedy(seqs, next));
+    next = out.back();
+  }
+  if ((int64_t)out.size() < n && !stopped()) m.graph_chain(seqs, next, n - (int64_t)out.size(), out);
+  return out;
+}
+
+// Step k + 1 is queued (its tables uploaded, its tokens fed from step k's picks on the device, its graph
+// launched) before the host waits for step k's picks; the host then reads them while step k + 1 runs. The
+// stream order is what makes it right: upload k + 1 -> feed (reads step k's picks) -> replay k + 1 -> argmax
+// (writes the picks) -> download k + 1; so every step sees the tables and tokens a call of
+// decode_step_greedy would have given it. A step queued behind one whose picks hold -1 (tokens 0 there,
+// feed_picks) is discarded: the sequences go back one position (its cache rows lie beyond their lengths,
+// overwritten by the next step that writes that position).
+void Pipeline::Impl::graph_chain(std::span<const int> seqs, std::span<const int32_t> ids, int64_t n,
+                                 std::vector<std::vector<int32_t>>& out) {
+  const int64_t B = seqs.size(), V = c.n_vocab;
+  DeviceScope on(stage_dev[0]);
+  StepGraph& G = step_graphs[B];
+  if (!G.picks.get()) G.picks = DeviceBuffer((size_t)B * 4);
+  const std::vector<int32_t> zeros((size_t)B, 0);
+  auto picked = [&](int64_t k) {
+    const auto* p = static_cast<const int32_t*>(G.picks_host[k % 2].wait());
+    return std::vector<int32_t>(p, p + B);
+  };
+  // Drains the queue on an error (each pending download waited for), so that no copy outlives its buffers.
+  struct Drain {
+    StepGraph& G;
+    ~Drain() {
+      for (auto& d : G.picks_host)
+        if (d.pending()) try { d.wait(); } catch (...) {}
+    }
+  } drain{G};
+  for (int64_t k = 0; k < n; ++k) {
+    const std::span<const int32_t> tokens = k == 0 ? ids : std::span<const int32_t>(zeros);  // later: fed on the device
+    SeqRows r = step_rows(seqs, tokens);
+    const RowTables h = place(tokens, r);
+    std::vector<size_t> off;
+    rows_image(uploads[0], tokens, h, r, off);
+    if (G.inputs.bytes() != uploads[0].bytes()) throw CudaError("decode graph: the step's inputs changed size");
+    if (!G.replays()) throw CudaError("decode graph: its workspaces moved during chained steps");
+    uploads[0].upload(G.inputs.get());
+    if (k > 0) feed_picks(G.picks.as<int32_t>(), B, reinterpret_cast<int32_t*>(G.inputs.as<char>() + off[0]));
+    G.graph.launch();
+    ++graph_replays;
+    argmax_rows(G.logits.as<float>(), B, V, G.picks.as<int32_t>());
+    G.picks_host[k % 2].start(G.picks.get(), (size_t)B * 4);
+    advance(r);
+    if (k == 0) continue;
+    out.push_back(picked(k - 1));
+    if (has_no_pick(out.back())) {
+      picked(k);  // step k ran on tokens 0 in the -1 rows: discarded
+      for (int s : seqs) --this->seqs[(size_t)s].len;
+      return;
+    }
+  }
+  if (n > 0) out.push_back(picked(n - 1));
 }
 
 void Pipeline::append_synthetic_context(int seq, int64_t n, uint64_t seed) {

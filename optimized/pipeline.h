@@ -139,6 +139,14 @@ class Pipeline {
   // The same step, returning each row's greedy pick (core/argmax.h's rule: the lowest id of the largest
   // non-NaN logit) computed on the device instead of the logits: what a server's greedy decode downloads.
   std::vector<int32_t> decode_step_greedy(std::span<const int> seqs, std::span<const int32_t> ids);
+  // n greedy steps, each step's picks the next step's tokens: picks [steps][B], the same as n calls of
+  // decode_step_greedy, each fed the previous call's picks. With decode_graph (one stage) the replays are
+  // queued one step ahead, the picks fed to the next step on the device, so that the device does not idle
+  // while the host downloads a step's picks, writes the next step's tables and launches its graph (the
+  // steps up to the capture run one by one). Stops after a step that picks -1 for a row (its logits all
+  // NaN: the next call of decode_step_greedy would reject that token): fewer than n rows then, and the
+  // sequences advanced by exactly the steps returned.
+  std::vector<std::vector<int32_t>> decode_steps_greedy(std::span<const int> seqs, std::span<const int32_t> ids, int64_t n);
   // For benchmarks: appends n positions whose latent and indexer-key rows are pattern values (no
   // model pass), so that decode at a long context can be timed without prefilling it.
   void append_synthetic_context(int seq, int64_t n, uint64_t seed);

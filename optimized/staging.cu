@@ -74,4 +74,56 @@ PinnedUpload& PinnedUpload::operator=(PinnedUpload&& o) noexcept {
   return *this;
 }
 
+void PinnedDownload::start(const void* d_src, size_t bytes) {
+  if (capturing()) throw CudaError("PinnedDownload::start while a CUDA graph captures");
+  if (pending_) throw CudaError("PinnedDownload::start before the previous download was waited for");
+  if (cap_ < bytes) {
+    if (host_) MLACONF_CUDA_CHECK(cudaFreeHost(host_));
+    host_ = nullptr, cap_ = 0;
+    MLACONF_CUDA_CHECK(cudaHostAlloc(&host_, std::max<size_t>(bytes, 256), cudaHostAllocPortable));
+    cap_ = std::max<size_t>(bytes, 256);
+  }
+  if (!event_) {
+    cudaEvent_t ev;
+    MLACONF_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    event_ = ev;
+  }
+  if (bytes) MLACONF_CUDA_CHECK(cudaMemcpyAsync(host_, d_src, bytes, cudaMemcpyDeviceToHost, 0));
+  MLACONF_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), 0));
+  pending_ = true;
+}
+
+const void* PinnedDownload::wait() {
+  if (pending_) {
+    pending_ = false;  // waited for, also when the wait reports an error
+    MLACONF_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)));
+  }
+  return host_;
+}
+
+void PinnedDownload::release() {
+  if (event_) {
+    cudaEventSynchronize(static_cast<cudaEvent_t>(event_));
+    cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+  }
+  if (host_) cudaFreeHost(host_);
+  event_ = nullptr, host_ = nullptr, cap_ = 0, pending_ = false;
+}
+PinnedDownload::~PinnedDownload() { release(); }
+PinnedDownload::PinnedDownload(PinnedDownload&& o) noexcept
+    : host_(std::exchange(o.host_, nullptr)),
+      cap_(std::exchange(o.cap_, 0)),
+      event_(std::exchange(o.event_, nullptr)),
+      pending_(std::exchange(o.pending_, false)) {}
+PinnedDownload& PinnedDownload::operator=(PinnedDownload&& o) noexcept {
+  if (this != &o) {
+    release();
+    host_ = std::exchange(o.host_, nullptr);
+    cap_ = std::exchange(o.cap_, 0);
+    event_ = std::exchange(o.event_, nullptr);
+    pending_ = std::exchange(o.pending_, false);
+  }
+  return *this;
+}
+
 }  // namespace mlaconf::cuda

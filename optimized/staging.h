@@ -1,5 +1,6 @@
 // mlaconf optimized: a pass's small host-to-device inputs (token ids, positions, row tables) as ONE
-// asynchronous copy from pinned memory, instead of one synchronous cudaMemcpy each.
+// asynchronous copy from pinned memory, instead of one synchronous cudaMemcpy each; and small results
+// (greedy picks) downloaded the same way, read by the host only when it needs them.
 //
 // Why: a cudaMemcpy from pageable memory waits for the stream to drain and for a staging copy; a decode
 // step made 6 to 7 of them before its first kernel (CUPTI on the H200: ~35 us of host time each, the
@@ -47,6 +48,33 @@ class PinnedUpload {
   size_t cap_ = 0;
   void* event_ = nullptr;  // cudaEvent_t recorded after the last copy
   int dev_ = -1;
+};
+
+// The download side: start() queues one cudaMemcpyAsync of `bytes` from device memory into this object's
+// pinned buffer on the current device's legacy default stream and returns at once; wait() blocks until
+// that copy (and all the work queued before it) has finished and returns the bytes. Chained decode steps
+// (Pipeline::decode_steps_greedy) download one step's picks while the next step runs.
+//   PinnedDownload d;  d.start(d_picks, B * 4);  ... queue more work ...  const void* p = d.wait();
+class PinnedDownload {
+ public:
+  PinnedDownload() = default;
+  ~PinnedDownload();
+  PinnedDownload(PinnedDownload&& o) noexcept;
+  PinnedDownload& operator=(PinnedDownload&& o) noexcept;
+  PinnedDownload(const PinnedDownload&) = delete;
+  PinnedDownload& operator=(const PinnedDownload&) = delete;
+
+  // CudaError while a CudaGraph captures, or while a previous start() has not been waited for.
+  void start(const void* d_src, size_t bytes);
+  const void* wait();
+  bool pending() const { return pending_; }
+
+ private:
+  void release();
+  void* host_ = nullptr;  // pinned, cap_ bytes
+  size_t cap_ = 0;
+  void* event_ = nullptr;  // cudaEvent_t recorded after the copy
+  bool pending_ = false;
 };
 
 }  // namespace mlaconf::cuda

@@ -20,7 +20,11 @@
 // check is off in this mode (a server does not scan every op). The first step is timed apart (warm_ms).
 // --graph: decode steps as CUDA graphs (PipelineOptions::decode_graph; without --devices); every step up
 // to the first replay (the capture's, normally the second) is timed apart too (warm_ms holds them all), so
-// the timed steps are the graph's replays.
+// the timed steps are the graph's replays. The timed steps run as one decode_steps_greedy call: with --graph
+// they are queued one step ahead, each step's picks fed to the next on the device, as a server's greedy
+// decode loop can run (the host's download, tables and graph launch overlap the step before);
+// --step-by-step waits for each step's picks before queuing the next (decode_step_greedy in a loop, the
+// timing of v1-v11 in docs/PERF_H200.md), for comparison in one run.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -60,6 +64,7 @@ struct BenchArgs {
   int64_t context = 0;  // synthetic context rows per sequence (--batch)
   double floor_gbs = 4229;  // bandwidth of the floor (the H200's copy bandwidth measured in docs/PERF_H200.md)
   bool graph = false;       // --batch: decode steps as CUDA graphs
+  bool step_by_step = false;  // --batch: each timed step waits for its picks before the next is queued
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -117,7 +122,8 @@ void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c
   Json rows = Json::array();
   if (!a.json) {
     std::printf("backend   cuda%s, batched decode (overflow check off, CUDA graph %s, batch-invariant plan %s)\nmodel     %s\n",
-                p.split_summary().empty() ? "" : (" (" + p.split_summary() + ")").c_str(), p.options().decode_graph ? "on" : "off",
+                p.split_summary().empty() ? "" : (" (" + p.split_summary() + ")").c_str(),
+                !p.options().decode_graph ? "off" : a.step_by_step ? "on, step by step" : "on, steps queued one ahead",
                 p.options().batch_invariant ? "on" : "off",
                 a.model.c_str());
     std::printf("context   %lld synthetic rows + %lld prompt tokens per sequence, %lld decode steps; floor at %.0f GB/s\n",
@@ -164,7 +170,14 @@ void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c
       std::fprintf(stderr, "bench: B = %lld: the decode graph never replayed in %lld steps: no step was timed\n", (long long)B,
                    (long long)a.decode_steps);
     t0 = std::chrono::steady_clock::now();
-    for (int64_t st = untimed; st < a.decode_steps; ++st) step();
+    if (a.step_by_step) {
+      for (int64_t st = untimed; st < a.decode_steps; ++st) step();
+    } else if (untimed < a.decode_steps) {
+      const auto picks = p.decode_steps_greedy(seqs, next, a.decode_steps - untimed);
+      if ((int64_t)picks.size() < a.decode_steps - untimed)
+        throw InputError("bench: B = " + std::to_string(B) + ": a decode step's logits were all NaN in a row (greedy pick -1)");
+      next = picks.back();
+    }
     const double decode_s = seconds_since(t0);
     const int64_t timed = a.decode_steps - untimed;
     const double tps = timed > 0 ? (double)(B * timed) / decode_s : 0.0;
@@ -173,7 +186,8 @@ void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c
     const double floor_ms = 1e3 * (sb.weights + sb.cache) / (a.floor_gbs * 1e9);
     const double floor_tps = 1e3 * (double)B / floor_ms;
     for (int s : seqs) p.close_sequence(s);
-    rows.push_back(Json{{"batch", B}, {"greedy_pick", "device"}, {"graph_replays_total", p.graph_replays()}, {"prefill_s", prefill_s}, {"warm_step_s", warm_s}, {"untimed_steps", untimed}, {"decode_steps_timed", timed},
+    rows.push_back(Json{{"batch", B}, {"greedy_pick", "device"}, {"steps_queued_ahead", p.options().decode_graph && !a.step_by_step},
+                        {"graph_replays_total", p.graph_replays()}, {"prefill_s", prefill_s}, {"warm_step_s", warm_s}, {"untimed_steps", untimed}, {"decode_steps_timed", timed},
                         {"decode_s", decode_s}, {"decode_tokens_per_s", tps}, {"step_ms", step_ms},
                         {"weight_bytes_per_step", sb.weights}, {"cache_bytes_per_step", sb.cache},
                         {"floor_ms_per_step", floor_ms}, {"floor_tokens_per_s", floor_tps},
@@ -203,6 +217,7 @@ void run_bench(const BenchArgs& a) {
   if (!a.batch.empty() && a.backend != "cuda") throw InputError("bench: --batch needs --backend cuda");
   if (a.batch.empty() && (a.context != 0 || a.graph)) throw InputError("bench: --context and --graph need --batch");
   if (a.graph && !a.devices.empty()) throw InputError("bench: --graph runs on one stage (no --devices)");
+  if (a.step_by_step && a.batch.empty()) throw InputError("bench: --step-by-step needs --batch");
   GgufFile f = GgufFile::open(a.model);
   ModelConfig c = ModelConfig::from_gguf(f);
   if (!a.batch.empty()) return run_batch_bench(a, f, c, devices);
@@ -277,6 +292,8 @@ CommandRegistration reg(60, [](CLI::App& root) {
       ->capture_default_str();
   sub->add_option("--floor-gbs", a->floor_gbs, "--batch: bandwidth (GB/s) of the reported read floor")->capture_default_str();
   sub->add_flag("--graph", a->graph, "--batch: decode steps captured and replayed as CUDA graphs (one stage only)");
+  sub->add_flag("--step-by-step", a->step_by_step,
+                "--batch: each timed step waits for its greedy picks before the next is queued (no overlap)");
   sub->callback([a] { run_bench(*a); });
 });
 

@@ -407,6 +407,118 @@ void check_greedy_capture(const std::string& model, int64_t B) {
   EXPECT_EQ(picks[0], picks[1]) << "graph greedy picks differ from direct ones";
 }
 
+// decode_steps_greedy: n chained steps give the picks of n decode_step_greedy calls, each fed the previous
+// call's picks, and leave the same state behind (the next step's logits are the same bits), for twin sequences
+// in two halves of one pipeline. With graphs the twins' one-by-one steps warm and capture the B-row graph, so
+// every chained step is a replay queued one ahead (counted: graph_replays), its tokens fed on the device; a
+// wrong feed (the previous step's tokens, or zeros) or a step queued before its tables changes the picks.
+void check_chained_greedy(const std::string& model, int64_t B, bool graph) {
+  GgufFile f = GgufFile::open(model);
+  ModelConfig c = ModelConfig::from_gguf(f);
+  cuda::PipelineOptions o;
+  o.max_ctx = 256;
+  o.max_seqs = 2 * B;
+  o.page_rows = kPageRows;
+  o.decode_graph = graph;
+  o.overflow_check = false;
+  cuda::Pipeline p(f, c, o);
+  std::vector<int> a, g;
+  std::vector<int32_t> first;
+  for (int64_t b = 0; b < B; ++b) {
+    SeqInput in = seq_input(b, c.n_vocab, c.indexer_top_k);
+    in.prompt.resize(std::min<size_t>(in.prompt.size(), 90));
+    a.push_back(p.open_sequence());
+    g.push_back(p.open_sequence());
+    p.prefill(a.back(), in.prompt);
+    p.prefill(g.back(), in.prompt);
+    first.push_back(in.steps[0]);
+  }
+  std::vector<std::vector<int32_t>> one;
+  std::vector<int32_t> next = first;
+  for (int64_t s = 0; s < kSteps; ++s) one.push_back(next = p.decode_step_greedy(a, next));
+  const int64_t replays0 = p.graph_replays();
+  const std::vector<std::vector<int32_t>> chained = p.decode_steps_greedy(g, first, kSteps);
+  if (graph) {
+    EXPECT_EQ(p.graph_replays() - replays0, kSteps) << "not every chained step replayed the graph";
+  }
+  ASSERT_EQ(chained.size(), one.size());
+  for (int64_t s = 0; s < kSteps; ++s) EXPECT_EQ(chained[(size_t)s], one[(size_t)s]) << "step " << s;
+  for (int64_t b = 0; b < B; ++b) EXPECT_EQ(p.sequence_length(g[(size_t)b]), p.sequence_length(a[(size_t)b])) << "row " << b;
+  const std::vector<float> la = p.decode_step(a, next), lg = p.decode_step(g, next);
+  ASSERT_EQ(la.size(), lg.size());
+  EXPECT_EQ(std::memcmp(la.data(), lg.data(), la.size() * 4), 0) << "the step after the chained ones differs from the twins'";
+  EXPECT_TRUE(p.decode_steps_greedy(g, first, 0).empty());
+  EXPECT_THROW(p.decode_steps_greedy(g, first, -1), InputError);
+  EXPECT_THROW(p.decode_steps_greedy(std::vector<int>{g[0], g[0]}, std::vector<int32_t>{1, 1}, 2), InputError) << "a sequence twice";
+}
+
+// A copy of `model` (under dir) whose output_norm.weight starts with NaN: every row's final norm, so every
+// logit, is NaN, and every greedy pick -1.
+std::string nan_logits_copy(const std::string& model, const std::string& dir) {
+  GgufFile f = GgufFile::open(model);
+  const TensorInfo& t = f.tensor("output_norm.weight");
+  if (t.type != GgmlType::F32 || f.shards().size() != 1) return "";
+  const uint64_t at = f.shards()[0].data_offset + t.offset;
+  const std::string out = dir + "/nan_logits.gguf";
+  std::filesystem::copy_file(model, out, std::filesystem::copy_options::overwrite_existing);
+  FILE* fp = std::fopen(out.c_str(), "r+b");
+  if (!fp) return "";
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const bool ok = std::fseek(fp, (long)at, SEEK_SET) == 0 && std::fwrite(&nan, 4, 1, fp) == 1;
+  return std::fclose(fp) == 0 && ok ? out : "";
+}
+
+// A step whose picks hold -1 (NaN logits) ends decode_steps_greedy after it, as decode_step_greedy would refuse
+// that token next: one row of picks, and the sequences advanced by that one step only, as twins that took one
+// decode_step_greedy. chained = 0: the graph not yet captured (the steps one by one); 1: warmed and captured on a
+// third set, so that the chain starts at once and the step queued behind the -1 (on tokens 0) is discarded.
+void check_chained_greedy_stop(const std::string& model, bool chained_from_start) {
+  const std::string dir = (std::filesystem::temp_directory_path() / ("mlaconf-nan-" + std::to_string(getpid()))).string();
+  std::filesystem::create_directories(dir);
+  struct Rm {
+    std::string d;
+    ~Rm() { std::filesystem::remove_all(d); }
+  } rm{dir};
+  const std::string nm = nan_logits_copy(model, dir);
+  ASSERT_FALSE(nm.empty()) << "could not write the NaN copy of " << model;
+  GgufFile f = GgufFile::open(nm);
+  ModelConfig c = ModelConfig::from_gguf(f);
+  const int64_t B = 2;
+  cuda::PipelineOptions o;
+  o.max_ctx = 256;
+  o.max_seqs = 3 * B;
+  o.page_rows = kPageRows;
+  o.decode_graph = true;
+  o.overflow_check = false;
+  cuda::Pipeline p(f, c, o);
+  std::vector<int> a, g, w;
+  std::vector<int32_t> first;
+  for (int64_t b = 0; b < B; ++b) {
+    SeqInput in = seq_input(b, c.n_vocab, c.indexer_top_k);
+    in.prompt.resize(std::min<size_t>(in.prompt.size(), 40));
+    for (auto* v : {&a, &g, &w}) {
+      v->push_back(p.open_sequence());
+      p.prefill(v->back(), in.prompt);
+    }
+    first.push_back(in.steps[0]);
+  }
+  if (chained_from_start) {
+    p.decode_step_greedy(w, first);
+    p.decode_step_greedy(w, first);
+    ASSERT_EQ(p.graph_replays(), 1) << "the graph was not captured on the second step";
+  }
+  const std::vector<int32_t> one = p.decode_step_greedy(a, first);
+  ASSERT_EQ(one, std::vector<int32_t>(B, -1)) << "the NaN copy's picks are not -1: the case tests nothing";
+  const int64_t replays0 = p.graph_replays();
+  const std::vector<std::vector<int32_t>> chained = p.decode_steps_greedy(g, first, 4);
+  ASSERT_EQ(chained.size(), 1u) << "decode_steps_greedy did not stop after the step that picked -1";
+  EXPECT_EQ(chained[0], one);
+  if (chained_from_start) {
+    EXPECT_EQ(p.graph_replays() - replays0, 2) << "the chain did not queue the next step before it saw the -1";
+  }
+  for (int64_t b = 0; b < B; ++b) EXPECT_EQ(p.sequence_length(g[(size_t)b]), p.sequence_length(a[(size_t)b])) << "row " << b;
+}
+
 // argmax_rows against core/argmax.h on rows built to break a careless pick: the maximum repeated (ties to
 // the lower id), NaN before and at the maximum, -0 and +0 as the maximum, -inf only, all NaN (-1), one
 // value, a maximum in the last slot; widths off the CTA's 1024 threads.
@@ -534,6 +646,13 @@ const bool registered = [] {
                     [B, graph] { run_case("glm_dsa_tiny", [B, graph](const std::string& m) { check_greedy(m, B, graph); }); });
   register_case("batch", CaseName("greedy_graph_capture").p("model", kOddName).p("B", 3).str(),
                 [] { run_case(kOddName, [](const std::string& m) { check_greedy_capture(m, 3); }); });
+  for (const char* model : {"glm_dsa_tiny", kOddName})
+    for (bool graph : {false, true})
+      register_case("batch", CaseName("greedy_chained").p("model", model).p("B", 3).p("graph", graph ? 1 : 0).str(),
+                    [model, graph] { run_case(model, [graph](const std::string& m) { check_chained_greedy(m, 3, graph); }); });
+  for (bool chained : {false, true})
+    register_case("batch", CaseName("greedy_chained_stop").p("model", "glm_dsa_tiny").p("logits", "nan").p("chained", chained ? 1 : 0).str(),
+                  [chained] { run_case("glm_dsa_tiny", [chained](const std::string& m) { check_chained_greedy_stop(m, chained); }); });
   register_case("batch", "argmax_rows(rules=ties_nan_zero_inf,cols=1..154880)", [] {
     MLACONF_REQUIRE_CUDA();
     check_argmax_rows();
