@@ -27,6 +27,7 @@
 
 #include "core/ggml_types.h"
 #include "optimized/api.h"
+#include "optimized/gemv_mma.cuh"
 
 using namespace mlaconf;
 using namespace mlaconf::cuda;
@@ -306,6 +307,20 @@ std::string variant_tag(int v) {
 }
 // The variants timed on every case (the same inputs).
 constexpr int kVariants[] = {kGemvDefault, kGemvV1, kGemvDeep, kGemvMma, kGemvSimt};
+// The default kernels once more with the tensor-core GEMV's CTA shapes of v11 (set_gemv_mma_balance(false)),
+// where the balanced shape differs (gemv_mma_cta): ",grid=v11" rows beside the default's, in one run.
+template <class F>
+void time_grid_v11(GgmlType t, int64_t rows, int64_t cols, int B, const std::string& stem, F&& row) {
+  if (!gemv_mma_by_default(t, rows, cols)) return;
+  set_gemv_mma_balance(false);
+  const MmaCta v11 = gemv_mma_cta(rows, cols, B, true, false);
+  set_gemv_mma_balance(true);
+  const MmaCta now = gemv_mma_cta(rows, cols, B, true, false);
+  if (v11.rt == now.rt) return;
+  set_gemv_mma_balance(false);
+  row(stem + ",grid=v11)");
+  set_gemv_mma_balance(true);
+}
 
 // B x vectors on one rows x cols Q4_K matrix (batched decode: every sequence's token through the same
 // weights; B = 1 is plain decode), rotating over a pool of matrices. Bytes: the matrix once, B x, B y.
@@ -328,6 +343,13 @@ void q4k_case(int64_t rows, int64_t cols, int B) {
   report({stem + variant_tag(variant) + ")", "gemv", "rotating " + std::to_string(pool) + " matrices, " + std::to_string(B) + " x on one matrix", us,
           mat_bytes + B * (cols + rows) * 4.0, 2.0 * rows * cols * B});
   }
+  time_grid_v11(GgmlType::Q4_K, rows, cols, B, stem, [&](const std::string& name) {
+    const double us = time_us([&](int i) {
+      gemv(GgmlType::Q4_K, wp + (size_t)(i % pool) * (size_t)mat_bytes, rows, cols, x.as<float>(), y.as<float>(), B, 0, cols, rows);
+    });
+    report({name, "gemv", "rotating " + std::to_string(pool) + " matrices, " + std::to_string(B) + " x on one matrix", us,
+            mat_bytes + B * (cols + rows) * 4.0, 2.0 * rows * cols * B});
+  });
 }
 
 // The 8 used experts of each of `tokens` tokens (distinct within a token), drawn at random from a pool of
@@ -484,6 +506,13 @@ void gemv_block_case(GgmlType t, int64_t rows, int64_t cols, int B) {
           "rotating " + std::to_string(pool) + " matrices, " + std::to_string(B) + " x on one matrix", us,
           mat_bytes + B * (cols + rows) * 4.0, 2.0 * rows * cols * B});
   }
+  time_grid_v11(t, rows, cols, B, stem, [&](const std::string& name) {
+    const double us = time_us([&](int i) {
+      gemv(t, wp + (size_t)(i % pool) * (size_t)mat_bytes, rows, cols, x.as<float>(), y.as<float>(), B, 0, cols, rows);
+    });
+    report({name, "gemv_blocks", "rotating " + std::to_string(pool) + " matrices, " + std::to_string(B) + " x on one matrix", us,
+            mat_bytes + B * (cols + rows) * 4.0, 2.0 * rows * cols * B});
+  });
 }
 
 // Per-head matrices as the pipeline runs them at decode (T tokens x H heads, entry b on head b % H):

@@ -250,6 +250,11 @@ void gemv_per_head(GgmlType t, const void* d_w, int64_t rows, int64_t cols, int6
 constexpr int kGemvDefault = 0, kGemvV1 = 1, kGemvDeep = 2, kGemvMma = 3, kGemvSimt = 4;
 void set_gemv_variant(int v);
 int gemv_variant();
+// The tensor-core GEMV's CTA size for matrices beyond 128 row tiles: balanced over the SMs (default; v12 in
+// docs/PERF_H200.md) or v11's rule (false; MLACONF_MMA_BALANCE=0 for a process). The bits are the same either
+// way; kernel_bench times both, suites/gpu compares them.
+void set_gemv_mma_balance(bool on);
+bool gemv_mma_balance();
 // Y [T, n_rows] f32 = X [T, ncols] f16 times W^T, W [n_rows, ncols] f16 row-major: cuBLAS, fp32 accumulate.
 void gemm_f16(const uint16_t* d_x, const uint16_t* d_w, int64_t T, int64_t n_rows, int64_t ncols, float* d_y);
 // Prefill linear: dequantize W to an fp16 scratch buffer, then gemm_f16. X [T, ncols] f32 is split into

@@ -39,6 +39,8 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "core/error.h"
@@ -638,8 +640,50 @@ void launch(const MmaArgs& a, dim3 grid) {
 
 }  // namespace
 
+namespace {
+int g_mma_balance = -1;  // -1: MLACONF_MMA_BALANCE at the first call (default on)
+}
+void set_gemv_mma_balance(bool on) { g_mma_balance = on ? 1 : 0; }
+bool gemv_mma_balance() {
+  if (g_mma_balance < 0) {
+    const char* e = std::getenv("MLACONF_MMA_BALANCE");
+    g_mma_balance = e && std::string(e) == "0" ? 0 : 1;
+  }
+  return g_mma_balance == 1;
+}
+
 bool gemv_mma_by_default(GgmlType t, int64_t n_rows, int64_t ncols) {
   return (t == GgmlType::Q4_K || t == GgmlType::Q6_K) && n_rows >= 1024 && ncols >= 2048;
+}
+
+MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, bool grouped) {
+  // Row tiles per CTA and the split of K. At least ~8 warps per SM of a 132-SM device, K split over up to 8
+  // warps. Up to 128 tiles (2048 rows: an expert's gate and up, q_a) the order of sums is fixed (8 chunks,
+  // split8), so the CTA's shape is free: the experts split K over 4 warps in CTAs of 4 (one tile each; v4: 22 %
+  // faster at B = 8 and 32 than 8 warps, each warp streaming 6 blocks instead of 3), one matrix over 8 warps
+  // in CTAs of 8 (v8: 2048 x 6144 at B = 1 13.7 -> 12.6 us, at B = 8 29.8 -> 22.7 us: it has only 128 CTAs
+  // for 132 SMs). Beyond 128 tiles the split is the order of sums, so a function of the shape alone.
+  const int64_t tiles = (n_rows + 15) / 16, nb = ncols / 256;
+  int rt = tiles >= 132 * 8 ? 8 : tiles >= 132 * 4 ? 4 : tiles >= 132 * 2 ? 2 : 1;
+  int ks = tiles > 128 ? kWarps / rt : shared ? kWarps : kWarpsSmall;
+  // Beyond 128 tiles, at least 4 blocks per warp where halving the split leaves a CTA of 4 warps or more (v8:
+  // the experts' down, 6144 x 2048, 2 blocks per warp -> 4 in CTAs of 4 warps: 34.2 -> 29.3 us for 8).
+  while (tiles > 128 && ks > 1 && nb / ks < 4 && rt * ks / 2 >= kWarpsSmall) ks /= 2;
+  // The CTA's size by balance (v12): ks fixes the order of sums, but a row tile's ks warps may sit in CTAs of 4
+  // or 8 warps. Where the grid takes several rounds of resident CTAs (2 of 8 warps per SM), the last round's
+  // share sets the tail: with CTAs spread evenly the busiest SM runs ceil(CTAs / SMs) x warps per CTA, and
+  // CTAs of 4 are taken where that is less (the head, 154880 rows: 1210 CTAs of 8 warps, 80 warp-shares on the
+  // busiest SM against 76 as 2420 CTAs of 4; H200: 262.1 -> 245.2 us at B = 1, -3 % at B = 8). Not in one
+  // round (attn_output, 192 CTAs for 264 places): there CTAs of 4 measured level or 2 % slower (v12). The
+  // same bits either way (suites/gpu gemv_mma.balanced_grid_bits); set_gemv_mma_balance(false) or
+  // MLACONF_MMA_BALANCE=0 keeps v11's shapes, for kernel_bench's comparison in one run.
+  if (tiles > 128 && !grouped && gemv_mma_balance() && rt * ks == kWarps && rt > 1) {
+    const int64_t per_row = shared ? (batch + 7) / 8 : batch, sms = device_sm_count();
+    auto busiest = [&](int r) { return (int64_t)ceil_div((int64_t)ceil_div(tiles, r) * per_row, sms) * r * ks; };
+    const bool rounds = (int64_t)ceil_div(tiles, rt) * per_row > sms * (16 / kWarps);
+    if (rounds && busiest(rt / 2) < busiest(rt)) rt /= 2;
+  }
+  return {rt, ks};
 }
 
 bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_ids, int64_t w_count,
@@ -678,18 +722,9 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
     split_x_kernel<<<sgrid, 256, 0, cur_stream()>>>(d_x, x_stride, K, ntok, static_cast<__nv_bfloat16*>(xi), hi_only);
   MLACONF_CUDA_LAUNCH_CHECK("split_x_kernel");
 
-  // Row tiles per CTA and the split of K. At least ~8 warps per SM of a 132-SM device, K split over up to 8
-  // warps. Up to 128 tiles (2048 rows: an expert's gate and up, q_a) the order of sums is fixed (8 chunks,
-  // split8), so the CTA's shape is free: the experts split K over 4 warps in CTAs of 4 (one tile each; v4: 22 %
-  // faster at B = 8 and 32 than 8 warps, each warp streaming 6 blocks instead of 3), one matrix over 8 warps
-  // in CTAs of 8 (v8: 2048 x 6144 at B = 1 13.7 -> 12.6 us, at B = 8 29.8 -> 22.7 us: it has only 128 CTAs
-  // for 132 SMs). Beyond 128 tiles the split is the order of sums, so a function of the shape alone.
   const int64_t tiles = (n_rows + 15) / 16;
-  const int rt = tiles >= 132 * 8 ? 8 : tiles >= 132 * 4 ? 4 : tiles >= 132 * 2 ? 2 : 1;
-  int ks = tiles > 128 ? kWarps / rt : shared ? kWarps : kWarpsSmall;
-  // Beyond 128 tiles, at least 4 blocks per warp where halving the split leaves a CTA of 4 warps or more (v8:
-  // the experts' down, 6144 x 2048, 2 blocks per warp -> 4 in CTAs of 4 warps: 34.2 -> 29.3 us for 8).
-  while (tiles > 128 && ks > 1 && nb / ks < 4 && rt * ks / 2 >= kWarpsSmall) ks /= 2;
+  const MmaCta cta = gemv_mma_cta(n_rows, ncols, batch, shared, grouped != nullptr);
+  const int rt = cta.rt, ks = cta.ks;
   const bool split8 = tiles <= 128;  // K as 8 chunks added in pairs (MmaArgs::cpw)
   const int cpw = split8 && ks == kWarpsSmall ? 2 : 1;  // only for the experts (one column group: NCG 1)
   const bool pair_red = split8 && ks == kWarps;

@@ -28,6 +28,14 @@ struct ExpertGroupsArg {
   const int32_t* out_rows;
 };
 
+// A launch's CTA shape: rt row tiles (16 rows) per CTA, ks warps splitting K (ks fixes the order of a row's
+// sums beyond 128 row tiles; rt x ks warps per CTA, 4 or 8). shared: one matrix for the batch; grouped: grouped
+// experts. Exposed for suites/gpu, which checks that the balanced shapes keep the bits.
+struct MmaCta {
+  int rt, ks;
+};
+MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, bool grouped);
+
 bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_ids, int64_t w_count,
               int64_t w_stride, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride, int64_t batch,
               const void* d_w_alt = nullptr, const ExpertGroupsArg* grouped = nullptr);

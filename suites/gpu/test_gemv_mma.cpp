@@ -252,6 +252,41 @@ void default_dispatch_case(GgmlType t, int64_t rows, int64_t cols, bool want_mma
       << "the default did not run the " << (want_mma ? "tensor-core" : "SIMT") << " kernel";
 }
 
+// The CTA shape by balance (gemv_mma_cta, v12): where it moves a matrix from CTAs of 8 warps to CTAs of 4, the
+// bits stay those of v11's shape (ks, the order of sums, is the same), batch by batch; where it moves nothing (the
+// rule depends on the SM count; these shapes move on the H200's 132) the case skips, saying so. Also judged
+// against float64 under the new shape (gemv_batch_check).
+void balanced_grid_case(GgmlType t, int64_t rows, int64_t cols, int B, int want_ks) {
+  MLACONF_REQUIRE_CUDA();
+  struct Balance {
+    bool prev = cuda::gemv_mma_balance();
+    ~Balance() { cuda::set_gemv_mma_balance(prev); }
+  } keep;
+  const bool shared = true;  // B x on one matrix
+  cuda::set_gemv_mma_balance(false);
+  const cuda::MmaCta old_cta = cuda::gemv_mma_cta(rows, cols, B, shared, false);
+  cuda::set_gemv_mma_balance(true);
+  const cuda::MmaCta cta = cuda::gemv_mma_cta(rows, cols, B, shared, false);
+  ASSERT_EQ(old_cta.rt * old_cta.ks, 8) << "v11's shape moved: update this case";
+  ASSERT_EQ(old_cta.ks, want_ks) << "v11's split of K moved: update this case";
+  ASSERT_EQ(cta.ks, old_cta.ks) << "the balance changed the split of K (the order of sums)";
+  if (cta.rt == old_cta.rt) GTEST_SKIP() << "skipped: on this device's SM count the balance keeps v11's CTA shape";
+  ASSERT_EQ(cta.rt * cta.ks, 4);
+  GemvVariantScope mma(cuda::kGemvMma);
+  const auto blocks = random_blocks(t, rows * cols / 256, 515 + rows + cols + (int)t);
+  auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(random_x((size_t)B * cols, 29));
+  std::vector<float> y[2];
+  for (int on = 0; on < 2; ++on) {
+    cuda::set_gemv_mma_balance(on == 1);
+    cuda::DeviceBuffer d_y((size_t)B * rows * 4);
+    cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), B, 0, cols, rows);
+    y[on] = cuda::to_host<float>(d_y, (size_t)B * rows);
+  }
+  EXPECT_EQ(std::memcmp(y[0].data(), y[1].data(), y[0].size() * 4), 0) << "the balanced CTA shape changed the bits";
+  cuda::set_gemv_mma_balance(true);
+  gemv_batch_check(t, rows, cols, B, 3100 + rows + cols + (int)t, 43 + B, no_emulation(), kMmaBound);
+}
+
 const bool registered = [] {
   const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q6_K};
   const int64_t kRows[] = {1, 15, 17, 33, 257};
@@ -311,6 +346,13 @@ const bool registered = [] {
                       for (int j = 0; j < 64; ++j) ids[j] = (int32_t)((j * 7 + j / 5) % 24);
                       experts_grouped_case(t, rows, cols, ids, 32);
                     });
+    // Grids of several rounds, CTAs of 8 warps -> 4: a head of 9680 tiles (K in one warp) at 1 and 3 x, attn_output's
+    // 384 tiles (K over 4 warps) and GLM-5's dense gate (768 tiles, K over 2) at 17 x (3 passes of the matrix).
+    for (const auto& [rows, cols, ks, B] : {std::tuple<int64_t, int64_t, int, int>{154880, 512, 1, 1}, {154880, 512, 1, 3},
+                                            {6144, 4096, 4, 17}, {12288, 2048, 2, 17}})
+      register_case("gemv_mma", "balanced_grid_bits(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" +
+                                    std::to_string(cols) + ",b=" + std::to_string(B) + ")",
+                    [=] { balanced_grid_case(t, rows, cols, B, ks); });
     register_case("gemv_mma", "negative_control(type=" + tn + ",fault=gemv_x_bf16)", [=] { negative_control_case(t); });
     register_case("gemv_mma", "x_range(type=" + tn + ",log2_scale=m100.m30.40.100.pm60)", [=] { x_range_case(t); });
     register_case("gemv_mma", "gemv(type=" + tn + ",rows=1040,cols=2048,b=64)", [=] { batch_case(t, 1040, 2048, 64); });
