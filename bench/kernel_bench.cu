@@ -552,6 +552,8 @@ void gemv_block_cases() {
     gemv_per_head_case(GgmlType::Q5_0, 512, 192, 64, T);
     gemv_per_head_case(GgmlType::Q6_K, 256, 512, 64, T);
   }
+  // W_UV as the synthesized GLM-5 stack has it (Q4_K: gemv_q4k_v2, each head's pass over up to 4 of its tokens).
+  for (int64_t T : {1, 8, 64}) gemv_per_head_case(GgmlType::Q4_K, 256, 512, 64, T);
 }
 
 // ---- float GEMV (optimized/gemv_float.cu): the MoE router's F32 6144 x 256 matrix ------------------

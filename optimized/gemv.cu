@@ -221,24 +221,26 @@ __device__ __forceinline__ float fsum8(const float4& a, const float4& c) {
   return __fadd_rn(__fadd_rn(__fadd_rn(a.x, a.y), __fadd_rn(a.z, a.w)), __fadd_rn(__fadd_rn(c.x, c.y), __fadd_rn(c.z, c.w)));
 }
 
-// NB x vectors per CTA: entries b0 .. b0 + NB - 1 (grid index times NB), all on one matrix when NB > 1 (the
-// host only passes NB > 1 when the whole batch shares it). Each weight is decoded once for the NB of them;
-// every (row, x) result has exactly the NB = 1 order (each x its own chains, sums and reductions).
+// NB x vectors per CTA, all on one matrix when NB > 1: entries b0 + k es, k < NB. es = 1 (the whole batch shares
+// the matrix): b0 = pass x NB. es > 1 (per-head matrices, entry b on matrix b % es, es = w_count: the pass of
+// matrix h over NB of its tokens): pass p = tg es + h, b0 = tg NB es + h. Each weight is decoded once for the
+// NB of them; every (row, x) result has exactly the NB = 1 order (each x its own chains, sums and reductions).
 template <int NB, int DEPTH>
 __global__ void __launch_bounds__(kQ4v2MaxThreads) gemv_q4k_v2_kernel(const uint8_t* __restrict__ w, int64_t n_rows, int nb,
                                                                       const int32_t* __restrict__ ids, int64_t w_count,
                                                                       int64_t mat_stride, const float* __restrict__ x,
                                                                       int64_t x_stride, float* __restrict__ y, int64_t y_stride,
-                                                                      int64_t batch, bool batch_major) {
+                                                                      int64_t batch, bool batch_major, int64_t es) {
   __shared__ float red[kQ4v2MaxThreads / 32][NB][kQ4v2Rows];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int G = blockDim.x / kQ4v2Rows;  // groups per CTA (a multiple of 4)
   const int r = lane & 7, g = tid >> 3;
-  const int64_t b0 = (batch_major ? blockIdx.x : blockIdx.y) * (int64_t)NB;
+  const int64_t pass = batch_major ? blockIdx.x : blockIdx.y;
+  const int64_t b0 = NB == 1 ? pass : (pass / es) * NB * es + pass % es;
   const int64_t mat = ids ? (int64_t)ids[b0] : b0 % w_count;
   const float* xb[NB];
 #pragma unroll
-  for (int k = 0; k < NB; ++k) xb[k] = x + min(b0 + k, batch - 1) * x_stride;
+  for (int k = 0; k < NB; ++k) xb[k] = x + (b0 + k * es < batch ? b0 + k * es : b0) * x_stride;  // past the batch: unused
   const int64_t row = (int64_t)(batch_major ? blockIdx.y : blockIdx.x) * kQ4v2Rows + r;
   const uint4* wr = reinterpret_cast<const uint4*>(w + mat * mat_stride + min(row, n_rows - 1) * ((int64_t)nb * 144));
   const int nitems = nb * 4;
@@ -335,10 +337,10 @@ __global__ void __launch_bounds__(kQ4v2MaxThreads) gemv_q4k_v2_kernel(const uint
   if (tid < kQ4v2Rows && row < n_rows) {
 #pragma unroll
     for (int k = 0; k < NB; ++k) {
-      if (b0 + k >= batch) break;
+      if (b0 + k * es >= batch) break;
       float t = red[0][k][tid];
       for (int q = 1; q < (int)(blockDim.x >> 5); ++q) t = __fadd_rn(t, red[q][k][tid]);
-      y[(b0 + k) * y_stride + row] = t;
+      y[(b0 + k * es) * y_stride + row] = t;
     }
   }
 }
@@ -364,8 +366,13 @@ bool gemv_q4k_v2(const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* 
     return false;
   const int G = q4k_v2_groups(n_rows, nb);
   // One matrix for the whole batch (batched decode): kQ4v2MaxX x per CTA, each weight decoded once for them.
+  // Per-head matrices (entry b on matrix b % w_count: W_UV in a decode step of several tokens) the same way,
+  // each pass on one matrix (v12): at B = 64 each head's matrix was decoded 64 times, once per token.
   const bool shared = !d_ids && (mat_stride == 0 || w_count == 1) && batch > 1;
-  const int64_t nx = shared ? kQ4v2MaxX : 1, passes = (batch + nx - 1) / nx;
+  const bool per_mat = !d_ids && !shared && w_count > 1 && batch >= 2 * w_count;
+  const int64_t es = per_mat ? w_count : 1, nx = shared || per_mat ? kQ4v2MaxX : 1;
+  const int64_t tokens = (batch + es - 1) / es;  // entries per matrix (per_mat), or the batch
+  const int64_t passes = es * ((tokens + nx - 1) / nx);
   const unsigned blocks = ceil_div(n_rows, kQ4v2Rows);
   const bool bm = blocks <= 65535;  // batch-major grid where the row blocks fit grid.y
   const dim3 grid = bm ? dim3((unsigned)passes, blocks) : dim3(blocks, (unsigned)passes);
@@ -373,18 +380,18 @@ bool gemv_q4k_v2(const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* 
   // Variant 2 keeps two items' loads ahead in flight instead of one (the same order of sums).
   const bool deep = gemv_variant() == kGemvDeep;
   const int T = G * kQ4v2Rows;
-  if (shared && deep)
+  if ((shared || per_mat) && deep)
     gemv_q4k_v2_kernel<kQ4v2MaxX, 2><<<grid, T, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride,
-                                                                   d_y, y_stride, batch, bm);
-  else if (shared)
+                                                                   d_y, y_stride, batch, bm, es);
+  else if (shared || per_mat)
     gemv_q4k_v2_kernel<kQ4v2MaxX, 1><<<grid, T, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride,
-                                                                   d_y, y_stride, batch, bm);
+                                                                   d_y, y_stride, batch, bm, es);
   else if (deep)
     gemv_q4k_v2_kernel<1, 2><<<grid, T, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride, d_y,
-                                                           y_stride, batch, bm);
+                                                           y_stride, batch, bm, es);
   else
     gemv_q4k_v2_kernel<1, 1><<<grid, T, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride, d_y,
-                                                           y_stride, batch, bm);
+                                                           y_stride, batch, bm, es);
   MLACONF_CUDA_LAUNCH_CHECK("gemv_q4k_v2_kernel");
   return true;
 }

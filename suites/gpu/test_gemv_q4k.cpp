@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -130,6 +131,30 @@ void experts_case(int64_t rows, int64_t cols, std::vector<int32_t> ids) {
   gemv_experts_check(GgmlType::Q4_K, rows, cols, ids, 4, 71 + rows, 8, emulation(rows, cols));
 }
 
+// Per-head matrices (gemv_per_head: entry b on head b % H, the pipeline's W_UV), T tokens: each head's pass takes up
+// to 4 of its tokens (v12), so T = 5 and 9 leave a partial pass; judged, bit for bit against the emulation, and
+// each entry bit-identical to its x run alone on its head's matrix.
+void per_head_case(int64_t rows, int64_t cols, int64_t H, int64_t T) {
+  MLACONF_REQUIRE_CUDA();
+  GemvVariantScope simt(cuda::kGemvSimt);
+  const int64_t n = T * H, nb = cols / 256;
+  const auto blocks = random_blocks(GgmlType::Q4_K, H * rows * nb, 900 + rows + H + T);
+  const auto W = ref_dequant(GgmlType::Q4_K, blocks, H * rows * cols);
+  const auto x = random_x((size_t)(n * cols), 37 + T);
+  auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
+  cuda::DeviceBuffer d_y((size_t)(n * rows * 4));
+  cuda::gemv_per_head(GgmlType::Q4_K, d_w.get(), rows, cols, H, d_x.as<float>(), cols, d_y.as<float>(), rows, n);
+  const auto got = cuda::to_host<float>(d_y, (size_t)(n * rows));
+  std::vector<int64_t> mat((size_t)n);
+  for (int64_t j = 0; j < n; ++j) mat[(size_t)j] = j % H;
+  expect_judged(judge_gemv(got, W, mat, x, rows, cols, emulation(rows, cols)(blocks, W)), "per head");
+  const int64_t stride = rows * nb * 144;
+  const int64_t differ = entries_unlike_alone(got, n, rows, [&](int64_t j, float* d_y1) {
+    cuda::gemv(GgmlType::Q4_K, d_w.as<uint8_t>() + (j % H) * stride, rows, cols, d_x.as<float>() + j * cols, d_y1, 1, 0, cols, rows);
+  });
+  EXPECT_EQ(differ, 0) << differ << " of " << n << " entries differ from the same x run alone";
+}
+
 const bool registered = [] {
   const int64_t kRows[] = {1, 7, 9, 33, 257, 1021};
   const int64_t kBlocks[] = {1, 2, 3, 11, 24};
@@ -145,6 +170,10 @@ const bool registered = [] {
     }
   register_case("gemv_q4k", "gemv(type=Q4_K,rows=2048,cols=6144,b=2)", [] { batch_case(2048, 6144, 2); });
   register_case("gemv_q4k", "gemv(type=Q4_K,rows=576,cols=6144,b=1)", [] { batch_case(576, 6144, 1); });
+  for (const auto& [rows, cols, H, T] : {std::array<int64_t, 4>{256, 512, 64, 9}, {33, 768, 3, 5}, {9, 256, 5, 2}, {256, 512, 64, 1}})
+    register_case("gemv_q4k", "gemv_per_head(type=Q4_K,rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) + ",heads=" +
+                                  std::to_string(H) + ",t=" + std::to_string(T) + ")",
+                  [=] { per_head_case(rows, cols, H, T); });
   register_case("gemv_q4k", "gemv_experts(type=Q4_K,pool=4,n=10,rows=33,cols=768)",
                 [] { experts_case(33, 768, {2, 0, 2, 3, 1, 2, 2, 0, 3, 2}); });
   return true;
