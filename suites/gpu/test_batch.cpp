@@ -336,19 +336,24 @@ void check_misuse(const std::string& model) {
   EXPECT_EQ(p.sequence_length(a), 40);
 }
 
+// The greedy tests' pipeline: 256 positions, max_seqs slots, small pages; graph steps need the overflow check off.
+cuda::PipelineOptions greedy_options(int64_t max_seqs, bool graph, bool overflow_check) {
+  cuda::PipelineOptions o;
+  o.max_ctx = 256;
+  o.max_seqs = max_seqs;
+  o.page_rows = kPageRows;
+  o.decode_graph = graph;
+  o.overflow_check = overflow_check;
+  return o;
+}
+
 // decode_step_greedy: the device's greedy picks equal core/argmax.h's on the logits decode_step returns,
 // step by step, for twin sequences (the same prompts and tokens, in two halves of one pipeline: each
 // row's logits do not depend on the batch, so the twins' logits are the same bits).
 void check_greedy(const std::string& model, int64_t B, bool graph) {
   GgufFile f = GgufFile::open(model);
   ModelConfig c = ModelConfig::from_gguf(f);
-  cuda::PipelineOptions o;
-  o.max_ctx = 256;
-  o.max_seqs = 2 * B;
-  o.page_rows = kPageRows;
-  o.decode_graph = graph;
-  o.overflow_check = !graph;
-  cuda::Pipeline p(f, c, o);
+  cuda::Pipeline p(f, c, greedy_options(2 * B, graph, !graph));
   std::vector<int> a, g;
   std::vector<SeqInput> in;
   for (int64_t b = 0; b < B; ++b) {
@@ -381,13 +386,7 @@ void check_greedy_capture(const std::string& model, int64_t B) {
   std::vector<std::vector<int32_t>> picks[2];
   int64_t replays_after[2] = {0, 0};
   for (int graph = 0; graph < 2; ++graph) {
-    cuda::PipelineOptions o;
-    o.max_ctx = 256;
-    o.max_seqs = B;
-    o.page_rows = kPageRows;
-    o.decode_graph = graph == 1;
-    o.overflow_check = graph == 0;
-    cuda::Pipeline p(f, c, o);
+    cuda::Pipeline p(f, c, greedy_options(B, graph == 1, graph == 0));
     std::vector<int> seqs;
     std::vector<SeqInput> in;
     for (int64_t b = 0; b < B; ++b) {
@@ -415,13 +414,7 @@ void check_greedy_capture(const std::string& model, int64_t B) {
 void check_chained_greedy(const std::string& model, int64_t B, bool graph) {
   GgufFile f = GgufFile::open(model);
   ModelConfig c = ModelConfig::from_gguf(f);
-  cuda::PipelineOptions o;
-  o.max_ctx = 256;
-  o.max_seqs = 2 * B;
-  o.page_rows = kPageRows;
-  o.decode_graph = graph;
-  o.overflow_check = false;
-  cuda::Pipeline p(f, c, o);
+  cuda::Pipeline p(f, c, greedy_options(2 * B, graph, false));
   std::vector<int> a, g;
   std::vector<int32_t> first;
   for (int64_t b = 0; b < B; ++b) {
@@ -484,13 +477,7 @@ void check_chained_greedy_stop(const std::string& model, bool chained_from_start
   GgufFile f = GgufFile::open(nm);
   ModelConfig c = ModelConfig::from_gguf(f);
   const int64_t B = 2;
-  cuda::PipelineOptions o;
-  o.max_ctx = 256;
-  o.max_seqs = 3 * B;
-  o.page_rows = kPageRows;
-  o.decode_graph = true;
-  o.overflow_check = false;
-  cuda::Pipeline p(f, c, o);
+  cuda::Pipeline p(f, c, greedy_options(3 * B, true, false));
   std::vector<int> a, g, w;
   std::vector<int32_t> first;
   for (int64_t b = 0; b < B; ++b) {
