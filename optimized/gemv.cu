@@ -230,17 +230,18 @@ __global__ void __launch_bounds__(kQ4v2MaxThreads) gemv_q4k_v2_kernel(const uint
                                                                       const int32_t* __restrict__ ids, int64_t w_count,
                                                                       int64_t mat_stride, const float* __restrict__ x,
                                                                       int64_t x_stride, float* __restrict__ y, int64_t y_stride,
-                                                                      int64_t batch, bool batch_major, int64_t es) {
+                                                                      int64_t batch, bool batch_major, int es) {
   __shared__ float red[kQ4v2MaxThreads / 32][NB][kQ4v2Rows];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int G = blockDim.x / kQ4v2Rows;  // groups per CTA (a multiple of 4)
   const int r = lane & 7, g = tid >> 3;
   const int64_t pass = batch_major ? blockIdx.x : blockIdx.y;
-  const int64_t b0 = NB == 1 ? pass : (pass / es) * NB * es + pass % es;
+  // Entries fit 32 bits (batch <= 65535, gemv_q4k_v2).
+  const int b0 = NB == 1 ? (int)pass : (int)(pass / es) * NB * es + (int)(pass % es), nbatch = (int)batch;
   const int64_t mat = ids ? (int64_t)ids[b0] : b0 % w_count;
   const float* xb[NB];
 #pragma unroll
-  for (int k = 0; k < NB; ++k) xb[k] = x + (b0 + k * es < batch ? b0 + k * es : b0) * x_stride;  // past the batch: unused
+  for (int k = 0; k < NB; ++k) xb[k] = x + (int64_t)(b0 + k * es < nbatch ? b0 + k * es : b0) * x_stride;  // past the batch: unused
   const int64_t row = (int64_t)(batch_major ? blockIdx.y : blockIdx.x) * kQ4v2Rows + r;
   const uint4* wr = reinterpret_cast<const uint4*>(w + mat * mat_stride + min(row, n_rows - 1) * ((int64_t)nb * 144));
   const int nitems = nb * 4;
@@ -337,10 +338,10 @@ __global__ void __launch_bounds__(kQ4v2MaxThreads) gemv_q4k_v2_kernel(const uint
   if (tid < kQ4v2Rows && row < n_rows) {
 #pragma unroll
     for (int k = 0; k < NB; ++k) {
-      if (b0 + k * es >= batch) break;
+      if (b0 + k * es >= nbatch) break;
       float t = red[0][k][tid];
       for (int q = 1; q < (int)(blockDim.x >> 5); ++q) t = __fadd_rn(t, red[q][k][tid]);
-      y[(b0 + k * es) * y_stride + row] = t;
+      y[(int64_t)(b0 + k * es) * y_stride + row] = t;
     }
   }
 }
@@ -370,7 +371,8 @@ bool gemv_q4k_v2(const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* 
   // each pass on one matrix (v12): at B = 64 each head's matrix was decoded 64 times, once per token.
   const bool shared = !d_ids && (mat_stride == 0 || w_count == 1) && batch > 1;
   const bool per_mat = !d_ids && !shared && w_count > 1 && batch >= 2 * w_count;
-  const int64_t es = per_mat ? w_count : 1, nx = shared || per_mat ? kQ4v2MaxX : 1;
+  const int es = per_mat ? (int)w_count : 1;  // w_count < batch <= 65535 where per_mat
+  const int64_t nx = shared || per_mat ? kQ4v2MaxX : 1;
   const int64_t tokens = (batch + es - 1) / es;  // entries per matrix (per_mat), or the batch
   const int64_t passes = es * ((tokens + nx - 1) / nx);
   const unsigned blocks = ceil_div(n_rows, kQ4v2Rows);
