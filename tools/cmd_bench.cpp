@@ -3,7 +3,7 @@
 //   mlaconf bench --model M.gguf [--backend reference|cuda] [--precision f32|f64]
 //                 [--prompt-tokens 128] [--decode-steps 32] [--seed 1] [--no-warmup] [--json]
 //                 [--devices 0,1,...]   (cuda: layer split, tools/cli_devices.h)
-//                 [--batch 1,8,32,64 [--context N] [--floor-gbs 4229]]   (cuda: batched decode)
+//                 [--batch 1,8,32,64 [--context N] [--floor-gbs 4229] [--graph] [--step-by-step]]   (cuda: batched decode)
 //
 // Feeds --prompt-tokens seeded random ids as one prefill, then --decode-steps greedy steps of one
 // token each, and reports wall time and tokens/s for both phases. By default a warm-up pass (the same
