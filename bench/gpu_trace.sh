@@ -7,7 +7,8 @@
 #   OUT=/some/dir bash bench/gpu_trace.sh mlaconf bench --backend cuda --model M.gguf --batch 1 --context 32768 \
 #       --prompt-tokens 8 --decode-steps 9
 #
-# Writes $OUT/trace.csv.xz, $OUT/trace_summary.json and prints the summary. Tracing costs time itself (the
+# Writes $OUT/trace.csv.xz, $OUT/trace_summary.json and prints the summary (per stream too; TIMELINE=1 adds the
+# last step's activities in order). Tracing costs time itself (the
 # traced step is ~25% longer at B = 1: each runtime call is recorded); compare against an untraced run.
 set -euo pipefail
 OUT=${OUT:?set OUT to a directory}
@@ -27,5 +28,6 @@ g++ -shared -fPIC -O2 -std=c++17 -DKERNEL_REC="$(newest CUpti_ActivityKernel)" -
   -L"$(dirname "$L")" -lcupti -o "$LIB"
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$(dirname "$L")"
 CUDA_INJECTION64_PATH="$LIB" MLACONF_TRACE_OUT="$OUT/trace.csv" "$@" > "$OUT/command.out"
-python3 "$(dirname "$0")/trace_summary.py" "$OUT/trace.csv" --steps "${STEPS:-4}" --json "$OUT/trace_summary.json"
+python3 "$(dirname "$0")/trace_summary.py" "$OUT/trace.csv" --steps "${STEPS:-4}" --json "$OUT/trace_summary.json" \
+  ${TIMELINE:+--timeline}
 xz -f -T4 "$OUT/trace.csv"

@@ -8,9 +8,12 @@ ends the last decode step: the logits of decode_step, or the B greedy ids of dec
 step: wall time, the time the device runs anything (union of kernel, memset and memcpy intervals), the
 idle rest, counts, and the idle gaps attributed to what the host was doing meanwhile (the runtime calls
 overlapping each gap). The last --steps steps are averaged (the earlier ones include warm-up and graph
-capture).
+capture). Per stream (a decode step forks the indexer onto a side stream): its kernels' busy time (the union
+of their intervals) and the span from its first start to its last end; overlap_us is the time the streams
+ran kernels at once (the sum of the streams' busy minus the kernels' union). --timeline prints the last
+step's device activities in order: offset from the step's start, duration, stream, name, grid.
 
-  python3 bench/trace_summary.py trace.csv [--steps N] [--step-bytes BYTES] [--json out.json]
+  python3 bench/trace_summary.py trace.csv [--steps N] [--step-bytes BYTES] [--json out.json] [--timeline]
 """
 import argparse
 import collections
@@ -75,6 +78,7 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--step-bytes", type=int, default=0)
     ap.add_argument("--json")
+    ap.add_argument("--timeline", action="store_true")
     a = ap.parse_args()
     rows = load(a.csv)
     READABLE.update(demangled(r["name"] for r in rows if r["kind"] == "kernel"))
@@ -95,6 +99,7 @@ def main():
     calls = collections.defaultdict(lambda: [0, 0.0])
     gap_host = collections.defaultdict(float)
     gap_next = collections.defaultdict(lambda: [0, 0.0])
+    per_stream = collections.defaultdict(lambda: [0, 0.0, 0.0])  # kernels, busy us, span us (summed over steps)
     for w0, w1 in windows:
         inside = sorted((r for r in dev if r["start"] >= w0 and r["end"] <= w1), key=lambda r: r["start"])
         busy = union_ns([(r["start"], r["end"]) for r in inside])
@@ -109,6 +114,12 @@ def main():
                 k = kern[short(r["name"])]
                 k[0] += 1
                 k[1] += (r["end"] - r["start"]) / 1e3
+        for st in sorted({r["stream"] for r in inside if r["kind"] == "kernel"}):
+            ks = [(r["start"], r["end"]) for r in inside if r["kind"] == "kernel" and r["stream"] == st]
+            ps = per_stream[st]
+            ps[0] += len(ks)
+            ps[1] += union_ns(ks) / 1e3
+            ps[2] += (max(e for _, e in ks) - min(b for b, _ in ks)) / 1e3
         for r in api:
             if r["start"] >= w0 and r["end"] <= w1:
                 c = calls[r["name"]]
@@ -136,6 +147,9 @@ def main():
     out["runtime_calls"] = {k: {"calls": v[0] / n, "us": v[1] / n} for k, v in sorted(calls.items(), key=lambda x: -x[1][1])}
     out["idle_before"] = {k: {"gaps": v[0] / n, "us": v[1] / n} for k, v in sorted(gap_next.items(), key=lambda x: -x[1][1])}
     out["host_during_idle_us"] = {k: v / n for k, v in sorted(gap_host.items(), key=lambda x: -x[1])}
+    out["streams"] = {st: {"kernels": v[0] / n, "busy_us": v[1] / n, "span_us": v[2] / n}
+                      for st, v in sorted(per_stream.items(), key=lambda x: -x[1][1])}
+    out["overlap_us"] = sum(v["busy_us"] for v in out["streams"].values()) - out["kernel_busy_us"]
     if a.json:
         write_atomic(a.json, json.dumps(out, indent=1))
     print(f"steps averaged: {n} (a download of {size} bytes ends each step)")
@@ -153,6 +167,15 @@ def main():
     print("host runtime calls overlapping the idle time (us):")
     for k, v in list(out["host_during_idle_us"].items())[:10]:
         print(f"  {v:9.1f} us  {k}")
+    print(f"streams (kernels, busy, span; {out['overlap_us']:.1f} us with kernels on two or more at once):")
+    for st, v in out["streams"].items():
+        print(f"  stream {st:>4}: {v['kernels']:5.1f} kernels, busy {v['busy_us']:8.1f} us, span {v['span_us']:8.1f} us")
+    if a.timeline:
+        w0, w1 = windows[-1]
+        print("the last step (offset from its start, duration, stream, what, grid or bytes), us:")
+        for r in sorted((r for r in dev if r["start"] >= w0 and r["end"] <= w1), key=lambda r: r["start"]):
+            what = short(r["name"]) if r["kind"] == "kernel" else r["name"] if r["kind"] == "memcpy" else r["kind"]
+            print(f"  {(r['start'] - w0) / 1e3:9.1f} {(r['end'] - r['start']) / 1e3:8.1f}  s{r['stream']:<4} {what:<44} {r['extra']}")
 
 if __name__ == "__main__":
     main()

@@ -6,7 +6,9 @@ an earlier prefill downloads a larger block first, which must not be taken for a
 device runs kernel A 100-400 us and kernel B 500-700 us (busy 500 us, idle 500 us: 100 us after the step
 starts, 100 us before B, 300 us before the step's copy); the host launches are 10 us runtime calls, and
 a 50 us cudaMemcpy overlaps the last gap. A mutation check: the same trace with B moved to overlap A must
-report less busy time, so the union of intervals is computed, not a sum.
+report less busy time, so the union of intervals is computed, not a sum. Streams: with a kernel C on stream 9
+at 350-450 us (a side stream), stream 7 is busy 500 us over a 600-us span, stream 9 100 us, and the two overlap
+for 50 us (A's last 50); --timeline lists the last step's activities in order, its ending copy too.
 """
 import json
 import os
@@ -16,7 +18,7 @@ import sys
 import tempfile
 
 
-def write_trace(path, overlap=False):
+def write_trace(path, overlap=False, side=False):
     rows = ["kind,name,start_ns,end_ns,stream,correlation,extra"]
     us = 1000
     # a prefill before the steps: its logits download is larger than the steps' ids
@@ -31,6 +33,8 @@ def write_trace(path, overlap=False):
             rows.append(f"kernel,_ZN7mlaconf4cuda12embed_kernelEiPKhlPKilliiPf,{b0 + 150 * us},{b0 + 151 * us},7,13,1x1x1")
             bs, be = (b0 + 300 * us, b0 + 500 * us) if overlap else (b0 + 500 * us, b0 + 700 * us)
             rows.append(f'kernel,"B<1, 2>(int)",{bs},{be},7,11,2x1x1')
+            if side:
+                rows.append(f'kernel,"C(int)",{b0 + 350 * us},{b0 + 450 * us},9,14,3x1x1')
             rows.append(f"api,cudaLaunchKernel_v7000,{b0 + 90 * us},{b0 + 100 * us},0,10,1")
             rows.append(f"api,cudaLaunchKernel_v7000,{b0 + 480 * us},{b0 + 490 * us},0,11,1")
             rows.append(f"api,cudaMemcpy_v3020,{b0 + 940 * us},{b0 + 990 * us},0,12,1")
@@ -39,11 +43,13 @@ def write_trace(path, overlap=False):
         f.write("\n".join(rows) + "\n")
 
 
-def run(script, csv_path, out_json):
-    subprocess.run([sys.executable, script, csv_path, "--steps", "3", "--json", out_json], check=True,
-                   stdout=subprocess.DEVNULL)
+def run(script, csv_path, out_json, extra=()):
+    r = subprocess.run([sys.executable, script, csv_path, "--steps", "3", "--json", out_json, *extra], check=True,
+                       stdout=subprocess.PIPE, text=True)
     with open(out_json) as f:
-        return json.load(f)
+        j = json.load(f)
+    j["_stdout"] = r.stdout
+    return j
 
 
 def main():
@@ -79,6 +85,21 @@ def main():
         m = run(script, p, os.path.join(d, "m.json"))
         if abs(m["kernel_busy_us"] - 400) > 1e-6:
             bad.append(f"overlapping kernels: busy {m['kernel_busy_us']}, want 400 (the union)")
+        # streams: C on a side stream overlapping A's last 50 us
+        write_trace(p, side=True)
+        s = run(script, p, os.path.join(d, "s.json"), ["--timeline"])
+        st = s["streams"]
+        for sid, busy, span, kernels in (("7", 500, 600, 3), ("9", 100, 100, 1)):
+            got = st.get(sid, {})
+            if abs(got.get("busy_us", -1) - busy) > 1e-6 or abs(got.get("span_us", -1) - span) > 1e-6 or \
+                    abs(got.get("kernels", -1) - kernels) > 1e-6:
+                bad.append(f"stream {sid}: {got}, want busy {busy}, span {span}, {kernels} kernels")
+        if abs(s["overlap_us"] - 50) > 1e-6 or abs(s["kernel_busy_us"] - 550) > 1e-6:
+            bad.append(f"overlap {s['overlap_us']} (want 50), kernel busy {s['kernel_busy_us']} (want 550)")
+        # the timeline's kernel lines (offset, duration, stream, name...), in start order
+        order = [l.split()[3] for l in s["_stdout"].splitlines() if len(l.split()) > 3 and l.split()[2] in ("s7", "s9")]
+        if order != ["A", want, "C", "B<1,", "memcpy_kind2"]:
+            bad.append(f"timeline {order}, want A, {want}, C, B<1, 2>, the step's copy (by start)")
     for b in bad:
         print("FAIL:", b)
     print("trace_summary: " + ("ok" if not bad else f"{len(bad)} checks failed"))
