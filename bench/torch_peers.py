@@ -193,6 +193,19 @@ class Bench:
                 self.rotating(name, "F.linear fp16", f"fp16 weights, rotating {{pool}}, {B} x", (rows, cols), torch.float16,
                               lambda w: F.linear(x, w), B * (cols + rows) * 2.0, 2.0 * rows * cols * B)
 
+    # The per-head cases of kernel_bench (gemv_per_head: 64 heads, T tokens, entry t H + h on head h): one fp16 bmm of
+    # the 64 heads' matrices [64, rows, cols] with their T x each [64, cols, T].
+    def gemv_per_head(self):
+        H = 64
+        for t, rows, cols, tokens in (("Q5_0", 512, 192, (1, 8)), ("Q6_K", 256, 512, (1, 8)), ("Q4_K", 256, 512, (1, 8, 64))):
+            for T in tokens:
+                name = f"gemv_per_head(type={t},rows={rows},cols={cols},heads={H},t={T})"
+                if not self.wanted(name):
+                    continue
+                x = torch.randn(H, cols, T, dtype=torch.float16, device="cuda")
+                self.rotating(name, "bmm fp16", f"fp16 weights, rotating {{pool}} head sets, {T} x per head", (H, rows, cols),
+                              torch.float16, lambda w: torch.bmm(w, x), H * T * (cols + rows) * 2.0, 2.0 * rows * cols * H * T)
+
     # The float GEMV case of kernel_bench (gemv_float.cu): the F32 router 256 x 6144, F.linear in fp32
     # (TF32 off) on the same bytes, B x vectors at once.
     def gemv_float(self):
@@ -236,6 +249,7 @@ def main():
     b.indexer(16, 131072, True)
     b.gemv()
     b.gemv_blocks()
+    b.gemv_per_head()
     b.gemv_float()
     b.argmax()
     write_atomic(a.json, json.dumps(dict(source="torch", device=torch.cuda.get_device_name(), torch=torch.__version__,
