@@ -313,6 +313,9 @@ struct Pipeline::Impl {
   std::vector<float> graph_step(std::span<const int32_t> ids, SeqRows& r);
   // A decode step's rows: one per sequence, at its length (InputError for a bad list).
   SeqRows step_rows(std::span<const int> seqs, std::span<const int32_t> ids);
+  // The step's inputs into the B-row graph's input buffer (made here at the first step of a B): the rows' pages
+  // granted, one image, one async copy from pinned memory on the legacy stream; the image's offsets (rows_image).
+  std::vector<size_t> upload_step_inputs(StepGraph& G, std::span<const int32_t> ids, const SeqRows& r);
   // Greedy steps as replays of the captured B-row graph, queued one ahead (decode_steps_greedy): appends to out.
   void graph_chain(std::span<const int> seqs, std::span<const int32_t> ids, int64_t n, std::vector<std::vector<int32_t>>& out);
   // Runs fn with `r` as the pass's rows (no trace, no forced decisions), then clears them, also on error.
@@ -1150,19 +1153,23 @@ std::vector<float> Pipeline::Impl::seq_pass(std::span<const int32_t> ids, SeqRow
 // persistent buffers of the B-row graph, then the graph replays. Its first step (and the first after a
 // kernel's workspace moved) runs directly, shaped like the graph, so that every workspace has its size
 // before the capture; the next one captures.
-std::vector<float> Pipeline::Impl::graph_step(std::span<const int32_t> ids, SeqRows& r) {
-  const int64_t B = ids.size(), V = c.n_vocab;
+// Before the replay (or the warm run, or the capture, which drains the legacy stream first). The image has the
+// same size at every step of this B (B rows, B groups of max_pages).
+std::vector<size_t> Pipeline::Impl::upload_step_inputs(StepGraph& G, std::span<const int32_t> ids, const SeqRows& r) {
   const RowTables h = place(ids, r);
-  DeviceScope on(stage_dev[0]);
-  StepGraph& G = step_graphs[B];
-  // The step's inputs: one image, one async copy from pinned memory into the graph's input buffer, on
-  // the legacy stream before the replay (or the warm run, or the capture, which drains it first). The
-  // image has the same size at every step of this B (B rows, B groups of max_pages).
   std::vector<size_t> off;
   rows_image(uploads[0], ids, h, r, off);
-  if (!G.inputs.get()) G.inputs = DeviceBuffer(uploads[0].bytes()), G.logits = DeviceBuffer((size_t)(B * V) * 4);
+  if (!G.inputs.get()) G.inputs = DeviceBuffer(uploads[0].bytes()), G.logits = DeviceBuffer((size_t)ids.size() * c.n_vocab * 4);
   if (G.inputs.bytes() != uploads[0].bytes()) throw CudaError("decode graph: the step's inputs changed size");
   uploads[0].upload(G.inputs.get());
+  return off;
+}
+
+std::vector<float> Pipeline::Impl::graph_step(std::span<const int32_t> ids, SeqRows& r) {
+  const int64_t B = ids.size();
+  DeviceScope on(stage_dev[0]);
+  StepGraph& G = step_graphs[B];
+  const std::vector<size_t> off = upload_step_inputs(G, ids, r);
   point_rows(r, G.inputs.as<char>(), off);
   r.graph_shape = true;
   r.d_logits = G.logits.as<float>();
@@ -1330,12 +1337,8 @@ void Pipeline::Impl::graph_chain(std::span<const int> seqs, std::span<const int3
   for (int64_t k = 0; k < n; ++k) {
     const std::span<const int32_t> tokens = k == 0 ? ids : std::span<const int32_t>(zeros);  // later: fed on the device
     SeqRows r = step_rows(seqs, tokens);
-    const RowTables h = place(tokens, r);
-    std::vector<size_t> off;
-    rows_image(uploads[0], tokens, h, r, off);
-    if (G.inputs.bytes() != uploads[0].bytes()) throw CudaError("decode graph: the step's inputs changed size");
     if (!G.replays()) throw CudaError("decode graph: its workspaces moved during chained steps");
-    uploads[0].upload(G.inputs.get());
+    const std::vector<size_t> off = upload_step_inputs(G, tokens, r);
     if (k > 0) feed_picks(G.picks.as<int32_t>(), B, reinterpret_cast<int32_t*>(G.inputs.as<char>() + off[0]));
     G.graph.launch();
     ++graph_replays;
