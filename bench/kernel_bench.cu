@@ -334,22 +334,19 @@ void q4k_case(int64_t rows, int64_t cols, int B) {
   random_q4k(&w, pool, rows, cols);
   DeviceBuffer x = random_f32((size_t)B * cols, 2), y((size_t)B * rows * 4);
   const uint8_t* wp = w.as<uint8_t>();
-  for (int variant : kVariants) {
-  set_gemv_variant(variant);
-  const double us = time_us([&](int i) {
-    gemv(GgmlType::Q4_K, wp + (size_t)(i % pool) * (size_t)mat_bytes, rows, cols, x.as<float>(), y.as<float>(), B, 0, cols, rows);
-  });
-  set_gemv_variant(0);
-  report({stem + variant_tag(variant) + ")", "gemv", "rotating " + std::to_string(pool) + " matrices, " + std::to_string(B) + " x on one matrix", us,
-          mat_bytes + B * (cols + rows) * 4.0, 2.0 * rows * cols * B});
-  }
-  time_grid_v11(GgmlType::Q4_K, rows, cols, B, stem, [&](const std::string& name) {
+  auto time_row = [&](const std::string& name) {  // under the variant and CTA shapes set now
     const double us = time_us([&](int i) {
       gemv(GgmlType::Q4_K, wp + (size_t)(i % pool) * (size_t)mat_bytes, rows, cols, x.as<float>(), y.as<float>(), B, 0, cols, rows);
     });
     report({name, "gemv", "rotating " + std::to_string(pool) + " matrices, " + std::to_string(B) + " x on one matrix", us,
             mat_bytes + B * (cols + rows) * 4.0, 2.0 * rows * cols * B});
-  });
+  };
+  for (int variant : kVariants) {
+    set_gemv_variant(variant);
+    time_row(stem + variant_tag(variant) + ")");
+    set_gemv_variant(0);
+  }
+  time_grid_v11(GgmlType::Q4_K, rows, cols, B, stem, time_row);
 }
 
 // The 8 used experts of each of `tokens` tokens (distinct within a token), drawn at random from a pool of
@@ -496,23 +493,19 @@ void gemv_block_case(GgmlType t, int64_t rows, int64_t cols, int B) {
   random_mats(&w, t, pool, rows, cols, 11);
   DeviceBuffer x = random_f32((size_t)B * cols, 5), y((size_t)B * rows * 4);
   const uint8_t* wp = w.as<uint8_t>();
-  for (int variant : kVariants) {
-  set_gemv_variant(variant);
-  const double us = time_us([&](int i) {
-    gemv(t, wp + (size_t)(i % pool) * (size_t)mat_bytes, rows, cols, x.as<float>(), y.as<float>(), B, 0, cols, rows);
-  });
-  set_gemv_variant(0);
-  report({stem + variant_tag(variant) + ")", "gemv_blocks",
-          "rotating " + std::to_string(pool) + " matrices, " + std::to_string(B) + " x on one matrix", us,
-          mat_bytes + B * (cols + rows) * 4.0, 2.0 * rows * cols * B});
-  }
-  time_grid_v11(t, rows, cols, B, stem, [&](const std::string& name) {
+  auto time_row = [&](const std::string& name) {  // under the variant and CTA shapes set now
     const double us = time_us([&](int i) {
       gemv(t, wp + (size_t)(i % pool) * (size_t)mat_bytes, rows, cols, x.as<float>(), y.as<float>(), B, 0, cols, rows);
     });
     report({name, "gemv_blocks", "rotating " + std::to_string(pool) + " matrices, " + std::to_string(B) + " x on one matrix", us,
             mat_bytes + B * (cols + rows) * 4.0, 2.0 * rows * cols * B});
-  });
+  };
+  for (int variant : kVariants) {
+    set_gemv_variant(variant);
+    time_row(stem + variant_tag(variant) + ")");
+    set_gemv_variant(0);
+  }
+  time_grid_v11(t, rows, cols, B, stem, time_row);
 }
 
 // Per-head matrices as the pipeline runs them at decode (T tokens x H heads, entry b on head b % H):
