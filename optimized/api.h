@@ -255,6 +255,13 @@ int gemv_variant();
 // way; kernel_bench times both, suites/gpu compares them.
 void set_gemv_mma_balance(bool on);
 bool gemv_mma_balance();
+// The tensor-core GEMV's x split, chained (default; v13 in docs/PERF_H200.md): for one matrix (no expert ids) it
+// is launched as a programmatic dependent of the kernel before it, which triggers at its start (rmsnorm, the
+// SiLU gate, the Q4_K SIMT GEMV), so that the split and the GEMV's CTAs launch while that kernel runs and the
+// GEMV stages its first weight blocks meanwhile. MLACONF_MMA_CHAIN=0 (or false here): the split starts after
+// that kernel, as before. The bits are the same either way (suites/gpu gemv_mma.chained).
+void set_gemv_mma_chain(bool on);
+bool gemv_mma_chain();
 // Y [T, n_rows] f32 = X [T, ncols] f16 times W^T, W [n_rows, ncols] f16 row-major: cuBLAS, fp32 accumulate.
 void gemm_f16(const uint16_t* d_x, const uint16_t* d_w, int64_t T, int64_t n_rows, int64_t ncols, float* d_y);
 // Prefill linear: dequantize W to an fp16 scratch buffer, then gemm_f16. X [T, ncols] f32 is split into

@@ -126,6 +126,16 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   MLACONF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
+// The device side of a programmatic dependent launch (sm_90 and later). pdl_trigger: the stream's next kernel,
+// if launch_dependent queued it, may start now (every CTA of this one has triggered or exited); a kernel
+// whose successor only waits for it (sparse MLA's merge, split_x, the tensor-core GEMV) triggers at its start,
+// so that the successor's CTAs launch and do what needs no input (the GEMV stages and prefetches weights)
+// while this one runs. pdl_wait: this kernel's predecessor has finished and its writes are visible (a no-op
+// where the launch had no programmatic dependency). A kernel launched by launch_dependent must pdl_wait
+// before it reads anything its predecessor writes, and before it writes anything that one reads.
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;\n"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
 inline unsigned ceil_div(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 // n rounded up to a multiple of a (the arenas' and packed uploads' alignment).
 constexpr size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }

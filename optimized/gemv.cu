@@ -232,6 +232,7 @@ __global__ void __launch_bounds__(kQ4v2MaxThreads) gemv_q4k_v2_kernel(const uint
                                                                       int64_t x_stride, float* __restrict__ y, int64_t y_stride,
                                                                       int64_t batch, bool batch_major, int es) {
   __shared__ float red[kQ4v2MaxThreads / 32][NB][kQ4v2Rows];
+  pdl_trigger();  // a chained GEMV's x split (attn_output's, after W_UV) may launch: it waits for this kernel
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int G = blockDim.x / kQ4v2Rows;  // groups per CTA (a multiple of 4)
   const int r = lane & 7, g = tid >> 3;

@@ -96,7 +96,8 @@ __device__ __forceinline__ void put_terms(T* o, int64_t stride, int64_t s, Terms
 // values) for all 32 lanes is 256 contiguous bytes.
 __global__ void split_x_kernel(const float* __restrict__ x, int64_t x_stride, int64_t K, int64_t ntok,
                                __nv_bfloat16* __restrict__ xi, bool hi_only) {
-  asm volatile("griddepcontrol.launch_dependents;\n");  // the GEMV may launch now (it waits for x's terms)
+  pdl_trigger();  // the GEMV may launch now (it waits for x's terms)
+  pdl_wait();     // chained (gemv_mma_chain): x is the previous kernel's output
   const int64_t pos = (int64_t)blockIdx.x * 256 + threadIdx.x;
   const int64_t s = blockIdx.y;  // grid.y: ntok rounded up to even; the padding slot is zero
   const float v = s < ntok ? x[s * x_stride + pos] : 0.f;
@@ -119,7 +120,8 @@ __global__ void split_x_q4k_kernel(const float* __restrict__ x, int64_t x_stride
                                    __half* __restrict__ xi, float* __restrict__ xf, __nv_bfloat16* __restrict__ xm,
                                    bool hi_only) {
   __shared__ float wmax[8];
-  asm volatile("griddepcontrol.launch_dependents;\n");  // the GEMV may launch now (it waits for x's terms)
+  pdl_trigger();  // the GEMV may launch now (it waits for x's terms)
+  pdl_wait();     // chained (gemv_mma_chain): x is the previous kernel's output
   const int64_t blk = blockIdx.x, nb = K / 256, pos = blk * 256 + threadIdx.x;
   const int64_t s = blockIdx.y;  // grid.y: ntok rounded up to even; the padding slot is zero
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -531,7 +533,7 @@ __global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
     }
     // Launched as a programmatic dependent of the split_x kernel: the weights' first stages are in flight
     // while it runs; x's terms are read only after it has finished (a no-op without the dependency).
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    pdl_wait();
     int st = 0;  // (b - b_lo) % stages, kept by a counter (a modulo by 3 stages was 4 instructions per use)
     int b = b_lo;
     // Two chunks per warp (experts, one column group): [b_lo, b_mid) then [b_mid, b_hi), the first's sums kept
@@ -642,6 +644,15 @@ void launch(const MmaArgs& a, dim3 grid) {
 
 namespace {
 int g_mma_balance = -1;  // -1: MLACONF_MMA_BALANCE at the first call (default on)
+int g_mma_chain = -1;    // -1: MLACONF_MMA_CHAIN at the first call (default on)
+}
+void set_gemv_mma_chain(bool on) { g_mma_chain = on ? 1 : 0; }
+bool gemv_mma_chain() {
+  if (g_mma_chain < 0) {
+    const char* e = std::getenv("MLACONF_MMA_CHAIN");
+    g_mma_chain = e && std::string(e) == "0" ? 0 : 1;
+  }
+  return g_mma_chain == 1;
 }
 void set_gemv_mma_balance(bool on) { g_mma_balance = on ? 1 : 0; }
 bool gemv_mma_balance() {
@@ -716,10 +727,18 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   auto* xf = reinterpret_cast<float*>(xm + (xm ? groups * nb * 64 : 0));
   const dim3 sgrid((unsigned)nb, (unsigned)(2 * groups));
   const bool hi_only = active_fault() == Fault::GemvXBf16;
-  if (t == GgmlType::Q4_K)
-    split_x_q4k_kernel<<<sgrid, 256, 0, cur_stream()>>>(d_x, x_stride, K, ntok, static_cast<__half*>(xi), xf, xm, hi_only);
-  else
-    split_x_kernel<<<sgrid, 256, 0, cur_stream()>>>(d_x, x_stride, K, ntok, static_cast<__nv_bfloat16*>(xi), hi_only);
+  // Chained: one matrix only. The GEMV reads expert ids and the group table before it waits, and the kernel
+  // before the split may be the one writing them (route, group_pairs): those splits wait for it in stream order.
+  const bool chain = !d_ids && !grouped && gemv_mma_chain();
+  if (t == GgmlType::Q4_K) {
+    auto* xh = static_cast<__half*>(xi);
+    if (chain) launch_dependent(split_x_q4k_kernel, sgrid, dim3(256), 0, d_x, x_stride, K, ntok, xh, xf, xm, hi_only);
+    else split_x_q4k_kernel<<<sgrid, 256, 0, cur_stream()>>>(d_x, x_stride, K, ntok, xh, xf, xm, hi_only);
+  } else {
+    auto* xb = static_cast<__nv_bfloat16*>(xi);
+    if (chain) launch_dependent(split_x_kernel, sgrid, dim3(256), 0, d_x, x_stride, K, ntok, xb, hi_only);
+    else split_x_kernel<<<sgrid, 256, 0, cur_stream()>>>(d_x, x_stride, K, ntok, xb, hi_only);
+  }
   MLACONF_CUDA_LAUNCH_CHECK("split_x_kernel");
 
   const int64_t tiles = (n_rows + 15) / 16;

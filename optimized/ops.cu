@@ -49,6 +49,7 @@ __device__ __forceinline__ void st_chunk(float* p, int64_t c0, int64_t D, float4
 template <bool VEC>
 __global__ void rmsnorm_kernel(float* x, const float* delta, const float* w, int64_t D, int64_t ld, float eps, float* y) {
   __shared__ float red[32];
+  pdl_trigger();  // a chained GEMV's x split may launch (it waits for this kernel): common.cuh
   float* xr = x + blockIdx.x * ld;
   float* yr = y + blockIdx.x * ld;
   const int64_t chunks = (D + 3) / 4;
@@ -111,6 +112,7 @@ __global__ void rope_kernel(float* x, int64_t T, int64_t n_vec, int64_t stride, 
 // per-element arithmetic as one value per thread.
 __device__ __forceinline__ float silu_mul(float x, float u) { return x / (1.f + expf(-x)) * u; }
 __global__ void silu_gate_kernel(const float* g, const float* u, int64_t n, float* out) {
+  pdl_trigger();  // the down projection's chained x split may launch (it waits for this kernel)
   const int64_t n4 = n / 4;
   const bool vec = ((reinterpret_cast<uintptr_t>(g) | reinterpret_cast<uintptr_t>(u) | reinterpret_cast<uintptr_t>(out)) & 15) == 0;
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < (n + 3) / 4; e += (int64_t)gridDim.x * blockDim.x) {

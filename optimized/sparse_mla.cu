@@ -394,7 +394,7 @@ constexpr size_t mma_smem_bytes(int split) {
 
 template <int HG>
 __global__ void __launch_bounds__(HG * 128, HG == 4 ? 1 : 2) sparse_mla_mma(MmaParams p) {
-  asm volatile("griddepcontrol.launch_dependents;\n");  // the merge kernel may launch now (it waits for us)
+  pdl_trigger();  // the merge kernel may launch now (it waits for us)
   constexpr int kThreadsM = HG * 128;
   constexpr int kStages = kMmaStages;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -566,7 +566,7 @@ constexpr size_t rows_smem_bytes(int split) {
 }
 
 __global__ void __launch_bounds__(128, 2) sparse_mla_rows(MmaParams p) {
-  asm volatile("griddepcontrol.launch_dependents;\n");  // the merge kernel may launch now (it waits for us)
+  pdl_trigger();  // the merge kernel may launch now (it waits for us)
   extern __shared__ __align__(16) unsigned char smem[];
   __half* k_s = reinterpret_cast<__half*>(smem);               // [kRowsStages][kRowsTile][kLdk]
   __half* p_s = k_s + kRowsStages * kRowsTile * kLdk;           // [16 heads][kPLd]: P of the tile, fp16
@@ -722,7 +722,7 @@ __global__ void __launch_bounds__(128, 2) sparse_mla_rows(MmaParams p) {
 __global__ void __launch_bounds__(128) sparse_mla_mma_merge(const float* __restrict__ o_part, const float* __restrict__ m_part,
                                                             const float* __restrict__ l_part, int n_splits, int H,
                                                             bool plain_sum, float* __restrict__ out) {
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // a no-op when launched without the dependency
+  pdl_wait();  // a no-op when launched without the dependency
   const int h = blockIdx.x, t = blockIdx.y, c = threadIdx.x * 4;
   float M = -INFINITY;
   for (int s = 0; s < n_splits; ++s) M = fmaxf(M, m_part[((int64_t)t * n_splits + s) * H + h]);

@@ -25,6 +25,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <tuple>
@@ -287,6 +288,56 @@ void balanced_grid_case(GgmlType t, int64_t rows, int64_t cols, int B, int want_
   gemv_batch_check(t, rows, cols, B, 3100 + rows + cols + (int)t, 43 + B, no_emulation(), kMmaBound);
 }
 
+// The chained x split (gemv_mma_chain): a single matrix's split is a programmatic dependent of the kernel
+// before it, which triggers at its start, so the split must wait for it before reading x. Here that kernel is
+// an rmsnorm over 4096 + B rows whose last B rows (its last CTAs) are x, the buffer filled with NaN first: a
+// split that read x early would read NaN. Chained, by direct launches or a graph's replays (memset, rmsnorm
+// and GEMV captured together), the bits are those of the split after the rmsnorm (chain off), which the
+// other cases judge against float64.
+void chained_case(GgmlType t, int64_t rows, int64_t cols, int B, bool graph) {
+  MLACONF_REQUIRE_CUDA();
+  struct Keep {
+    bool chain = cuda::gemv_mma_chain();
+    ~Keep() { cuda::set_gemv_mma_chain(chain); }
+  } keep;
+  GemvVariantScope mma(cuda::kGemvMma);
+  const int64_t lead = 4096, n = lead + B;
+  auto d_w = cuda::to_device(random_blocks(t, rows * cols / 256, 611 + rows + cols + (int)t));
+  auto d_src = cuda::to_device(random_x((size_t)(n * cols), 47 + B)), d_nw = cuda::to_device(random_x((size_t)cols, 5));
+  cuda::DeviceBuffer d_norm((size_t)(n * cols * 4)), d_y((size_t)B * rows * 4);
+  const float* x = d_norm.as<float>() + lead * cols;
+  auto queue = [&] {
+    d_norm.fill(0xFF);
+    d_y.fill(0xFF);
+    cuda::rmsnorm(d_src.as<float>(), d_nw.as<float>(), n, cols, cols, 1e-5f, d_norm.as<float>());
+    cuda::gemv(t, d_w.get(), rows, cols, x, d_y.as<float>(), B, 0, cols, rows);
+  };
+  auto result = [&] {
+    cuda::synchronize();
+    return cuda::to_host<float>(d_y, (size_t)B * rows);
+  };
+  cuda::set_gemv_mma_chain(false);
+  queue();
+  const std::vector<float> want = result();
+  ASSERT_TRUE(std::all_of(want.begin(), want.end(), [](float v) { return std::isfinite(v); })) << "the unchained split gave non-finite y";
+  cuda::set_gemv_mma_chain(true);
+  if (!graph) {
+    for (int rep = 0; rep < 3; ++rep) {
+      queue();
+      const std::vector<float> y = result();
+      EXPECT_EQ(std::memcmp(y.data(), want.data(), y.size() * 4), 0) << "run " << rep << ": the chained split changed the bits";
+    }
+    return;
+  }
+  cuda::CudaGraph g;
+  g.capture(queue);
+  for (int rep = 0; rep < 3; ++rep) {
+    g.launch();
+    const std::vector<float> y = result();
+    EXPECT_EQ(std::memcmp(y.data(), want.data(), y.size() * 4), 0) << "replay " << rep << ": the chained split changed the bits";
+  }
+}
+
 const bool registered = [] {
   const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q6_K};
   const int64_t kRows[] = {1, 15, 17, 33, 257};
@@ -353,6 +404,13 @@ const bool registered = [] {
       register_case("gemv_mma", "balanced_grid_bits(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" +
                                     std::to_string(cols) + ",b=" + std::to_string(B) + ")",
                     [=] { balanced_grid_case(t, rows, cols, B, ks); });
+    // Chained splits: one matrix of 8-warp CTAs at one x (q_a's shape), 1040 x 2048 at 3 x and at 17 x (4 column
+    // groups), and a grid of several rounds (9680 tiles), directly and in graphs.
+    for (const auto& [rows, cols, B] : {std::tuple<int64_t, int64_t, int>{2048, 6144, 1}, {1040, 2048, 3}, {1040, 2048, 17}, {154880, 512, 1}})
+      for (bool graph : {false, true})
+        register_case("gemv_mma", "chained(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
+                                      ",b=" + std::to_string(B) + (graph ? ",graph" : "") + ")",
+                      [=] { chained_case(t, rows, cols, B, graph); });
     register_case("gemv_mma", "negative_control(type=" + tn + ",fault=gemv_x_bf16)", [=] { negative_control_case(t); });
     register_case("gemv_mma", "x_range(type=" + tn + ",log2_scale=m100.m30.40.100.pm60)", [=] { x_range_case(t); });
     register_case("gemv_mma", "gemv(type=" + tn + ",rows=1040,cols=2048,b=64)", [=] { batch_case(t, 1040, 2048, 64); });
