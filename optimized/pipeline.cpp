@@ -371,10 +371,15 @@ struct Pipeline::Impl {
     gemv_per_head(kb.type, kb.buf.get(), dl, dn, H, qb, dq, qabs, dlat, T * H);
     copy2d(qabs + dl, dlat * 4, qb + dn, dq * 4, R * 4, T * H);
   }
-  // The indexer in fp32 (its top-k is decided by near-ties that fp16 rounding flips).
-  void indexer_q(int64_t l, const float* cq, int64_t T, const int32_t* d_pos, float* qi) {
-    linear(L(l, wname::kIdxQB), cq, T, qi, -1, true);
+  // The indexer in fp32 (its top-k is decided by near-ties that fp16 rounding flips). Its query: the
+  // projection of cq, then RoPE (two calls, so that a decode step may queue them on different streams).
+  void indexer_q_proj(int64_t l, const float* cq, int64_t T, float* qi) { linear(L(l, wname::kIdxQB), cq, T, qi, -1, true); }
+  void indexer_q_rope(float* qi, int64_t T, const int32_t* d_pos) {
     rope(qi, T, c.indexer_n_head, c.indexer_head_size, 0, c.qk_rope(), d_pos, c.rope_freq_base, c.indexer_neox());
+  }
+  void indexer_q(int64_t l, const float* cq, int64_t T, const int32_t* d_pos, float* qi) {
+    indexer_q_proj(l, cq, T, qi);
+    indexer_q_rope(qi, T, d_pos);
   }
   void indexer_k(int64_t l, const float* x, int64_t T, const int32_t* d_pos, float* ki) {
     const int64_t Di = c.indexer_head_size;
@@ -641,9 +646,23 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
     }
   };
   if (side) {
+    // At one token the side stream is the longer one: its key and weights (~25 us of small launches on the
+    // H200) hold back the query's projection queued behind them, and the main stream waited ~20 us a layer at the
+    // join (PERF_H200 v13). So there the projection runs here, beside them, and the side takes the query from RoPE
+    // on. The same launches either way, so the same bits.
+    const bool q_proj_here = T == 1 && opt.indexer_q_main;
+    if (q_proj_here) {
+      qi = fbuf(T * Hi * Di);
+      indexer_q_proj(l, cq.as<float>(), T, qi.as<float>());
+    }
     side->refork();
     side->run([&] {
-      run_indexer_q();
+      if (q_proj_here) {
+        indexer_q_rope(qi.as<float>(), T, d_pos);
+        done(l, op::kIndexerQ, qi.as<float>(), {T, Hi, Di});
+      } else {
+        run_indexer_q();
+      }
       run_indexer_select();
     });
   }
@@ -944,6 +963,11 @@ Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt)
     const std::string v = e;
     if (v != "0" && v != "1") throw InputError("MLACONF_CUDA_GRAPH must be 0 or 1, not '" + v + "'");
     m.opt.decode_graph = v == "1";
+  }
+  if (const char* e = std::getenv("MLACONF_CUDA_INDEXER_Q_MAIN")) {
+    const std::string v = e;
+    if (v != "0" && v != "1") throw InputError("MLACONF_CUDA_INDEXER_Q_MAIN must be 0 or 1, not '" + v + "'");
+    m.opt.indexer_q_main = v == "1";
   }
   if (const char* e = std::getenv("MLACONF_CUDA_BATCH_INVARIANT")) {
     const std::string v = e;

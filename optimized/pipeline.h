@@ -88,6 +88,10 @@ struct PipelineOptions {
   // comes from the pool buffer by buffer (its own allocation and poison memset), as all did before. The
   // arena grows to 1.5x the largest pass that asked for more, up to this. 0: no arena.
   int64_t pass_arena_bytes = (int64_t)kPassArenaDefaultBytes;
+  // A one-token decode step with the indexer on the side stream runs the indexer's query projection on the
+  // main stream, beside the side's key and weights (docs/PERF_H200.md v13); false: on the side stream after
+  // them, as before. The same launches, so the same bits. Environment MLACONF_CUDA_INDEXER_Q_MAIN=0|1 overrides.
+  bool indexer_q_main = true;
 };
 
 // A host tensor of op replay: row-major values, shape.
