@@ -643,25 +643,22 @@ void launch(const MmaArgs& a, dim3 grid) {
 }  // namespace
 
 namespace {
-int g_mma_balance = -1;  // -1: MLACONF_MMA_BALANCE at the first call (default on)
-int g_mma_chain = -1;    // -1: MLACONF_MMA_CHAIN at the first call (default on)
+// The default-on switches of this file (kernel_bench and suites/gpu compare both settings in one process): the
+// setter's value, else the environment variable's at the first call ("0": off).
+int g_mma_balance = -1;  // MLACONF_MMA_BALANCE
+int g_mma_chain = -1;    // MLACONF_MMA_CHAIN
+bool env_switch(int& v, const char* name) {
+  if (v < 0) {
+    const char* e = std::getenv(name);
+    v = e && std::string(e) == "0" ? 0 : 1;
+  }
+  return v == 1;
 }
+}  // namespace
 void set_gemv_mma_chain(bool on) { g_mma_chain = on ? 1 : 0; }
-bool gemv_mma_chain() {
-  if (g_mma_chain < 0) {
-    const char* e = std::getenv("MLACONF_MMA_CHAIN");
-    g_mma_chain = e && std::string(e) == "0" ? 0 : 1;
-  }
-  return g_mma_chain == 1;
-}
+bool gemv_mma_chain() { return env_switch(g_mma_chain, "MLACONF_MMA_CHAIN"); }
 void set_gemv_mma_balance(bool on) { g_mma_balance = on ? 1 : 0; }
-bool gemv_mma_balance() {
-  if (g_mma_balance < 0) {
-    const char* e = std::getenv("MLACONF_MMA_BALANCE");
-    g_mma_balance = e && std::string(e) == "0" ? 0 : 1;
-  }
-  return g_mma_balance == 1;
-}
+bool gemv_mma_balance() { return env_switch(g_mma_balance, "MLACONF_MMA_BALANCE"); }
 
 bool gemv_mma_by_default(GgmlType t, int64_t n_rows, int64_t ncols) {
   return (t == GgmlType::Q4_K || t == GgmlType::Q6_K) && n_rows >= 1024 && ncols >= 2048;
