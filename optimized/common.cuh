@@ -129,7 +129,7 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
 // The device side of a programmatic dependent launch (sm_90 and later). pdl_trigger: the stream's next kernel,
 // if launch_dependent queued it, may start now (every CTA of this one has triggered or exited); a kernel
 // whose successor only waits for it (sparse MLA's merge, split_x, the tensor-core GEMV) triggers at its start,
-// so that the successor's CTAs launch and do what needs no input (the GEMV stages and prefetches weights)
+// so that the successor's CTAs launch and do what needs no input (the GEMV stages its first weight blocks)
 // while this one runs. pdl_wait: this kernel's predecessor has finished and its writes are visible (a no-op
 // where the launch had no programmatic dependency). A kernel launched by launch_dependent must pdl_wait
 // before it reads anything its predecessor writes, and before it writes anything that one reads.
