@@ -290,6 +290,12 @@ void layernorm(const float* d_x, const float* d_w, const float* d_b, int64_t T, 
 // Angles pos * theta^(-2i/dim) in double. neox = false: pairs (2i, 2i+1); true: pairs (i, i + dim/2).
 void rope(float* d_x, int64_t T, int64_t n_vec, int64_t stride, int64_t col0, int64_t dim, const int32_t* d_pos,
           double theta, bool neox);
+// layernorm (eps, D values per row) then RoPE on values [0, dim) of each row (n_vec 1, stride D, position pos[t]) in
+// one launch: the same bits as layernorm() then rope(). The rows go to y [T, D] and, where d_idx is not null, also
+// to dst row idx[t] (stride ld_dst), as scatter_rows() would put them. D <= 8192.
+void layernorm_rope(const float* d_x, const float* d_w, const float* d_b, int64_t T, int64_t D, float eps, const int32_t* d_pos,
+                    int64_t dim, double theta, bool neox, float* d_y, const int32_t* d_idx = nullptr, float* d_dst = nullptr,
+                    int64_t ld_dst = 0);
 // out = silu(gate) * up, elementwise, n values.
 void silu_gate(const float* d_gate, const float* d_up, int64_t n, float* d_out);
 // f32 -> f16 bits, n values.

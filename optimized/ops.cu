@@ -90,21 +90,55 @@ __global__ void layernorm_kernel(const float* x, const float* w, const float* b,
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = fmaf(w[i], (xr[i] - mean) * r, b[i]);
 }
 
-// One thread per (token, vector, pair). Angles in double: float angles drift ~1e-4 rad at position 4096.
+// Pair i of a vector's RoPE values (dim of them) at position pos, in place: angle pos theta^(-2i/dim) in double
+// (float angles drift ~1e-4 rad at position 4096). The one rotation of rope_kernel and layernorm_rope_kernel.
+__device__ __forceinline__ void rope_pair(float* v, int64_t i, int64_t dim, int32_t pos, double theta, bool neox) {
+  const int64_t half = dim / 2;
+  const double inv = pow(theta, -2.0 * (double)i / (double)dim);
+  double sn, cs;
+  sincos((double)pos * inv, &sn, &cs);
+  const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+  const float x0 = v[a], x1 = v[b];
+  v[a] = (float)(x0 * cs - x1 * sn);
+  v[b] = (float)(x0 * sn + x1 * cs);
+}
+
+// One thread per (token, vector, pair).
 __global__ void rope_kernel(float* x, int64_t T, int64_t n_vec, int64_t stride, int64_t col0, int64_t dim,
                             const int32_t* pos, double theta, bool neox) {
   const int64_t half = dim / 2;
   const int64_t n = T * n_vec * half;
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t i = e % half, v = (e / half) % n_vec, t = e / (half * n_vec);
-    const double inv = pow(theta, -2.0 * (double)i / (double)dim);
-    double sn, cs;
-    sincos((double)pos[t] * inv, &sn, &cs);
-    float* base = x + (t * n_vec + v) * stride + col0;
-    const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-    const float x0 = base[a], x1 = base[b];
-    base[a] = (float)(x0 * cs - x1 * sn);
-    base[b] = (float)(x0 * sn + x1 * cs);
+    rope_pair(x + (t * n_vec + v) * stride + col0, i, dim, pos[t], theta, neox);
+  }
+}
+
+// layernorm_kernel's row (its loops and block sums, so its bits at the same 128 threads), kept in shared memory,
+// then RoPE on values [0, dim) by rope_pair, then written to y and, where idx is set, to dst row idx[t]: the
+// indexer's key (layernorm, RoPE, scatter) in one launch instead of three. Why: at one token these are one-CTA
+// launches on the indexer's side stream, each costing 2-7 us of launch and latency beside the query path's GEMVs
+// (docs/PERF_H200.md v13). Dynamic shared memory: D floats.
+__global__ void layernorm_rope_kernel(const float* x, const float* w, const float* b, int64_t D, float eps, const int32_t* pos,
+                                      int64_t dim, double theta, bool neox, float* y, const int32_t* idx, float* dst, int64_t ld_dst) {
+  __shared__ float red[32];
+  extern __shared__ float row[];
+  const float* xr = x + blockIdx.x * D;
+  float s = 0.f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) s += xr[i];
+  const float mean = block_sum(s, red) / (float)D;
+  float v = 0.f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) v = fmaf(xr[i] - mean, xr[i] - mean, v);
+  const float r = rsqrtf(block_sum(v, red) / (float)D + eps);
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) row[i] = fmaf(w[i], (xr[i] - mean) * r, b[i]);
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < dim / 2; i += blockDim.x) rope_pair(row, i, dim, pos[blockIdx.x], theta, neox);
+  __syncthreads();
+  float* yr = y + blockIdx.x * D;
+  float* dr = idx ? dst + (int64_t)idx[blockIdx.x] * ld_dst : nullptr;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    yr[i] = row[i];
+    if (dr) dr[i] = row[i];
   }
 }
 
@@ -337,6 +371,14 @@ void layernorm(const float* d_x, const float* d_w, const float* d_b, int64_t T, 
   if (T == 0) return;
   layernorm_kernel<<<(unsigned)T, 128, 0, cur_stream()>>>(d_x, d_w, d_b, D, eps, d_y);
   MLACONF_CUDA_LAUNCH_CHECK("layernorm_kernel");
+}
+void layernorm_rope(const float* d_x, const float* d_w, const float* d_b, int64_t T, int64_t D, float eps, const int32_t* d_pos,
+                    int64_t dim, double theta, bool neox, float* d_y, const int32_t* d_idx, float* d_dst, int64_t ld_dst) {
+  if (D <= 0 || D > 8192 || dim % 2 || dim > D || (d_idx && ld_dst < D)) throw InputError("cuda::layernorm_rope: bad shape");
+  if (T == 0) return;
+  layernorm_rope_kernel<<<(unsigned)T, 128, (size_t)D * 4, cur_stream()>>>(d_x, d_w, d_b, D, eps, d_pos, dim, theta, neox, d_y, d_idx,
+                                                                          d_dst, ld_dst);
+  MLACONF_CUDA_LAUNCH_CHECK("layernorm_rope_kernel");
 }
 void rope(float* d_x, int64_t T, int64_t n_vec, int64_t stride, int64_t col0, int64_t dim, const int32_t* d_pos,
           double theta, bool neox) {

@@ -381,12 +381,23 @@ struct Pipeline::Impl {
     indexer_q_proj(l, cq, T, qi);
     indexer_q_rope(qi, T, d_pos);
   }
-  void indexer_k(int64_t l, const float* x, int64_t T, const int32_t* d_pos, float* ki) {
+  // The indexer's keys ki [T, Di]: projection, layernorm, RoPE. With opt.indexer_key_fused the last two are one
+  // launch (layernorm_rope, the same bits), which also writes row t to dst row idx[t] where idx is given; else
+  // the caller scatters. Returns whether it did.
+  bool indexer_k(int64_t l, const float* x, int64_t T, const int32_t* d_pos, float* ki, const int32_t* idx = nullptr,
+                 float* dst = nullptr) {
     const int64_t Di = c.indexer_head_size;
     auto kraw = fbuf(T * Di);
     linear(L(l, wname::kIdxK), x, T, kraw.as<float>(), -1, true);
-    layernorm(kraw.as<float>(), L(l, wname::kIdxKNorm).buf.as<float>(), L(l, wname::kIdxKNormB).buf.as<float>(), T, Di, 1e-6f, ki);
+    const float* nw = L(l, wname::kIdxKNorm).buf.as<float>();
+    const float* nb = L(l, wname::kIdxKNormB).buf.as<float>();
+    if (opt.indexer_key_fused) {
+      layernorm_rope(kraw.as<float>(), nw, nb, T, Di, 1e-6f, d_pos, c.qk_rope(), c.rope_freq_base, c.indexer_neox(), ki, idx, dst, Di);
+      return idx != nullptr;
+    }
+    layernorm(kraw.as<float>(), nw, nb, T, Di, 1e-6f, ki);
     rope(ki, T, 1, Di, 0, c.qk_rope(), d_pos, c.rope_freq_base, c.indexer_neox());
+    return false;
   }
   void indexer_weights(int64_t l, const float* x, int64_t T, float* wts) { linear(L(l, wname::kIdxProj), x, T, wts, -1, true); }
   // scores [T, Lkv]; scales wts (the unscaled indexer_weights [T, Hi]) in place by (Hi Di)^-1/2 first.
@@ -591,11 +602,13 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
   DeviceBuffer qi, wts;
   auto run_indexer_kw = [&] {
     auto ki = fbuf(T * Di);
-    indexer_k(l, x.as<float>(), T, d_pos, ki.as<float>());
+    // Over sequences each row's key goes to its sequence's region (scattered by indexer_k's launch where fused).
+    const bool scattered = sr ? indexer_k(l, x.as<float>(), T, d_pos, ki.as<float>(), sr->key_rows[(size_t)cur], skeys[l].as<float>())
+                              : indexer_k(l, x.as<float>(), T, d_pos, ki.as<float>());
     done(l, op::kIndexerK, ki.as<float>(), {T, Di});
-    if (sr)  // each row's key to its sequence's region
+    if (sr && !scattered)
       scatter_rows(ki.as<float>(), Di, sr->key_rows[(size_t)cur], T, Di, skeys[l].as<float>(), Di);
-    else
+    else if (!sr)
       copy2d(ikeys[l].as<float>() + n_past * Di, Di * 4, ki.get(), Di * 4, Di * 4, T);
     wts = fbuf(T * Hi);
     indexer_weights(l, x.as<float>(), T, wts.as<float>());
@@ -963,6 +976,11 @@ Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt)
     const std::string v = e;
     if (v != "0" && v != "1") throw InputError("MLACONF_CUDA_GRAPH must be 0 or 1, not '" + v + "'");
     m.opt.decode_graph = v == "1";
+  }
+  if (const char* e = std::getenv("MLACONF_CUDA_FUSED_KEY")) {
+    const std::string v = e;
+    if (v != "0" && v != "1") throw InputError("MLACONF_CUDA_FUSED_KEY must be 0 or 1, not '" + v + "'");
+    m.opt.indexer_key_fused = v == "1";
   }
   if (const char* e = std::getenv("MLACONF_CUDA_INDEXER_Q_MAIN")) {
     const std::string v = e;

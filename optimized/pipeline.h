@@ -92,6 +92,9 @@ struct PipelineOptions {
   // main stream, beside the side's key and weights (docs/PERF_H200.md v13); false: on the side stream after
   // them, as before. The same launches, so the same bits. Environment MLACONF_CUDA_INDEXER_Q_MAIN=0|1 overrides.
   bool indexer_q_main = true;
+  // The indexer key's layernorm, RoPE and (in a pass over sequences) scatter to its sequence's region in one launch
+  // (layernorm_rope), the same bits as three (docs/PERF_H200.md v13). Environment MLACONF_CUDA_FUSED_KEY=0|1 overrides.
+  bool indexer_key_fused = true;
 };
 
 // A host tensor of op replay: row-major values, shape.

@@ -350,6 +350,34 @@ void rope_case(bool neox, int64_t T, int64_t nv, int64_t stride, int64_t col0, i
   expect_pass(chk);
 }
 
+// layernorm_rope (the indexer key's layernorm, RoPE and scatter in one launch) against the three launches it
+// replaces, bit for bit: y and the scattered rows (idx a permutation into a larger table, other rows untouched).
+void layernorm_rope_case(bool neox, int64_t T, int64_t D, int64_t dim) {
+  MLACONF_REQUIRE_CUDA();
+  std::mt19937_64 rng(11 + D + dim);
+  const auto x = random_floats(rng, T * D, 3.f), w = random_floats(rng, D), b = random_floats(rng, D);
+  std::vector<int32_t> pos(T), idx(T);
+  for (int64_t t = 0; t < T; ++t) pos[t] = (int32_t)((t * 4099 + t * t * 17 + 32767) % 131072), idx[t] = (int32_t)((T + 2 - t) * 3);
+  const int64_t rows = 3 * (T + 3);
+  const double theta = 1e6;
+  const float eps = 1e-6f;
+  auto d_x = cuda::to_device(x), d_w = cuda::to_device(w), d_b = cuda::to_device(b);
+  auto d_p = cuda::to_device(pos), d_i = cuda::to_device(idx);
+  cuda::DeviceBuffer y0(T * D * 4), y1(T * D * 4), dst0(rows * D * 4), dst1(rows * D * 4);
+  dst0.fill(0x7F), dst1.fill(0x7F);
+  cuda::layernorm(d_x.as<float>(), d_w.as<float>(), d_b.as<float>(), T, D, eps, y0.as<float>());
+  cuda::rope(y0.as<float>(), T, 1, D, 0, dim, d_p.as<int32_t>(), theta, neox);
+  cuda::scatter_rows(y0.as<float>(), D, d_i.as<int32_t>(), T, D, dst0.as<float>(), D);
+  cuda::layernorm_rope(d_x.as<float>(), d_w.as<float>(), d_b.as<float>(), T, D, eps, d_p.as<int32_t>(), dim, theta, neox,
+                       y1.as<float>(), d_i.as<int32_t>(), dst1.as<float>(), D);
+  cuda::synchronize();
+  OpCheck chk;
+  chk.input("x", [&] { return f32_array({T, D}, x); });
+  chk.bits("y", {T, D}, cuda::to_host<float>(y0, T * D), cuda::to_host<float>(y1, T * D));
+  chk.bits("scattered", {rows, D}, cuda::to_host<float>(dst0, rows * D), cuda::to_host<float>(dst1, rows * D));
+  expect_pass(chk);
+}
+
 void silu_case(int64_t n) {
   MLACONF_REQUIRE_CUDA();
   std::mt19937_64 rng(10 + n);
@@ -500,6 +528,12 @@ const bool registered = [] {
                                .p("dim", dim).p("theta", "1e6").str(),
                     [neox, T = T, nv = nv, stride = stride, col0 = col0, dim = dim] { rope_case(neox, T, nv, stride, col0, dim); });
   }
+  // The indexer key's shape (Di 128, RoPE on 64) at 1, 3 and 64 tokens, and off-shape rows (D above the CTA's 128
+  // threads and not a multiple of them, RoPE over the whole row).
+  for (bool neox : {false, true})
+    for (auto [T, D, dim] : {std::tuple<int64_t, int64_t, int64_t>{1, 128, 64}, {3, 128, 64}, {64, 128, 64}, {2, 300, 300}, {5, 66, 2}})
+      register_case("ops", CaseName("layernorm_rope").p("style", neox ? "neox" : "interleaved").p("t", T).p("d", D).p("dim", dim).str(),
+                    [neox, T = T, D = D, dim = dim] { layernorm_rope_case(neox, T, D, dim); });
   for (auto [T, D] : {std::pair<int64_t, int64_t>{1, 6144}, {3, 6144}, {17, 6144}, {2, 1021}, {5, 576}, {1, 16384}})
     register_case("ops", CaseName("add_rmsnorm").p("t", T).p("d", D).p("eps", "0.00001").str(),
                   [T = T, D = D] { add_rmsnorm_case(T, D); });
