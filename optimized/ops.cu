@@ -77,10 +77,11 @@ __global__ void rmsnorm_kernel(float* x, const float* delta, const float* w, int
 int norm_threads(int64_t D) { return (int)std::min<int64_t>(1024, std::max<int64_t>(32, ((D + 3) / 4 + 31) / 32 * 32)); }
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-__global__ void layernorm_kernel(const float* x, const float* w, const float* b, int64_t D, float eps, float* y) {
-  __shared__ float red[32];
-  const float* xr = x + blockIdx.x * D;
-  float* yr = y + blockIdx.x * D;
+// Row xr (D values) layer-normalized into yr (global or shared memory) by the CTA's threads: the sum, then the sum of
+// squared deviations, each in order per thread and then by block_sum, so the bits depend on D and blockDim alone.
+// The one layernorm of layernorm_kernel and layernorm_rope_kernel.
+__device__ __forceinline__ void layernorm_row(const float* xr, const float* w, const float* b, int64_t D, float eps, float* red,
+                                              float* yr) {
   float s = 0.f;
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) s += xr[i];
   const float mean = block_sum(s, red) / (float)D;
@@ -88,6 +89,10 @@ __global__ void layernorm_kernel(const float* x, const float* w, const float* b,
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) v = fmaf(xr[i] - mean, xr[i] - mean, v);
   const float r = rsqrtf(block_sum(v, red) / (float)D + eps);
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = fmaf(w[i], (xr[i] - mean) * r, b[i]);
+}
+__global__ void layernorm_kernel(const float* x, const float* w, const float* b, int64_t D, float eps, float* y) {
+  __shared__ float red[32];
+  layernorm_row(x + blockIdx.x * D, w, b, D, eps, red, y + blockIdx.x * D);
 }
 
 // Pair i of a vector's RoPE values (dim of them) at position pos, in place: angle pos theta^(-2i/dim) in double
@@ -114,7 +119,7 @@ __global__ void rope_kernel(float* x, int64_t T, int64_t n_vec, int64_t stride, 
   }
 }
 
-// layernorm_kernel's row (its loops and block sums, so its bits at the same 128 threads), kept in shared memory,
+// layernorm_kernel's row (layernorm_row: its bits at the same 128 threads), kept in shared memory,
 // then RoPE on values [0, dim) by rope_pair, then written to y and, where idx is set, to dst row idx[t]: the
 // indexer's key (layernorm, RoPE, scatter) in one launch instead of three. Why: at one token these are one-CTA
 // launches on the indexer's side stream, each costing 2-7 us of launch and latency beside the query path's GEMVs
@@ -123,14 +128,7 @@ __global__ void layernorm_rope_kernel(const float* x, const float* w, const floa
                                       int64_t dim, double theta, bool neox, float* y, const int32_t* idx, float* dst, int64_t ld_dst) {
   __shared__ float red[32];
   extern __shared__ float row[];
-  const float* xr = x + blockIdx.x * D;
-  float s = 0.f;
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) s += xr[i];
-  const float mean = block_sum(s, red) / (float)D;
-  float v = 0.f;
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) v = fmaf(xr[i] - mean, xr[i] - mean, v);
-  const float r = rsqrtf(block_sum(v, red) / (float)D + eps);
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) row[i] = fmaf(w[i], (xr[i] - mean) * r, b[i]);
+  layernorm_row(x + blockIdx.x * D, w, b, D, eps, red, row);
   __syncthreads();
   for (int64_t i = threadIdx.x; i < dim / 2; i += blockDim.x) rope_pair(row, i, dim, pos[blockIdx.x], theta, neox);
   __syncthreads();
