@@ -972,26 +972,18 @@ Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt)
     else throw InputError("MLACONF_CUDA_PREFILL must be fp16, fp16x3 or fp32, not '" + v + "'");
   }
   if (const char* e = std::getenv("MLACONF_CUDA_GEMV_MAX_TOKENS")) m.opt.gemv_max_tokens = std::atoll(e);
-  if (const char* e = std::getenv("MLACONF_CUDA_GRAPH")) {
-    const std::string v = e;
-    if (v != "0" && v != "1") throw InputError("MLACONF_CUDA_GRAPH must be 0 or 1, not '" + v + "'");
-    m.opt.decode_graph = v == "1";
-  }
-  if (const char* e = std::getenv("MLACONF_CUDA_FUSED_KEY")) {
-    const std::string v = e;
-    if (v != "0" && v != "1") throw InputError("MLACONF_CUDA_FUSED_KEY must be 0 or 1, not '" + v + "'");
-    m.opt.indexer_key_fused = v == "1";
-  }
-  if (const char* e = std::getenv("MLACONF_CUDA_INDEXER_Q_MAIN")) {
-    const std::string v = e;
-    if (v != "0" && v != "1") throw InputError("MLACONF_CUDA_INDEXER_Q_MAIN must be 0 or 1, not '" + v + "'");
-    m.opt.indexer_q_main = v == "1";
-  }
-  if (const char* e = std::getenv("MLACONF_CUDA_BATCH_INVARIANT")) {
-    const std::string v = e;
-    if (v != "0" && v != "1") throw InputError("MLACONF_CUDA_BATCH_INVARIANT must be 0 or 1, not '" + v + "'");
-    m.opt.batch_invariant = v == "1";
-  }
+  // The 0|1 switches: the environment overrides the option (InputError for any other value).
+  auto env_switch = [](const char* name, bool& option) {
+    if (const char* e = std::getenv(name)) {
+      const std::string v = e;
+      if (v != "0" && v != "1") throw InputError(std::string(name) + " must be 0 or 1, not '" + v + "'");
+      option = v == "1";
+    }
+  };
+  env_switch("MLACONF_CUDA_GRAPH", m.opt.decode_graph);
+  env_switch("MLACONF_CUDA_FUSED_KEY", m.opt.indexer_key_fused);
+  env_switch("MLACONF_CUDA_INDEXER_Q_MAIN", m.opt.indexer_q_main);
+  env_switch("MLACONF_CUDA_BATCH_INVARIANT", m.opt.batch_invariant);
   if (opt.max_seqs < 0 || opt.max_seqs > 65535 || opt.page_rows < 1 || opt.pool_pages < 0 || opt.pass_arena_bytes < 0)
     throw InputError("PipelineOptions: max_seqs in [0, 65535], page_rows >= 1, pool_pages >= 0 and pass_arena_bytes >= 0");
   m.ctx = std::min<int64_t>(opt.max_ctx, c.n_ctx_train > 0 ? c.n_ctx_train : opt.max_ctx);
