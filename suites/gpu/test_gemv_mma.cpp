@@ -253,16 +253,21 @@ void default_dispatch_case(GgmlType t, int64_t rows, int64_t cols, bool want_mma
       << "the default did not run the " << (want_mma ? "tensor-core" : "SIMT") << " kernel";
 }
 
+// A gemv_mma switch (the balance, the chain) as it was before the case, restored when the case ends.
+struct SwitchScope {
+  bool (*get)();
+  void (*set)(bool);
+  bool prev = get();
+  ~SwitchScope() { set(prev); }
+};
+
 // The CTA shape by balance (gemv_mma_cta, v12): where it moves a matrix from CTAs of 8 warps to CTAs of 4, the
 // bits stay those of v11's shape (ks, the order of sums, is the same), batch by batch; where it moves nothing (the
 // rule depends on the SM count; these shapes move on the H200's 132) the case skips, saying so. Also judged
 // against float64 under the new shape (gemv_batch_check).
 void balanced_grid_case(GgmlType t, int64_t rows, int64_t cols, int B, int want_ks) {
   MLACONF_REQUIRE_CUDA();
-  struct Balance {
-    bool prev = cuda::gemv_mma_balance();
-    ~Balance() { cuda::set_gemv_mma_balance(prev); }
-  } keep;
+  const SwitchScope keep{cuda::gemv_mma_balance, cuda::set_gemv_mma_balance};
   const bool shared = true;  // B x on one matrix
   cuda::set_gemv_mma_balance(false);
   const cuda::MmaCta old_cta = cuda::gemv_mma_cta(rows, cols, B, shared, false);
@@ -296,10 +301,7 @@ void balanced_grid_case(GgmlType t, int64_t rows, int64_t cols, int B, int want_
 // other cases judge against float64.
 void chained_case(GgmlType t, int64_t rows, int64_t cols, int B, bool graph) {
   MLACONF_REQUIRE_CUDA();
-  struct Keep {
-    bool chain = cuda::gemv_mma_chain();
-    ~Keep() { cuda::set_gemv_mma_chain(chain); }
-  } keep;
+  const SwitchScope keep{cuda::gemv_mma_chain, cuda::set_gemv_mma_chain};
   GemvVariantScope mma(cuda::kGemvMma);
   const int64_t lead = 4096, n = lead + B;
   auto d_w = cuda::to_device(random_blocks(t, rows * cols / 256, 611 + rows + cols + (int)t));
