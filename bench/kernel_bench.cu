@@ -322,6 +322,17 @@ void time_grid_v11(GgmlType t, int64_t rows, int64_t cols, int B, const std::str
   set_gemv_mma_balance(true);
 }
 
+// The default kernels once more with v13's passes of a shared matrix (set_gemv_mma_wide(false): up to 8 x per
+// pass, not 16), where they differ (more than 8 x, a shape with passes of 16): ",passes=v13" rows beside the
+// default's, in one run.
+template <class F>
+void time_passes_v13(GgmlType t, int64_t rows, int64_t cols, int B, const std::string& stem, F&& row) {
+  if (!gemv_mma_by_default(t, rows, cols) || B <= 8 || gemv_mma_cta(rows, cols, B, true, false).cg == 4) return;
+  set_gemv_mma_wide(false);
+  row(stem + ",passes=v13)");
+  set_gemv_mma_wide(true);
+}
+
 // B x vectors on one rows x cols Q4_K matrix (batched decode: every sequence's token through the same
 // weights; B = 1 is plain decode), rotating over a pool of matrices. Bytes: the matrix once, B x, B y.
 void q4k_case(int64_t rows, int64_t cols, int B) {
@@ -347,6 +358,7 @@ void q4k_case(int64_t rows, int64_t cols, int B) {
     set_gemv_variant(0);
   }
   time_grid_v11(GgmlType::Q4_K, rows, cols, B, stem, time_row);
+  time_passes_v13(GgmlType::Q4_K, rows, cols, B, stem, time_row);
 }
 
 // The 8 used experts of each of `tokens` tokens (distinct within a token), drawn at random from a pool of
@@ -430,17 +442,23 @@ void q4k_experts_batch_case(int64_t rows, int64_t cols, int B) {
   std::vector<int32_t> tok((size_t)n);
   for (int64_t j = 0; j < n; ++j) tok[j] = (int32_t)j;
   DeviceBuffer d_tok = to_device(tok), ord((size_t)n * 4), ts((size_t)n * 4), grp((size_t)n * 16), ng(4), xs((size_t)n * cols * 4);
-  const double gus = time_us([&](int i) {
-    group_pairs(d_ids.as<int32_t>() + (i % kSets) * n, d_tok.as<int32_t>(), n, ord.as<int32_t>(), ts.as<int32_t>(), grp.as<int32_t>(),
-                ng.as<int32_t>());
-    gather_rows(x.as<float>(), cols, ts.as<int32_t>(), n, cols, xs.as<float>(), cols);
-    gemv_experts_grouped(GgmlType::Q4_K, wp, (int64_t)mat_bytes, rows, cols, grp.as<int32_t>(), ng.as<int32_t>(), n, xs.as<float>(), cols,
-                         y.as<float>(), rows, ord.as<int32_t>());
-  });
-  report({stem + ",grouped)", "gemv_experts",
-          std::to_string(n) + " entries grouped by expert (group_pairs + gather + gemv_experts_grouped), " +
-              std::to_string((int)distinct) + " distinct experts on average",
-          gus, distinct * mat_bytes + n * (cols + rows) * 4.0, n * 2.0 * rows * cols});
+  // Twice: an expert's gate / up (up to 128 row tiles) in CTAs of 4 warps (v14) and of 8 (",cta=v13",
+  // set_gemv_mma_grouped_small(false)); the down's CTAs are the same in both.
+  for (const bool small : {true, false}) {
+    set_gemv_mma_grouped_small(small);
+    const double gus = time_us([&](int i) {
+      group_pairs(d_ids.as<int32_t>() + (i % kSets) * n, d_tok.as<int32_t>(), n, ord.as<int32_t>(), ts.as<int32_t>(),
+                  grp.as<int32_t>(), ng.as<int32_t>());
+      gather_rows(x.as<float>(), cols, ts.as<int32_t>(), n, cols, xs.as<float>(), cols);
+      gemv_experts_grouped(GgmlType::Q4_K, wp, (int64_t)mat_bytes, rows, cols, grp.as<int32_t>(), ng.as<int32_t>(), n,
+                           xs.as<float>(), cols, y.as<float>(), rows, ord.as<int32_t>());
+    });
+    set_gemv_mma_grouped_small(true);
+    report({stem + (small ? ",grouped)" : ",grouped,cta=v13)"), "gemv_experts",
+            std::to_string(n) + " entries grouped by expert (group_pairs + gather + gemv_experts_grouped), " +
+                std::to_string((int)distinct) + " distinct experts on average",
+            gus, distinct * mat_bytes + n * (cols + rows) * 4.0, n * 2.0 * rows * cols});
+  }
 }
 
 // The pipeline's Q4_K decode shapes (GLM-5 dims), each kernel variant in the same run.
@@ -448,6 +466,9 @@ void gemv_cases() {
   const int64_t shapes[][2] = {{2048, 6144}, {16384, 2048}, {6144, 16384}, {576, 6144}, {12288, 6144}, {6144, 12288}};
   for (int B : {1, 8})
     for (const auto& sh : shapes) q4k_case(sh[0], sh[1], B);
+  // A server's batch: q_b and the dense FFN's gate / up at 16, 32 and 64 x (passes of 16 x; ",passes=v13": 8).
+  for (int B : {16, 32, 64})
+    for (const auto& sh : {std::array<int64_t, 2>{16384, 2048}, std::array<int64_t, 2>{12288, 6144}}) q4k_case(sh[0], sh[1], B);
   for (const auto& sh : {std::array<int64_t, 2>{2048, 6144}, std::array<int64_t, 2>{6144, 2048}}) q4k_experts_case(sh[0], sh[1]);
   for (int B : {8, 32, 64}) q4k_experts_batch_case(2048, 6144, B);
 }
@@ -506,6 +527,7 @@ void gemv_block_case(GgmlType t, int64_t rows, int64_t cols, int B) {
     set_gemv_variant(0);
   }
   time_grid_v11(t, rows, cols, B, stem, time_row);
+  time_passes_v13(t, rows, cols, B, stem, time_row);
 }
 
 // Per-head matrices as the pipeline runs them at decode (T tokens x H heads, entry b on head b % H):
@@ -539,8 +561,12 @@ void gemv_block_cases() {
     gemv_block_case(GgmlType::Q8_0, 6144, 16384, B);
     gemv_block_case(GgmlType::Q5_K, 6144, 16384, B);
   }
-  // The head at a server's batch: above 8 x the kernels take passes of 8 over the matrix.
-  gemv_block_case(GgmlType::Q6_K, 154880, 6144, 64);
+  // The head and attn_output at a server's batch: above 16 x the tensor-core GEMV takes passes of 16 over the
+  // matrix (",passes=v13": of 8).
+  for (int B : {16, 32, 64}) {
+    gemv_block_case(GgmlType::Q6_K, 154880, 6144, B);
+    gemv_block_case(GgmlType::Q6_K, 6144, 16384, B);
+  }
   for (int64_t T : {1, 8}) {
     gemv_per_head_case(GgmlType::Q5_0, 512, 192, 64, T);
     gemv_per_head_case(GgmlType::Q6_K, 256, 512, 64, T);

@@ -255,6 +255,16 @@ int gemv_variant();
 // way; kernel_bench times both, suites/gpu compares them.
 void set_gemv_mma_balance(bool on);
 bool gemv_mma_balance();
+// A shared matrix's passes on the tensor cores take up to 16 x (default; v14 in docs/PERF_H200.md: each weight
+// decoded once for 16 x) or 8 (false; MLACONF_MMA_WIDE=0 for a process: v13's passes). The bits are the same
+// either way (a column's result depends only on its x and the rows); kernel_bench times both.
+void set_gemv_mma_wide(bool on);
+bool gemv_mma_wide();
+// Grouped experts' matrices of up to 128 row tiles (an expert's gate and up) split K over 4 warps in CTAs of 4,
+// each warp taking two of the 8 chunks as the experts by id do (default; v14), or over 8 warps in CTAs of 8
+// (false; MLACONF_MMA_GROUPED_SMALL=0: v13). The same order of sums, so the same bits.
+void set_gemv_mma_grouped_small(bool on);
+bool gemv_mma_grouped_small();
 // The tensor-core GEMV's x split, chained (default; v13 in docs/PERF_H200.md): for one matrix (no expert ids) it
 // is launched as a programmatic dependent of the kernel before it, which triggers at its start (rmsnorm, the
 // SiLU gate, the Q4_K SIMT GEMV), so that the split and the GEMV's CTAs launch while that kernel runs and the

@@ -56,7 +56,11 @@ namespace {
 
 // Warps per CTA: kWarps or kWarpsSmall (gemv_mma's split rule).
 constexpr int kWarps = 8, kWarpsSmall = 4;
-constexpr int kMaxCg = 4;  // column groups per pass: 2 x each, so up to 8 x per pass
+// Column groups per pass of a shared matrix: 2 x each, so up to 16 x per pass (v14; v13 took 4, 8 x: at B = 64
+// each weight was decoded 8 times, and the head and attn_output spent ~0.4 of the step there). gemv_mma_wide()
+// off keeps 4, for the comparison in one run.
+constexpr int kMaxCg = 8, kMaxCgNarrow = 4;
+constexpr int kRedCg = 4;  // column groups per pass of the epilogue's reduction (its shared memory fits 4)
 constexpr int kGroupedCg = 2;  // column groups of a grouped experts' pass (MmaArgs::groups)
 
 // ---- x as 16-bit terms (one launch per GEMV call) ----
@@ -166,7 +170,8 @@ struct MmaArgs {
   bool pair_red;
   const int32_t* ids;
   int64_t w_count, w_stride, batch;
-  bool shared;  // one matrix for the batch: entry group y (entries 8 y .. 8 y + 7, slots = entries)
+  bool shared;  // one matrix for the batch: entry group y (entries epp y .. epp y + epp - 1, slots = entries)
+  int epp;      // shared: entries per pass (2 x the column groups' cap, 16 or 8)
   int ny;       // shared: entry groups, the fastest-varying part of blockIdx.x
   bool one_x;   // (not shared) every entry reads x slot 0
   const uint8_t* w_alt;  // (ids) the matrix of id -1: a shared expert taken as one more entry, or null
@@ -424,8 +429,12 @@ __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, 
 // grid: shared matrix, ceil(tiles / rt) * ny (row-tile block tb = blockIdx.x / ny, entry group blockIdx.x % ny);
 // else (ceil(tiles / rt), batch). Warp w: row tile tb * rt + w / ks, blocks [nb * kp / ks, nb * (kp + 1) / ks)
 // of it for kp = w % ks. W warps per CTA (rt * ks == W).
+// Resident warps per SM the registers must allow: 16, or 8 for 8 column groups (their 64-96 fp32 sums spilled
+// ~400-550 bytes at 128 registers, and 44-108 at 168 (12 warps), which made the head 40 % slower on the H200).
+template <int NCG, int W>
+constexpr int min_ctas() { return (NCG > 4 ? 8 : 16) / W; }
 template <int TYPE, int NCG, int W>
-__global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
+__global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(MmaArgs a) {
   using S = MmaShape<TYPE>;
   extern __shared__ __align__(16) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -443,10 +452,10 @@ __global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
   const int64_t yg = a.shared ? (int64_t)blockIdx.x % a.ny : (int64_t)blockIdx.y;
   const int64_t tile = tb * a.rt + rtl;
   const bool tile_ok = tile * 16 < a.n_rows;
-  const int64_t e0 = a.groups ? 2 * (int64_t)(grp.y >> 1) : a.shared ? yg * 8 : yg;
+  const int64_t e0 = a.groups ? 2 * (int64_t)(grp.y >> 1) : a.shared ? yg * a.epp : yg;
   const int64_t mat = a.groups ? (int64_t)grp.x : a.ids ? (int64_t)a.ids[e0] : (a.shared ? 0 : e0 % a.w_count);
   const int64_t slot = a.shared ? e0 : (a.one_x ? 0 : e0);  // the x slot of column group 0's first token
-  const int64_t left = a.groups ? 4 : a.batch - e0 < 8 ? a.batch - e0 : 8;  // grouped: the CTA's slots are cut below
+  const int64_t left = a.groups ? 4 : a.batch - e0 < a.epp ? a.batch - e0 : a.epp;  // grouped: the CTA's slots are cut below
   const int ncg = a.shared ? (int)((left + 1) / 2 < NCG ? (left + 1) / 2 : NCG) : 1;
   const int64_t K16 = (int64_t)a.nb * 16;
   // This lane's B fragment of k-step 0 (column xc). An entry that is not a shared pass uses 3 of the 8 columns
@@ -536,10 +545,11 @@ __global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
     pdl_wait();
     int st = 0;  // (b - b_lo) % stages, kept by a counter (a modulo by 3 stages was 4 instructions per use)
     int b = b_lo;
-    // Two chunks per warp (experts, one column group): [b_lo, b_mid) then [b_mid, b_hi), the first's sums kept
-    // in `first`. A loop per chunk, not a test per block: a test per block cost the Q6_K loop ~45 instructions (SASS).
+    // Two chunks per warp (the experts by id, one column group; grouped experts, two): [b_lo, b_mid) then
+    // [b_mid, b_hi), the first's sums kept in `first`. A loop per chunk, not a test per block: a test per block cost
+    // the Q6_K loop ~45 instructions (SASS).
 #pragma unroll 1
-    for (int part = NCG == 1 ? 0 : 1; part < 2; ++part) {
+    for (int part = NCG <= 2 ? 0 : 1; part < 2; ++part) {
       for (const int b_end = part == 0 ? b_mid : b_hi; b < b_end; ++b) {
         const int nx = b + S::stages - 1;
         if (nx < b_hi) issue(nx, st == 0 ? S::stages - 1 : st - 1);
@@ -558,7 +568,7 @@ __global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
         __syncwarp();  // the stage is refilled `stages` blocks on
         st = st + 1 == S::stages ? 0 : st + 1;
       }
-      if (part == 0) {
+      if (NCG <= 2 && part == 0) {
 #pragma unroll
         for (int c = 0; c < NCG; ++c)
 #pragma unroll
@@ -567,34 +577,17 @@ __global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
     }
   }
   cp_async_wait<0>();
-  __syncthreads();  // the staging memory becomes the reduction's
 
-  // The ks warps of a row tile: chunk sums added in the order of MmaArgs::cpw; then per x: (hi + mid) + lo.
-  static_assert((W + W) * kMaxCg * 4 * 32 * sizeof(float) <= smem_bytes<TYPE>(W), "red and vals fit the staging memory");
-  float* red = reinterpret_cast<float*>(smem);  // [W][NCG][4][32]
-  float* vals = red + W * NCG * 4 * 32;          // [rt][NCG][8 columns][16 rows]
-#pragma unroll
-  for (int c = 0; c < NCG; ++c)
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      red[((warp * NCG + c) * 4 + i) * 32 + lane] = NCG == 1 && a.cpw == 2 ? __fadd_rn(first[c][i], acc[c][i]) : acc[c][i];
-  __syncthreads();
-  if (kp != 0 || !tile_ok) return;
-#pragma unroll
-  for (int c = 0; c < NCG; ++c)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float* r = red + (warp * NCG + c) * 4 * 32 + i * 32 + lane;  // warp + k's at r[k * NCG * 128]
-      const int step = a.pair_red ? 2 : 1;
-      float v = a.pair_red ? __fadd_rn(r[0], r[NCG * 128]) : r[0];
-      for (int k = step; k < a.ks; k += step)
-        v = __fadd_rn(v, a.pair_red ? __fadd_rn(r[k * NCG * 128], r[(k + 1) * NCG * 128]) : r[k * NCG * 128]);
-      vals[((rtl * NCG + c) * 8 + 2 * t + (i & 1)) * 16 + g + 8 * (i >> 1)] = v;
-    }
-  __syncwarp();
+  // The ks warps of a row tile: chunk sums added in the order of MmaArgs::cpw; then per x: (hi + mid) + lo. In
+  // passes of up to kRedCg column groups (the staging memory holds 4 groups' red and vals; each column's
+  // arithmetic is the same in any pass).
+  constexpr int RC = NCG < kRedCg ? NCG : kRedCg;
+  static_assert(NCG % RC == 0, "whole reduction passes");
+  static_assert((W + W) * RC * 4 * 32 * sizeof(float) <= smem_bytes<TYPE>(W), "red and vals fit the staging memory");
+  float* red = reinterpret_cast<float*>(smem);  // [W][RC][4][32]
+  float* vals = red + W * RC * 4 * 32;           // [rt][RC][8 columns][16 rows]
   const int row = lane & 15, tk = lane >> 4;
   const int64_t rowg = tile * 16 + row;
-  if (rowg >= a.n_rows) return;
   // The slots this CTA writes (grouped: its group's; kept out of the loop's registers).
   int64_t e_lo = 0, e_hi = a.batch;
   if (a.groups) {
@@ -602,18 +595,43 @@ __global__ void __launch_bounds__(32 * W, 16 / W) gemv_mma_kernel(MmaArgs a) {
     e_lo = gr.y, e_hi = gr.z;
   }
 #pragma unroll
-  for (int c = 0; c < NCG; ++c) {
-    if (c >= ncg) break;
-    int64_t e;
-    if (a.shared) {
-      e = e0 + 2 * c + tk;
-      if (e < e_lo || e >= e_hi) continue;
-    } else {
-      if (tk != (int)(slot & 1)) continue;
-      e = e0;
+  for (int c0 = 0; c0 < NCG; c0 += RC) {
+    __syncthreads();  // the staging memory (first pass) or the previous pass's red and vals become this pass's
+#pragma unroll
+    for (int c = 0; c < RC; ++c)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        red[((warp * RC + c) * 4 + i) * 32 + lane] =
+            NCG <= 2 && a.cpw == 2 ? __fadd_rn(first[c0 + c][i], acc[c0 + c][i]) : acc[c0 + c][i];
+    __syncthreads();
+    if (kp != 0 || !tile_ok) continue;
+#pragma unroll
+    for (int c = 0; c < RC; ++c)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float* r = red + (warp * RC + c) * 4 * 32 + i * 32 + lane;  // warp + k's at r[k * RC * 128]
+        const int step = a.pair_red ? 2 : 1;
+        float v = a.pair_red ? __fadd_rn(r[0], r[RC * 128]) : r[0];
+        for (int k = step; k < a.ks; k += step)
+          v = __fadd_rn(v, a.pair_red ? __fadd_rn(r[k * RC * 128], r[(k + 1) * RC * 128]) : r[k * RC * 128]);
+        vals[((rtl * RC + c) * 8 + 2 * t + (i & 1)) * 16 + g + 8 * (i >> 1)] = v;
+      }
+    __syncwarp();
+    if (rowg >= a.n_rows) continue;
+#pragma unroll
+    for (int c = 0; c < RC; ++c) {
+      if (c0 + c >= ncg) break;
+      int64_t e;
+      if (a.shared) {
+        e = e0 + 2 * (c0 + c) + tk;
+        if (e < e_lo || e >= e_hi) continue;
+      } else {
+        if (tk != (int)(slot & 1)) continue;
+        e = e0;
+      }
+      const float* v = vals + (rtl * RC + c) * 8 * 16;
+      a.y[(a.out_rows ? (int64_t)a.out_rows[e] : e) * a.y_stride + rowg] = __fadd_rn(__fadd_rn(v[(3 * tk) * 16 + row], v[(3 * tk + 1) * 16 + row]), v[(3 * tk + 2) * 16 + row]);
     }
-    const float* v = vals + (rtl * NCG + c) * 8 * 16;
-    a.y[(a.out_rows ? (int64_t)a.out_rows[e] : e) * a.y_stride + rowg] = __fadd_rn(__fadd_rn(v[(3 * tk) * 16 + row], v[(3 * tk + 1) * 16 + row]), v[(3 * tk + 2) * 16 + row]);
   }
 }
 
@@ -647,6 +665,8 @@ namespace {
 // setter's value, else the environment variable's at the first call ("0": off).
 int g_mma_balance = -1;  // MLACONF_MMA_BALANCE
 int g_mma_chain = -1;    // MLACONF_MMA_CHAIN
+int g_mma_wide = -1;     // MLACONF_MMA_WIDE
+int g_mma_grouped_small = -1;  // MLACONF_MMA_GROUPED_SMALL
 bool env_switch(int& v, const char* name) {
   if (v < 0) {
     const char* e = std::getenv(name);
@@ -659,6 +679,10 @@ void set_gemv_mma_chain(bool on) { g_mma_chain = on ? 1 : 0; }
 bool gemv_mma_chain() { return env_switch(g_mma_chain, "MLACONF_MMA_CHAIN"); }
 void set_gemv_mma_balance(bool on) { g_mma_balance = on ? 1 : 0; }
 bool gemv_mma_balance() { return env_switch(g_mma_balance, "MLACONF_MMA_BALANCE"); }
+void set_gemv_mma_wide(bool on) { g_mma_wide = on ? 1 : 0; }
+bool gemv_mma_wide() { return env_switch(g_mma_wide, "MLACONF_MMA_WIDE"); }
+void set_gemv_mma_grouped_small(bool on) { g_mma_grouped_small = on ? 1 : 0; }
+bool gemv_mma_grouped_small() { return env_switch(g_mma_grouped_small, "MLACONF_MMA_GROUPED_SMALL"); }
 
 bool gemv_mma_by_default(GgmlType t, int64_t n_rows, int64_t ncols) {
   return (t == GgmlType::Q4_K || t == GgmlType::Q6_K) && n_rows >= 1024 && ncols >= 2048;
@@ -670,13 +694,21 @@ MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, b
   // split8), so the CTA's shape is free: the experts split K over 4 warps in CTAs of 4 (one tile each; v4: 22 %
   // faster at B = 8 and 32 than 8 warps, each warp streaming 6 blocks instead of 3), one matrix over 8 warps
   // in CTAs of 8 (v8: 2048 x 6144 at B = 1 13.7 -> 12.6 us, at B = 8 29.8 -> 22.7 us: it has only 128 CTAs
-  // for 132 SMs). Beyond 128 tiles the split is the order of sums, so a function of the shape alone.
+  // for 132 SMs). Grouped experts as the experts by id (v14; v13 gave them one matrix's 8 warps, 3 blocks each
+  // of the gate's 24: the grid has a CTA row per group, so filling the SMs is not the question). Beyond 128 tiles
+  // the split is the order of sums, so a function of the shape alone.
   const int64_t tiles = (n_rows + 15) / 16, nb = ncols / 256;
   int rt = tiles >= 132 * 8 ? 8 : tiles >= 132 * 4 ? 4 : tiles >= 132 * 2 ? 2 : 1;
-  int ks = tiles > 128 ? kWarps / rt : shared ? kWarps : kWarpsSmall;
+  int ks = tiles > 128 ? kWarps / rt : shared && !(grouped && gemv_mma_grouped_small()) ? kWarps : kWarpsSmall;
   // Beyond 128 tiles, at least 4 blocks per warp where halving the split leaves a CTA of 4 warps or more (v8:
   // the experts' down, 6144 x 2048, 2 blocks per warp -> 4 in CTAs of 4 warps: 34.2 -> 29.3 us for 8).
   while (tiles > 128 && ks > 1 && nb / ks < 4 && rt * ks / 2 >= kWarpsSmall) ks /= 2;
+  // A shared matrix's column groups per pass (2 x each; v14): 8 where each warp streams at least 8 blocks, else 4
+  // (v13's). Eight groups take the kernel to ~255 registers, so 8 resident warps per SM instead of 16: on the H200
+  // a pass of 16 x was 7-13 % faster on the head (24 blocks per warp) and attn_output (16) at 16-64 x, level to 6 %
+  // on the dense FFN's gate (12), 3-7 % slower on q_b (4: its fill and epilogue are most of a warp's work).
+  // gemv_mma_wide() off: 4 everywhere.
+  const int cg = shared && !grouped && gemv_mma_wide() && nb / ks >= 8 ? kMaxCg : kMaxCgNarrow;
   // The CTA's size by balance (v12): ks fixes the order of sums, but a row tile's ks warps may sit in CTAs of 4
   // or 8 warps. Where the grid takes several rounds of resident CTAs (2 of 8 warps per SM), the last round's
   // share sets the tail: with CTAs spread evenly the busiest SM runs ceil(CTAs / SMs) x warps per CTA, and
@@ -686,12 +718,12 @@ MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, b
   // same bits either way (suites/gpu gemv_mma.balanced_grid_bits); set_gemv_mma_balance(false) or
   // MLACONF_MMA_BALANCE=0 keeps v11's shapes, for kernel_bench's comparison in one run.
   if (tiles > 128 && !grouped && gemv_mma_balance() && rt * ks == kWarps && rt > 1) {
-    const int64_t per_row = shared ? (batch + 7) / 8 : batch, sms = device_sm_count();
+    const int64_t per_row = shared ? (batch + 2 * cg - 1) / (2 * cg) : batch, sms = device_sm_count();
     auto busiest = [&](int r) { return (int64_t)ceil_div((int64_t)ceil_div(tiles, r) * per_row, sms) * r * ks; };
     const bool rounds = (int64_t)ceil_div(tiles, rt) * per_row > sms * (16 / kWarps);
     if (rounds && busiest(rt / 2) < busiest(rt)) rt /= 2;
   }
-  return {rt, ks};
+  return {rt, ks, cg};
 }
 
 bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_ids, int64_t w_count,
@@ -709,14 +741,19 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   // x slots: a shared matrix gives every entry its own (even when x_stride is 0); experts at one token
   // (x_stride 0) read one.
   const bool one_x = !shared && x_stride == 0;
-  const int64_t ntok = one_x ? 1 : batch, ny = shared ? (batch + 7) / 8 : 0;
+  const MmaCta cta = gemv_mma_cta(n_rows, ncols, batch, shared, grouped != nullptr);
+  const int cap = cta.cg;
+  const int64_t ntok = one_x ? 1 : batch, ny = shared ? (batch + 2 * cap - 1) / (2 * cap) : 0;
   // Column groups per pass (NCG). Grouped: 2 (4 slots), the pass of an expert picked by 2-3 tokens (B = 64 of
   // GLM-5's 256 experts, top 8: 2 on average).
-  const int ncg = grouped ? kGroupedCg : shared ? (int)std::min<int64_t>(kMaxCg, (batch + 1) / 2) : 1;
-  // Column groups hold 2 slots each. A shared pass reads NCG groups from 4 y on, so past the last entry
-  // they are padded with zero x (the kernel never branches around an mma); a grouped pass from any slot pair,
-  // so up to one group past the last.
-  const int64_t groups = grouped ? (ntok + 1) / 2 + kGroupedCg - 1 : shared ? (ny == 1 ? ncg : kMaxCg * ny) : (ntok + 1) / 2;
+  const int ncg = grouped ? kGroupedCg : shared ? (int)std::min<int64_t>(cap, (batch + 1) / 2) : 1;
+  // The kernel's NCG (its template): 1, 2, 4 or 8 column groups, the fewest that hold ncg.
+  const int tcg = ncg <= 2 ? ncg : ncg <= 4 ? 4 : kMaxCg;
+  // Column groups hold 2 slots each. A shared pass reads the template's NCG groups from cap y on, so past the
+  // last entry they are padded with zero x (the kernel never branches around an mma; v13 sized one pass by ncg
+  // and so read one group past the split's at B = 5 and 6); a grouped pass from any slot pair, so up to one
+  // group past the last.
+  const int64_t groups = grouped ? (ntok + 1) / 2 + kGroupedCg - 1 : shared ? (ny == 1 ? tcg : cap * ny) : (ntok + 1) / 2;
   if (2 * groups > 65535 || (shared && (n_rows + 15) / 16 * ny > 0x7fffffff)) return false;
   void* xi = scratch(5, (size_t)groups * K * 16);
   // Q4_K: xm ([groups][nb][8][8] bf16) then xf ([groups][nb][8] fp32).
@@ -739,13 +776,12 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   MLACONF_CUDA_LAUNCH_CHECK("split_x_kernel");
 
   const int64_t tiles = (n_rows + 15) / 16;
-  const MmaCta cta = gemv_mma_cta(n_rows, ncols, batch, shared, grouped != nullptr);
   const int rt = cta.rt, ks = cta.ks;
   const bool split8 = tiles <= 128;  // K as 8 chunks added in pairs (MmaArgs::cpw)
-  const int cpw = split8 && ks == kWarpsSmall ? 2 : 1;  // only for the experts (one column group: NCG 1)
+  const int cpw = split8 && ks == kWarpsSmall ? 2 : 1;  // the experts (by id: NCG 1; grouped: 2)
   const bool pair_red = split8 && ks == kWarps;
   MmaArgs a{static_cast<const uint8_t*>(d_w), n_rows, row_bytes(t, ncols), (int)nb, rt, ks, cpw, pair_red, d_ids, w_count,
-            w_stride, batch, shared, (int)ny, one_x, static_cast<const uint8_t*>(d_w_alt),
+            w_stride, batch, shared, 2 * cap, (int)ny, one_x, static_cast<const uint8_t*>(d_w_alt),
             grouped ? reinterpret_cast<const int4*>(grouped->groups) : nullptr, grouped ? grouped->n_groups : nullptr,
             grouped ? grouped->out_rows : nullptr, static_cast<const uint2*>(xi), reinterpret_cast<const float2*>(xf),
             reinterpret_cast<const uint32_t*>(xm), d_y, y_stride};
@@ -754,13 +790,15 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
                     : shared ? dim3((unsigned)(ceil_div(tiles, rt) * ny))
                              : dim3(ceil_div(tiles, rt), (unsigned)batch);
   if (t == GgmlType::Q6_K) {
-    if (ncg == 1) launch<kQ6_K, 1>(a, grid);
-    else if (ncg == 2) launch<kQ6_K, 2>(a, grid);
-    else launch<kQ6_K, 4>(a, grid);
+    if (tcg == 1) launch<kQ6_K, 1>(a, grid);
+    else if (tcg == 2) launch<kQ6_K, 2>(a, grid);
+    else if (tcg == 4) launch<kQ6_K, 4>(a, grid);
+    else launch<kQ6_K, kMaxCg>(a, grid);
   } else {
-    if (ncg == 1) launch<kQ4_K, 1>(a, grid);
-    else if (ncg == 2) launch<kQ4_K, 2>(a, grid);
-    else launch<kQ4_K, 4>(a, grid);
+    if (tcg == 1) launch<kQ4_K, 1>(a, grid);
+    else if (tcg == 2) launch<kQ4_K, 2>(a, grid);
+    else if (tcg == 4) launch<kQ4_K, 4>(a, grid);
+    else launch<kQ4_K, kMaxCg>(a, grid);
   }
   return true;
 }

@@ -15,7 +15,7 @@
 // row-tile-per-CTA threshold (2065, 4225, 8449, 16897 rows: 1, 2, 4, 8 tiles per CTA, so 8, 4, 2, 1 warps
 // split K), blocks per row 1, 2, 11, 24 (K split
 // unevenly over the warps, warps without blocks), batches 1, 2, 3, 8, 17 (8 x per pass: 17 is three passes,
-// the last with one x). Expert strides stay 16-byte aligned (rows x row bytes; a misaligned matrix takes the
+// the last with one x), and 5-33 on shapes with passes of 16 x (passes_bits: the same bits as v13's passes of 8). Expert strides stay 16-byte aligned (rows x row bytes; a misaligned matrix takes the
 // SIMT kernels, whose bits differ); 64 x on one matrix (8 entry groups, adjacent in the grid); 11
 // entries on one expert, interleaved with others (each entry its own CTAs; bits as run alone), and 20; a shared
 // expert as id -1 (experts_alt: bits as its matrix run alone by gemv). Negative
@@ -340,6 +340,25 @@ void chained_case(GgmlType t, int64_t rows, int64_t cols, int B, bool graph) {
   }
 }
 
+// Passes of 16 x against v13's passes of 8 (set_gemv_mma_wide): the same bits, entry by entry (a column's result
+// depends only on its x and the rows), and the wide passes judged against float64 by batch_case.
+void passes_bits_case(GgmlType t, int64_t rows, int64_t cols, int B) {
+  MLACONF_REQUIRE_CUDA();
+  GemvVariantScope mma(cuda::kGemvMma);
+  const auto blocks = random_blocks(t, rows * cols / 256, 919 + (int)t);
+  const auto x = random_x((size_t)B * cols, 23 + B);
+  auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
+  cuda::DeviceBuffer d_y((size_t)B * rows * 4);
+  const SwitchScope keep{cuda::gemv_mma_wide, cuda::set_gemv_mma_wide};
+  auto run = [&](bool wide) {
+    cuda::set_gemv_mma_wide(wide);
+    cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), B, 0, cols, rows);
+    return cuda::to_host<float>(d_y, (size_t)B * rows);
+  };
+  const std::vector<float> wide = run(true), narrow = run(false);
+  EXPECT_EQ(std::memcmp(wide.data(), narrow.data(), wide.size() * 4), 0) << "passes of 16 x and of 8 x differ";
+}
+
 const bool registered = [] {
   const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q6_K};
   const int64_t kRows[] = {1, 15, 17, 33, 257};
@@ -399,10 +418,11 @@ const bool registered = [] {
                       for (int j = 0; j < 64; ++j) ids[j] = (int32_t)((j * 7 + j / 5) % 24);
                       experts_grouped_case(t, rows, cols, ids, 32);
                     });
-    // Grids of several rounds, CTAs of 8 warps -> 4: a head of 9680 tiles (K in one warp) at 1 and 3 x, attn_output's
-    // 384 tiles (K over 4 warps) and GLM-5's dense gate (768 tiles, K over 2) at 17 x (3 passes of the matrix).
+    // Grids of several rounds, CTAs of 8 warps -> 4: a head of 9680 tiles (K in one warp) at 1 and 3 x and, with
+    // 8 blocks per row, at 9 x (one pass of 8 column groups in CTAs of 4 warps), attn_output's 384 tiles (K over 4
+    // warps) and GLM-5's dense gate (768 tiles, K over 2) at 17 x (3 passes of the matrix).
     for (const auto& [rows, cols, ks, B] : {std::tuple<int64_t, int64_t, int, int>{154880, 512, 1, 1}, {154880, 512, 1, 3},
-                                            {6144, 4096, 4, 17}, {12288, 2048, 2, 17}})
+                                            {154880, 2048, 1, 9}, {6144, 4096, 4, 17}, {12288, 2048, 2, 17}})
       register_case("gemv_mma", "balanced_grid_bits(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" +
                                     std::to_string(cols) + ",b=" + std::to_string(B) + ")",
                     [=] { balanced_grid_case(t, rows, cols, B, ks); });
@@ -416,6 +436,16 @@ const bool registered = [] {
     register_case("gemv_mma", "negative_control(type=" + tn + ",fault=gemv_x_bf16)", [=] { negative_control_case(t); });
     register_case("gemv_mma", "x_range(type=" + tn + ",log2_scale=m100.m30.40.100.pm60)", [=] { x_range_case(t); });
     register_case("gemv_mma", "gemv(type=" + tn + ",rows=1040,cols=2048,b=64)", [=] { batch_case(t, 1040, 2048, 64); });
+    // One pass of a shared matrix takes up to 8 column groups (16 x) where a warp streams at least 8 blocks
+    // (1040 x 16384: K over 8 warps, 8 blocks each; 16897 x 2048: 8 row tiles per CTA, 8 blocks each): 5 x (3 groups
+    // in the 4-group kernel), 12 (6 in the 8-group kernel), 16 (one full pass), 20 and 33 (two and three passes, the
+    // last with 4 and 1 x); each with v13's passes of 8 x, whose bits must be the same.
+    for (const auto& [rows, cols, B] : {std::tuple<int64_t, int64_t, int>{1040, 16384, 5}, {1040, 16384, 12}, {1040, 16384, 16},
+                                        {1040, 16384, 33}, {16897, 2048, 20}}) {
+      const std::string shape = "rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) + ",b=" + std::to_string(B) + ")";
+      register_case("gemv_mma", "gemv(type=" + tn + "," + shape, [=] { batch_case(t, rows, cols, B); });
+      register_case("gemv_mma", "passes_bits(type=" + tn + "," + shape, [=] { passes_bits_case(t, rows, cols, B); });
+    }
     for (const auto& [rows, cols, want] : {std::tuple<int64_t, int64_t, bool>{1024, 2048, true}, {1023, 2048, false},
                                            {1024, 1792, false}})
       register_case("gemv_mma", "default_dispatch(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) + ")",
