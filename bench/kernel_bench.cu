@@ -435,7 +435,7 @@ void q4k_experts_batch_case(int64_t rows, int64_t cols, int B) {
           std::to_string(n) + " entries, " + std::to_string((int)distinct) + " distinct experts on average", us,
           distinct * mat_bytes + n * (cols + rows) * 4.0, n * 2.0 * rows * cols});
   }
-  // The same entries grouped by expert, as the pipeline's step runs them from 2 picks per expert on average:
+  // The same entries grouped by expert, as the pipeline's step runs them from 1 pick per expert on average:
   // group_pairs, the x rows gathered into slot order, gemv_experts_grouped writing rows back in entry order (the
   // pipeline groups once per layer for its three matrices; here every call groups).
   if (n > kGroupPairsMax || !gemv_experts_mma_ok(GgmlType::Q4_K, rows, cols)) return;

@@ -493,15 +493,16 @@ struct Pipeline::Impl {
   void experts(int64_t l, const float* y, int64_t T, const std::vector<int32_t>& ids, float* eo);
   void expert_pairs(int64_t l, const float* y, int64_t T, const int32_t* d_ids, const int32_t* d_tok, float* eo,
                     bool with_shared = false);
-  // Whether a decode step's n (token, expert) pairs run grouped by expert (expert_pairs): from 2 picks per expert
-  // on average (GLM-5, 256 experts, top 8: B >= 64). MLACONF_GROUP_EXPERTS=0 / 1 turns it off / on at every
-  // size, for measurements; the bits are the same either way.
+  // Whether a decode step's n (token, expert) pairs run grouped by expert (expert_pairs): from 1 pick per expert
+  // on average (GLM-5, 256 experts, top 8: B >= 32; v11-v13 took 2, B >= 64: with the grouped gate / up in CTAs of
+  // 4 warps, grouping measured +6 % at B = 32 and -1.4 % at B = 16 on the H200, docs/PERF_H200.md v14).
+  // MLACONF_GROUP_EXPERTS=0 / 1 turns it off / on at every size, for measurements; the bits are the same either way.
   bool group_experts(int64_t n) const {
     static const int mode = [] {
       const char* v = std::getenv("MLACONF_GROUP_EXPERTS");
       return v && *v ? std::atoi(v) : -1;
     }();
-    return mode >= 0 ? mode != 0 : n >= 2 * c.n_expert;
+    return mode >= 0 ? mode != 0 : n >= c.n_expert;
   }
   // Whether a one-token decode step runs layer l's shared expert as one more entry of the experts' launches
   // (expert_pairs with_shared): one shared expert whose three matrices have the experts' types and shapes, on
