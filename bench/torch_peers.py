@@ -180,18 +180,21 @@ class Bench:
         del X, fns
         torch.cuda.empty_cache()
 
-    # The block-type GEMV cases of kernel_bench (gemv_blocks.cu): F.linear on fp16 weights of the same
-    # shape, B x vectors at once (fp16 bytes: the peer reads its own format).
+    # The block-type GEMV cases of kernel_bench (gemv_blocks.cu), and its server's batches (16, 32 and 64 x on the
+    # head and attn_output, Q6_K, and on q_b and the dense FFN's gate / up, Q4_K): F.linear on fp16 weights of the
+    # same shape, B x vectors at once (fp16 bytes: the peer reads its own format).
     def gemv_blocks(self):
-        for B in (1, 8):
-            for t, rows, cols in (("Q6_K", 154880, 6144), ("Q6_K", 16384, 6144), ("Q6_K", 6144, 16384),
-                                  ("Q8_0", 6144, 16384), ("Q5_K", 6144, 16384)):
-                name = f"gemv(type={t},rows={rows},cols={cols},b={B})"
-                if not self.wanted(name):
-                    continue
-                x = torch.randn(B, cols, dtype=torch.float16, device="cuda")
-                self.rotating(name, "F.linear fp16", f"fp16 weights, rotating {{pool}}, {B} x", (rows, cols), torch.float16,
-                              lambda w: F.linear(x, w), B * (cols + rows) * 2.0, 2.0 * rows * cols * B)
+        cases = [(B, t, rows, cols) for B in (1, 8) for t, rows, cols in (
+            ("Q6_K", 154880, 6144), ("Q6_K", 16384, 6144), ("Q6_K", 6144, 16384), ("Q8_0", 6144, 16384), ("Q5_K", 6144, 16384))]
+        cases += [(B, t, rows, cols) for B in (16, 32, 64) for t, rows, cols in (
+            ("Q6_K", 154880, 6144), ("Q6_K", 6144, 16384), ("Q4_K", 16384, 2048), ("Q4_K", 12288, 6144))]
+        for B, t, rows, cols in cases:
+            name = f"gemv(type={t},rows={rows},cols={cols},b={B})"
+            if not self.wanted(name):
+                continue
+            x = torch.randn(B, cols, dtype=torch.float16, device="cuda")
+            self.rotating(name, "F.linear fp16", f"fp16 weights, rotating {{pool}}, {B} x", (rows, cols), torch.float16,
+                          lambda w: F.linear(x, w), B * (cols + rows) * 2.0, 2.0 * rows * cols * B)
 
     # The per-head cases of kernel_bench (gemv_per_head: 64 heads, T tokens, entry t H + h on head h): one fp16 bmm of
     # the 64 heads' matrices [64, rows, cols] with their T x each [64, cols, T].

@@ -32,11 +32,13 @@ def main():
         head = [row("copy_bandwidth(1GiB d2d)", 500.0), row("fp16_matmul_rate(8192^3)", 1500.0)]
         fam1 = {"source": "mlaconf", "device": "H200", "copy_gbs": 4250.0, "fp16_tflops": 740.0,
                 "rows": head + [row("gemv(type=Q4_K,rows=2048,cols=6144)", 11.0),
-                                row("gemv(type=Q4_K,rows=576,cols=6144)", 7.5)]}
+                                row("gemv(type=Q4_K,rows=576,cols=6144)", 7.5),
+                                row("gemv(type=Q6_K,rows=154880,cols=6144,b=64,passes=v13)", 3076.5)]}
         fam2 = {"source": "mlaconf", "device": "H200", "copy_gbs": 4250.0, "fp16_tflops": 740.0,
                 "rows": head + [row("sparse_mla(B=64,hpc=16)", 105.0), row("indexer_select(B=1,L=131072,keys=f32)", 79.0)]}
         torch = {"source": "torch", "copy_gbs": 4240.0, "fp16_tflops": 730.0,
                  "rows": [row("gemv(type=Q4_K,rows=2048,cols=6144)", 14.3), row("sparse_mla(B=64)", 247.0),
+                          row("gemv(type=Q6_K,rows=154880,cols=6144,b=64)", 1500.0),
                           row("indexer(B=1,L=131072,keys=f32)", 86.0)]}
         for n, j in (("fam1.json", fam1), ("fam2.json", fam2), ("torch.json", torch)):
             with open(p(n), "w") as f:
@@ -49,13 +51,15 @@ def main():
         merged = json.load(open(p("merged.json")))
         rows = {x["name"]: x for x in merged["mlaconf"]["rows"]}
         names = [x["name"] for x in merged["mlaconf"]["rows"]]
-        check(names.count("copy_bandwidth(1GiB d2d)") == 1 and len(names) == 6, f"rows: {names}")
+        check(names.count("copy_bandwidth(1GiB d2d)") == 1 and len(names) == 7, f"rows: {names}")
         g = rows.get("gemv(type=Q4_K,rows=2048,cols=6144)", {})
         check(g.get("peer_us") == 14.3 and abs(g.get("ratio_vs_peer", 0) - 14.3 / 11.0) < 1e-12, f"gemv peer: {g}")
         s = rows.get("sparse_mla(B=64,hpc=16)", {})
         check(s.get("peer_us") == 247.0 and abs(s.get("ratio_vs_peer", 0) - 247.0 / 105.0) < 1e-12, f"hpc variant: {s}")
         x = rows.get("indexer_select(B=1,L=131072,keys=f32)", {})
         check(x.get("peer_us") == 86.0 and abs(x.get("ratio_vs_peer", 0) - 86.0 / 79.0) < 1e-12, f"decode selection: {x}")
+        v = rows.get("gemv(type=Q6_K,rows=154880,cols=6144,b=64,passes=v13)", {})
+        check(v.get("peer_us") == 1500.0, f"an earlier version's shapes (,passes=v13) against the base case's peer: {v}")
         n = rows.get("gemv(type=Q4_K,rows=576,cols=6144)", {})
         check(n.get("peer_us") is None and n.get("ratio_vs_peer") is None, f"no peer: {n}")
         md = open(p("table.md")).read()
