@@ -57,8 +57,8 @@ namespace {
 // Warps per CTA: kWarps or kWarpsSmall (gemv_mma's split rule).
 constexpr int kWarps = 8, kWarpsSmall = 4;
 // Column groups per pass of a shared matrix: 2 x each, so up to 16 x per pass (v14; v13 took 4, 8 x: at B = 64
-// each weight was decoded 8 times, and the head and attn_output spent ~0.4 of the step there). gemv_mma_wide()
-// off keeps 4, for the comparison in one run.
+// each weight was decoded 8 times, and the head and attn_output took about a quarter of the GLM-5-dims step at
+// B = 32 and 64). gemv_mma_cta picks 8 or 4 by shape; gemv_mma_wide() off keeps 4, for comparisons in one run.
 constexpr int kMaxCg = 8, kMaxCgNarrow = 4;
 constexpr int kRedCg = 4;  // column groups per pass of the epilogue's reduction (its shared memory fits 4)
 constexpr int kGroupedCg = 2;  // column groups of a grouped experts' pass (MmaArgs::groups)
@@ -430,7 +430,8 @@ __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, 
 // else (ceil(tiles / rt), batch). Warp w: row tile tb * rt + w / ks, blocks [nb * kp / ks, nb * (kp + 1) / ks)
 // of it for kp = w % ks. W warps per CTA (rt * ks == W).
 // Resident warps per SM the registers must allow: 16, or 8 for 8 column groups (their 64-96 fp32 sums spilled
-// ~400-550 bytes at 128 registers, and 44-108 at 168 (12 warps), which made the head 40 % slower on the H200).
+// ~400-550 bytes at 128 registers, and 44-108 at 168 (12 warps), which made the head at 16 x 40 % slower than with
+// v13's passes on the H200).
 template <int NCG, int W>
 constexpr int min_ctas() { return (NCG > 4 ? 8 : 16) / W; }
 template <int TYPE, int NCG, int W>
