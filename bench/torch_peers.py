@@ -180,6 +180,16 @@ class Bench:
         del X, fns
         torch.cuda.empty_cache()
 
+    # F.linear on a rotating pool of rows x cols weights of dtype (fp16 or fp32), B x vectors at once; the bytes are
+    # the peer's own format.
+    def linear(self, name, rows, cols, B, dtype):
+        if not self.wanted(name):
+            return
+        x = torch.randn(B, cols, dtype=dtype, device="cuda")
+        tag = "fp16" if dtype == torch.float16 else "fp32"
+        self.rotating(name, f"F.linear {tag}", f"{tag} weights, rotating {{pool}}, {B} x", (rows, cols), dtype,
+                      lambda w: F.linear(x, w), B * (cols + rows) * x.element_size(), 2.0 * rows * cols * B)
+
     # The block-type GEMV cases of kernel_bench (gemv_blocks.cu), and its server's batches (16, 32 and 64 x on the
     # head and attn_output, Q6_K, and on q_b and the dense FFN's gate / up, Q4_K): F.linear on fp16 weights of the
     # same shape, B x vectors at once (fp16 bytes: the peer reads its own format).
@@ -189,12 +199,7 @@ class Bench:
         cases += [(B, t, rows, cols) for B in (16, 32, 64) for t, rows, cols in (
             ("Q6_K", 154880, 6144), ("Q6_K", 6144, 16384), ("Q4_K", 16384, 2048), ("Q4_K", 12288, 6144))]
         for B, t, rows, cols in cases:
-            name = f"gemv(type={t},rows={rows},cols={cols},b={B})"
-            if not self.wanted(name):
-                continue
-            x = torch.randn(B, cols, dtype=torch.float16, device="cuda")
-            self.rotating(name, "F.linear fp16", f"fp16 weights, rotating {{pool}}, {B} x", (rows, cols), torch.float16,
-                          lambda w: F.linear(x, w), B * (cols + rows) * 2.0, 2.0 * rows * cols * B)
+            self.linear(f"gemv(type={t},rows={rows},cols={cols},b={B})", rows, cols, B, torch.float16)
 
     # The per-head cases of kernel_bench (gemv_per_head: 64 heads, T tokens, entry t H + h on head h): one fp16 bmm of
     # the 64 heads' matrices [64, rows, cols] with their T x each [64, cols, T].
@@ -214,12 +219,7 @@ class Bench:
     def gemv_float(self):
         rows, cols = 256, 6144
         for B in (1, 8):
-            name = f"gemv(type=F32,rows={rows},cols={cols},b={B})"
-            if not self.wanted(name):
-                continue
-            x = torch.randn(B, cols, dtype=torch.float32, device="cuda")
-            self.rotating(name, "F.linear fp32", f"fp32 weights, rotating {{pool}}, {B} x", (rows, cols), torch.float32,
-                          lambda w: F.linear(x, w), B * (cols + rows) * 4.0, 2.0 * rows * cols * B)
+            self.linear(f"gemv(type=F32,rows={rows},cols={cols},b={B})", rows, cols, B, torch.float32)
 
     # The greedy pick of kernel_bench (argmax_rows): B rows of the vocabulary's 154880 fp32 logits,
     # torch.argmax over each row (its first index of the maximum, as argmax_rows').
