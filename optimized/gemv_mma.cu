@@ -658,6 +658,14 @@ void launch(const MmaArgs& a, dim3 grid) {
   else
     launch_w<TYPE, NCG, kWarps>(a, grid);
 }
+// The kernel of tcg column groups (1, 2, 4 or kMaxCg).
+template <int TYPE>
+void launch_cg(int tcg, const MmaArgs& a, dim3 grid) {
+  if (tcg == 1) launch<TYPE, 1>(a, grid);
+  else if (tcg == 2) launch<TYPE, 2>(a, grid);
+  else if (tcg == 4) launch<TYPE, 4>(a, grid);
+  else launch<TYPE, kMaxCg>(a, grid);
+}
 
 }  // namespace
 
@@ -790,17 +798,8 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   const dim3 grid = grouped ? dim3(ceil_div(tiles, rt), (unsigned)batch)
                     : shared ? dim3((unsigned)(ceil_div(tiles, rt) * ny))
                              : dim3(ceil_div(tiles, rt), (unsigned)batch);
-  if (t == GgmlType::Q6_K) {
-    if (tcg == 1) launch<kQ6_K, 1>(a, grid);
-    else if (tcg == 2) launch<kQ6_K, 2>(a, grid);
-    else if (tcg == 4) launch<kQ6_K, 4>(a, grid);
-    else launch<kQ6_K, kMaxCg>(a, grid);
-  } else {
-    if (tcg == 1) launch<kQ4_K, 1>(a, grid);
-    else if (tcg == 2) launch<kQ4_K, 2>(a, grid);
-    else if (tcg == 4) launch<kQ4_K, 4>(a, grid);
-    else launch<kQ4_K, kMaxCg>(a, grid);
-  }
+  if (t == GgmlType::Q6_K) launch_cg<kQ6_K>(tcg, a, grid);
+  else launch_cg<kQ4_K>(tcg, a, grid);
   return true;
 }
 
