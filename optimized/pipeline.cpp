@@ -604,13 +604,13 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
   auto run_indexer_kw = [&] {
     auto ki = fbuf(T * Di);
     // Over sequences each row's key goes to its sequence's region (scattered by indexer_k's launch where fused).
-    const bool scattered = sr ? indexer_k(l, x.as<float>(), T, d_pos, ki.as<float>(), sr->key_rows[(size_t)cur], skeys[l].as<float>())
-                              : indexer_k(l, x.as<float>(), T, d_pos, ki.as<float>());
+    const int32_t* key_rows = sr ? sr->key_rows[(size_t)cur] : nullptr;
+    const bool scattered = indexer_k(l, x.as<float>(), T, d_pos, ki.as<float>(), key_rows, sr ? skeys[l].as<float>() : nullptr);
     done(l, op::kIndexerK, ki.as<float>(), {T, Di});
-    if (sr && !scattered)
-      scatter_rows(ki.as<float>(), Di, sr->key_rows[(size_t)cur], T, Di, skeys[l].as<float>(), Di);
-    else if (!sr)
+    if (!sr)
       copy2d(ikeys[l].as<float>() + n_past * Di, Di * 4, ki.get(), Di * 4, Di * 4, T);
+    else if (!scattered)
+      scatter_rows(ki.as<float>(), Di, key_rows, T, Di, skeys[l].as<float>(), Di);
     wts = fbuf(T * Hi);
     indexer_weights(l, x.as<float>(), T, wts.as<float>());
     done(l, op::kIndexerWeights, wts.as<float>(), {T, Hi});
