@@ -312,14 +312,11 @@ constexpr int kVariants[] = {kGemvDefault, kGemvV1, kGemvDeep, kGemvMma, kGemvSi
 template <class F>
 void time_grid_v11(GgmlType t, int64_t rows, int64_t cols, int B, const std::string& stem, F&& row) {
   if (!gemv_mma_by_default(t, rows, cols)) return;
-  set_gemv_mma_balance(false);
-  const MmaCta v11 = gemv_mma_cta(rows, cols, B, true, false);
-  set_gemv_mma_balance(true);
+  const bool was = gemv_mma_balance();  // MLACONF_MMA_BALANCE=0 leaves it off for the other rows
   const MmaCta now = gemv_mma_cta(rows, cols, B, true, false);
-  if (v11.rt == now.rt) return;
   set_gemv_mma_balance(false);
-  row(stem + ",grid=v11)");
-  set_gemv_mma_balance(true);
+  if (gemv_mma_cta(rows, cols, B, true, false).rt != now.rt) row(stem + ",grid=v11)");
+  set_gemv_mma_balance(was);
 }
 
 // The default kernels once more with v13's passes of a shared matrix (set_gemv_mma_wide(false): up to 8 x per
@@ -328,9 +325,10 @@ void time_grid_v11(GgmlType t, int64_t rows, int64_t cols, int B, const std::str
 template <class F>
 void time_passes_v13(GgmlType t, int64_t rows, int64_t cols, int B, const std::string& stem, F&& row) {
   if (!gemv_mma_by_default(t, rows, cols) || B <= 8 || gemv_mma_cta(rows, cols, B, true, false).cg == 4) return;
+  const bool was = gemv_mma_wide();  // MLACONF_MMA_WIDE=0 leaves it off for the other rows (and times no v13 row)
   set_gemv_mma_wide(false);
   row(stem + ",passes=v13)");
-  set_gemv_mma_wide(true);
+  set_gemv_mma_wide(was);
 }
 
 // B x vectors on one rows x cols Q4_K matrix (batched decode: every sequence's token through the same
@@ -444,6 +442,7 @@ void q4k_experts_batch_case(int64_t rows, int64_t cols, int B) {
   DeviceBuffer d_tok = to_device(tok), ord((size_t)n * 4), ts((size_t)n * 4), grp((size_t)n * 16), ng(4), xs((size_t)n * cols * 4);
   // Twice: an expert's gate / up (up to 128 row tiles) in CTAs of 4 warps (v14) and of 8 (",cta=v13",
   // set_gemv_mma_grouped_small(false)); the down's CTAs are the same in both.
+  const bool was = gemv_mma_grouped_small();
   for (const bool small : {true, false}) {
     set_gemv_mma_grouped_small(small);
     const double gus = time_us([&](int i) {
@@ -453,7 +452,7 @@ void q4k_experts_batch_case(int64_t rows, int64_t cols, int B) {
       gemv_experts_grouped(GgmlType::Q4_K, wp, (int64_t)mat_bytes, rows, cols, grp.as<int32_t>(), ng.as<int32_t>(), n,
                            xs.as<float>(), cols, y.as<float>(), rows, ord.as<int32_t>());
     });
-    set_gemv_mma_grouped_small(true);
+    set_gemv_mma_grouped_small(was);
     report({stem + (small ? ",grouped)" : ",grouped,cta=v13)"), "gemv_experts",
             std::to_string(n) + " entries grouped by expert (group_pairs + gather + gemv_experts_grouped), " +
                 std::to_string((int)distinct) + " distinct experts on average",
