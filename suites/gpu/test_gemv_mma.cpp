@@ -15,8 +15,9 @@
 // row-tile-per-CTA threshold (2065, 4225, 8449, 16897 rows: 1, 2, 4, 8 tiles per CTA, so 8, 4, 2, 1 warps
 // split K), blocks per row 1, 2, 11, 24 (K split
 // unevenly over the warps, warps without blocks), batches 1, 2, 3, 8, 17 (8 x per pass: 17 is three passes,
-// the last with one x), and 5-33 on shapes with passes of 16 x (passes_bits: the same bits as v13's passes of 8). Expert strides stay 16-byte aligned (rows x row bytes; a misaligned matrix takes the
-// SIMT kernels, whose bits differ); 64 x on one matrix (8 entry groups, adjacent in the grid); 11
+// the last with one x), and 5-33 on shapes with passes of 16 x (passes_bits: the same bits as v13's passes of
+// 8). Expert strides stay 16-byte aligned (rows x row bytes; a misaligned matrix takes the SIMT kernels, whose
+// bits differ); 64 x on one matrix (8 entry groups, adjacent in the grid); 11
 // entries on one expert, interleaved with others (each entry its own CTAs; bits as run alone), and 20; a shared
 // expert as id -1 (experts_alt: bits as its matrix run alone by gemv). Negative
 // control: the fault gemv-x-bf16 (x kept as one 16-bit term) must fail (1). default_dispatch: on both sides of
@@ -253,7 +254,7 @@ void default_dispatch_case(GgmlType t, int64_t rows, int64_t cols, bool want_mma
       << "the default did not run the " << (want_mma ? "tensor-core" : "SIMT") << " kernel";
 }
 
-// A gemv_mma switch (the balance, the chain) as it was before the case, restored when the case ends.
+// A gemv_mma switch (the balance, the chain, the passes' width) as it was before the case, restored when it ends.
 struct SwitchScope {
   bool (*get)();
   void (*set)(bool);
