@@ -255,8 +255,8 @@ int gemv_variant();
 // way; kernel_bench times both, suites/gpu compares them.
 void set_gemv_mma_balance(bool on);
 bool gemv_mma_balance();
-// A shared matrix's passes on the tensor cores take up to 16 x (default; v14 in docs/PERF_H200.md: each weight
-// decoded once for 16 x) or 8 (false; MLACONF_MMA_WIDE=0 for a process: v13's passes). The bits are the same
+// A shared matrix's passes on the tensor cores take up to 8 x (default since v15 in docs/PERF_H200.md) or 16 where
+// a warp streams at least 8 blocks (true; MLACONF_MMA_WIDE=1 for a process: v14's rule). The bits are the same
 // either way (a column's result depends only on its x and the rows); kernel_bench times both.
 void set_gemv_mma_wide(bool on);
 bool gemv_mma_wide();

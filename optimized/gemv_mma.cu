@@ -15,15 +15,16 @@
 //         their sums of x by one more mma. v7 took the block's hot loop from 561 to 374 instructions per warp
 //         at one x per pass (sm_90 SASS; docs/PERF_H200_gemv_blocks.md v7).
 //
-// Precision: x (fp32) is split into three 16-bit terms hi + mid + lo (each the rounding of what the previous
-// ones left), and the 8 columns of an mma are (2 x) x (3 terms) + 2 zero columns; the integer (Q6_K) or
-// sc q (Q4_K) times a term is exact in the tensor core's fp32 accumulation. Q6_K's terms are bf16 (fp32's
-// exponent range: x to ~2^-25 relative, no scaling); Q4_K's are fp16 of x scaled per 256-value block by a
-// power of two (split_x_q4k_kernel: x to ~2^-33 of the block's largest value). The three terms of a column
-// are added last: y = (hi + mid) + lo. Error against float64: the fp32 roundings of the SIMT kernels' size
-// (suites/gpu test_gemv_mma measures it, including x from 2^-100 to 2^100); the bits differ from the SIMT
-// kernels'. The default for matrices of at least 1024 x 2048 (gemv_mma_by_default: on the H200 faster than
-// the SIMT kernels there at B = 8, and for Q6_K at B = 1; docs/PERF_H200_gemv_blocks.md v4).
+// Precision (v15): x (fp32) is scaled per 256-value block by a power of two and split into two fp16 terms hi + lo
+// (lo the rounding of what hi left), and the 8 columns of an mma are (4 x) x (2 terms): lane t's two output
+// columns are x slot t's hi and lo, added per block in the lane. The integer q - 32 (Q6_K) or sc q (Q4_K)
+// times a term is exact in the tensor core's fp32 accumulation; x itself is carried to ~2^-22 of its value
+// (bench/x_terms_error.py: at most 1.5e-8 of sum |w x| with 100x outliers, under the fp32 accumulation's own
+// 7e-8-1.4e-7). v7-v14 carried three 16-bit terms in 6 of the 8 columns (2 x per mma): from 16 x on the GEMV
+// was bound by its mma work per x, and torch's fp16 F.linear was 2-5x faster (docs/PERF_H200.md v14).
+// Error against float64: suites/gpu test_gemv_mma measures it, including x from 2^-100 to 2^100. The default
+// for matrices of at least 1024 x 2048 (gemv_mma_by_default: on the H200 faster than the SIMT kernels there at
+// B = 8, and for Q6_K at B = 1; docs/PERF_H200_gemv_blocks.md v4).
 //
 // Bit-identity across batches: a column's result depends only on its own x and the rows' weights (an mma
 // output element is the same function of its A row and B column whatever the other columns hold), and the
@@ -56,78 +57,49 @@ namespace {
 
 // Warps per CTA: kWarps or kWarpsSmall (gemv_mma's split rule).
 constexpr int kWarps = 8, kWarpsSmall = 4;
-// Column groups per pass of a shared matrix: 2 x each, so up to 16 x per pass (v14; v13 took 4, 8 x: at B = 64
-// each weight was decoded 8 times, and the head and attn_output took about a quarter of the GLM-5-dims step at
-// B = 32 and 64). gemv_mma_cta picks 8 or 4 by shape; gemv_mma_wide() off keeps 4, for comparisons in one run.
-constexpr int kMaxCg = 8, kMaxCgNarrow = 4;
-constexpr int kRedCg = 4;  // column groups per pass of the epilogue's reduction (its shared memory fits 4)
-constexpr int kGroupedCg = 2;  // column groups of a grouped experts' pass (MmaArgs::groups)
+// x slots per column group (an mma's 8 columns: 4 x, 2 terms each).
+constexpr int kSlots = 4;
+// Column groups per pass of a shared matrix: 2 (8 x), or with gemv_mma_wide() 4 (16 x) where gemv_mma_cta says.
+// v14 took 16 x (8 groups of 2 x) to decode each weight less often; with 4 x per group (v15) the passes of 8 x were
+// the faster at 16-64 x on the H200 (docs/PERF_H200.md v15).
+constexpr int kMaxCg = 4, kMaxCgNarrow = 2;
+constexpr int kGroupedCg = 1;  // column groups of a grouped experts' pass (MmaArgs::groups): its 4 slots
 
-// ---- x as 16-bit terms (one launch per GEMV call) ----
-// v as three terms of the 16-bit type T (bf16 or fp16), each the rounding of what the previous ones left (every
-// difference exact in fp32): hi + mid + lo is v to about three times T's significand.
-template <typename T>
-struct Terms3 {
-  T hi, mid, lo;
+// ---- x as two fp16 terms (one launch per GEMV call) ----
+// bf16 terms of the dmin term's sums (three, each the rounding of what the previous ones left: every
+// difference exact in fp32).
+struct Bf16Terms3 {
+  __nv_bfloat16 hi, mid, lo;
 };
-template <typename T>
-__device__ __forceinline__ T to_16(float f) {
-  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(f);
-  else return __float2bfloat16_rn(f);
-}
-__device__ __forceinline__ float from_16(__half h) { return __half2float(h); }
-__device__ __forceinline__ float from_16(__nv_bfloat16 h) { return __bfloat162float(h); }
-template <typename T>
-__device__ __forceinline__ Terms3<T> split3(float v) {
-  const T hi = to_16<T>(v);
-  const float r1 = __fsub_rn(v, from_16(hi));
-  const T mid = to_16<T>(r1);
-  return {hi, mid, to_16<T>(__fsub_rn(r1, from_16(mid)))};
-}
-// Slot s's terms into its column group (columns 3 (s % 2) + term, `stride` apart) and the group's zero column
-// 6 + s % 2; with hi_only (the fault gemv-x-bf16, x as one 16-bit term) the mid and lo terms are zero.
-template <typename T>
-__device__ __forceinline__ void put_terms(T* o, int64_t stride, int64_t s, Terms3<T> v, bool hi_only) {
-  const T zero = to_16<T>(0.f);
-  const int64_t c0 = 3 * (s & 1);
-  o[(c0 + 0) * stride] = v.hi;
-  o[(c0 + 1) * stride] = hi_only ? zero : v.mid;
-  o[(c0 + 2) * stride] = hi_only ? zero : v.lo;
-  o[(6 + (s & 1)) * stride] = zero;
-}
-// Q6_K's x: slot s of x (a batch entry's vector) is column group s / 2, columns 3 (s % 2) + term; columns 6
-// and 7 are zero. xi: [groups][K / 16][8 columns][16 values] bf16, so that the B fragment of one k-step (16
-// values) for all 32 lanes is 256 contiguous bytes.
-__global__ void split_x_kernel(const float* __restrict__ x, int64_t x_stride, int64_t K, int64_t ntok,
-                               __nv_bfloat16* __restrict__ xi, bool hi_only) {
-  pdl_trigger();  // the GEMV may launch now (it waits for x's terms)
-  pdl_wait();     // chained (gemv_mma_chain): x is the previous kernel's output
-  const int64_t pos = (int64_t)blockIdx.x * 256 + threadIdx.x;
-  const int64_t s = blockIdx.y;  // grid.y: ntok rounded up to even; the padding slot is zero
-  const float v = s < ntok ? x[s * x_stride + pos] : 0.f;
-  put_terms(xi + ((s >> 1) * (K / 16) + pos / 16) * 128 + (pos & 15), 16, s, split3<__nv_bfloat16>(v), hi_only);
+__device__ __forceinline__ Bf16Terms3 split3_bf16(float v) {
+  const __nv_bfloat16 hi = __float2bfloat16_rn(v);
+  const float r1 = __fsub_rn(v, __bfloat162float(hi));
+  const __nv_bfloat16 mid = __float2bfloat16_rn(r1);
+  return {hi, mid, __float2bfloat16_rn(__fsub_rn(r1, __bfloat162float(mid)))};
 }
 
-// Q4_K's x: fp16 terms of x scaled per block, so that the 6-bit scale can ride in the A operand (sc q <= 945
-// is exact in fp16, not in bf16) and one fp32 accumulator takes a whole block (v7: the per-sub-block fp32
-// scale FMAs and the float conversions of sc were 26 % of the block's instructions).
-// One CTA per (Q4_K block of 256 values, slot). x' = x 2^e, e = 15 - E with max |x| (finite values) in
-// [2^(E-1), 2^E): every |x'| < 2^15, so three fp16 terms carry x' to ~2^-33 of the block's largest value
-// (fp16's exponent range, unlike bf16's, needs the scale); e <= 100 keeps 2^-e a normal float. Inf and NaN
-// pass through as before (their lower terms are NaN). Writes:
-//   xi: [groups][K / 16][8 columns][16 values] fp16, each 4-value group stored (0, 2, 1, 3): the A fragment
-//       takes bytes (0, 2) and (1, 3) of a qs word by one LOP3 each (block_q4k);
-//   xf: [groups][K / 256][8] fp32, 2^-e in the slot's three columns, 1 in the zero columns;
-//   xm: [groups][K / 256][8 columns][8 sub-blocks] bf16, the unscaled fp32 sum of x over each 32-value
-//       sub-block as three bf16 terms in the slot's columns (the B operand of the dmin m term's mma).
-__global__ void split_x_q4k_kernel(const float* __restrict__ x, int64_t x_stride, int64_t K, int64_t ntok,
-                                   __half* __restrict__ xi, float* __restrict__ xf, __nv_bfloat16* __restrict__ xm,
-                                   bool hi_only) {
+// One CTA per (block of 256 values, slot): both types' x (Q4_K's sc q and Q6_K's q - 32 ride in fp16 A operands,
+// so x is fp16 too, whose exponent range needs the scale). x' = x 2^e, e = 15 - E with max |x| (finite values)
+// in [2^(E-1), 2^E): every |x'| < 2^15, so hi + lo carry x' to ~2^-22 of itself (down to fp16's subnormals,
+// ~2^-39 of the block's largest value); e <= 100 keeps 2^-e a normal float. Inf and NaN pass through (their lo
+// is NaN). Slot s is column group s / 4, columns 2 (s % 4) (hi) and + 1 (lo). Writes:
+//   xi: [groups][K / 16][8 columns][16 values] fp16, each 4-value group stored (0, 2, 1, 3): lane t's B fragment
+//       is 4 t .. 4 t + 3 of a column, and the A fragment takes bytes (0, 2) and (1, 3) of a weight word by one
+//       instruction each (block_q4k, block_q6k);
+//   xf: [groups][K / 256][4 slots] fp32, 2^-e;
+//   xm: (Q4_K, else null) [groups][K / 256][8 columns][4 lanes][4 values] bf16, the B fragments of the dmin
+//       term's mma: the unscaled fp32 sum of x over each 32-value sub-block w as three bf16 terms, k = w (first
+//       term, column 2 (s % 4); third term, column + 1) and k = 8 + w (second term; zero in the odd column), so
+//       lane t's two columns add up to the sums' m-weighted total.
+// hi_only (the fault gemv-x-bf16): x as its first 16-bit term, lo zero.
+__global__ void split_x_kernel(const float* __restrict__ x, int64_t x_stride, int64_t K, int64_t ntok,
+                               __half* __restrict__ xi, float* __restrict__ xf, __nv_bfloat16* __restrict__ xm,
+                               bool hi_only) {
   __shared__ float wmax[8];
   pdl_trigger();  // the GEMV may launch now (it waits for x's terms)
   pdl_wait();     // chained (gemv_mma_chain): x is the previous kernel's output
   const int64_t blk = blockIdx.x, nb = K / 256, pos = blk * 256 + threadIdx.x;
-  const int64_t s = blockIdx.y;  // grid.y: ntok rounded up to even; the padding slot is zero
+  const int64_t s = blockIdx.y;  // grid.y: the slots of whole column groups; the padding slots are zero
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const float v = s < ntok ? x[s * x_stride + pos] : 0.f;
   float m = fabsf(v) <= FLT_MAX ? fabsf(v) : 0.f;  // NaN and inf do not set the scale
@@ -141,20 +113,29 @@ __global__ void split_x_q4k_kernel(const float* __restrict__ x, int64_t x_stride
   (void)frexpf(m, &E);  // m = f 2^E, f in [0.5, 1); E = 0 for m = 0
   const int e = min(15 - E, 100);  // >= 15 - 128: no finite x' reaches 2^15
   const float xs = __fmul_rn(v, __int_as_float((127 + e) << 23));  // exact: a power of two, x' normal or tiny
-  const Terms3<__half> terms = split3<__half>(xs);
-  const int64_t cg = s >> 1, c0 = 3 * (s & 1);
+  const __half hi = __float2half_rn(xs);
+  const __half lo = hi_only ? __float2half_rn(0.f) : __float2half_rn(__fsub_rn(xs, __half2float(hi)));
+  const int64_t cg = s / kSlots, col = 2 * (s % kSlots);
   const int p = (int)(pos & 15), q = (p & ~3) | ((p & 1) << 1) | ((p >> 1) & 1);  // (0, 2, 1, 3) in each 4
-  put_terms(xi + (cg * (K / 16) + pos / 16) * 128 + q, 16, s, terms, hi_only);
-  if (threadIdx.x == 0) {
-    float* f = xf + (cg * nb + blk) * 8;
-    f[c0] = f[c0 + 1] = f[c0 + 2] = __int_as_float((127 - e) << 23);
-    f[6 + (s & 1)] = 1.f;
-  }
+  __half* o = xi + (cg * (K / 16) + pos / 16) * 128 + col * 16 + q;
+  o[0] = hi;
+  o[16] = lo;
+  if (threadIdx.x == 0) xf[(cg * nb + blk) * kSlots + s % kSlots] = __int_as_float((127 - e) << 23);
+  if (!xm) return;
   // Warp w holds sub-block w: a butterfly gives every lane the same sum (fadd commutes).
   float sum = v;
 #pragma unroll
   for (int off = 16; off; off >>= 1) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, off));
-  if (lane == 0) put_terms(xm + (cg * nb + blk) * 64 + warp, 8, s, split3<__nv_bfloat16>(sum), hi_only);
+  if (lane == 0) {
+    const Bf16Terms3 t3 = split3_bf16(sum);
+    const __nv_bfloat16 zero = __float2bfloat16_rn(0.f);
+    // k = w: lane w / 2, value w % 2; k = 8 + w: the same lane, value 2 + w % 2.
+    __nv_bfloat16* ev = xm + ((cg * nb + blk) * 8 + col) * 16 + (warp >> 1) * 4 + (warp & 1);
+    ev[0] = t3.hi;
+    ev[2] = hi_only ? zero : t3.mid;
+    ev[16] = hi_only ? zero : t3.lo;  // the odd column
+    ev[18] = zero;
+  }
 }
 
 // ---- the GEMV ----
@@ -171,19 +152,20 @@ struct MmaArgs {
   const int32_t* ids;
   int64_t w_count, w_stride, batch;
   bool shared;  // one matrix for the batch: entry group y (entries epp y .. epp y + epp - 1, slots = entries)
-  int epp;      // shared: entries per pass (2 x the column groups' cap, 16 or 8)
+  int epp;      // shared: entries per pass (4 x the column groups' cap, 16 or 8)
   int ny;       // shared: entry groups, the fastest-varying part of blockIdx.x
   bool one_x;   // (not shared) every entry reads x slot 0
   const uint8_t* w_alt;  // (ids) the matrix of id -1: a shared expert taken as one more entry, or null
   // Grouped experts (shared passes per expert; `shared` is set): CTA row y takes groups[y] = (expert, first
-  // slot, end slot), slots sorted by expert (group_pairs), when y < *n_groups; its column groups are the
-  // slot pairs from first / 2 on, and it writes only its own slots, slot s to row out_rows[s] (null: s).
+  // slot, end slot), slots sorted by expert (group_pairs), when y < *n_groups; its column group is the 4 slots
+  // from 2 floor(first / 2) on (each lane's x address its own: they may span two of split_x's column groups),
+  // and it writes only its own slots, slot s to row out_rows[s] (null: s).
   const int4* groups;
   const int32_t* n_groups;
   const int32_t* out_rows;
-  const uint2* xi;
-  const float2* xf;     // Q4_K: split_x_q4k_kernel's xf and xm
-  const uint32_t* xm;
+  const uint2* xi;     // split_x_kernel's xi, xf and xm (Q4_K)
+  const float* xf;
+  const uint2* xm;
   float* y;
   int64_t y_stride;
 };
@@ -226,7 +208,7 @@ __device__ __forceinline__ uint32_t q_pair(uint32_t q, unsigned sel, uint32_t of
   const __nv_bfloat162 r = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), *reinterpret_cast<const __nv_bfloat162*>(&off));
   return *reinterpret_cast<const uint32_t*>(&r);
 }
-constexpr uint32_t kBf128 = 0x43004300u, kBf160 = 0x43204320u;
+constexpr uint32_t kBf128 = 0x43004300u;
 
 
 // A row's block in shared memory as aligned 32-bit words and the funnel shift that undoes its misalignment
@@ -247,16 +229,29 @@ struct Words {
 // 2^23's exponent bytes, a __constant__ for the reason of c_bf128_bytes (byte_as_float's exp_bytes).
 __constant__ uint32_t c_f2p23_bits = 0x4B000000u;
 
+// fp16 1024's high byte in every byte, and 1024 as an fp16 pair; __constant__ for the reason of c_bf128_bytes.
+__constant__ uint32_t c_f16_1024_bytes = 0x64646464u;
+constexpr uint32_t kH1024 = 0x64006400u;
+__device__ __forceinline__ __half2 as_h2(uint32_t u) { return *reinterpret_cast<const __half2*>(&u); }
+__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
+// Bytes 0, 2 (sel 0x4240) or 1, 3 (0x4341) of q (each < 64) as two fp16 1024 + q, minus 1056: q - 32, exact.
+__device__ __forceinline__ uint32_t q6_pair(uint32_t q, unsigned sel) {
+  return h2_bits(__hsub2(as_h2(__byte_perm(q, c_f16_1024_bytes, sel)), as_h2(0x64206420u)));
+}
+
 // One Q6_K block (ql[128] qh[64] scales[16] d) of rows g (s0) and g + 8 (s1). Sub-block u (16 values,
 // u = 8 half + 2 j + lh) is positions 16 u of the block: lane t takes l = 16 lh + 4 t .. + 3 of its quarter j,
-// from ql[64 half + 32 (j & 1) + l] (nibble j / 2) and qh[32 half + l] (bits 2 j). xb: the lane's B fragment
-// of the block's first k-step in column group 0 (k-step u at xb[32 u], group c at + c * xg_stride).
+// from ql[64 half + 32 (j & 1) + l] (nibble j / 2) and qh[32 half + l] (bits 2 j), as the pairs (0, 2) and
+// (1, 3) that split_x stored x in. xb: the lane's B fragment of the block's first k-step in column group 0
+// (k-step u at xb[32 u], group c at + c * xg_stride); xf: the 2^-e of the lane's slot for this block in group 0
+// (group c at + c * xf_stride). Per sub-block and row: the fp32 sum of its hi and lo columns times the integer
+// scale; per block times d 2^-e.
 template <int NCG>
 __device__ __forceinline__ void block_q6k(const uint8_t* s0, const uint8_t* s1, int t, const uint2* xb,
-                                          int64_t xg_stride, float (&acc)[NCG][4]) {
-  float bacc[NCG][4];
+                                          int64_t xg_stride, const float* xf, int64_t xf_stride, float (&acc)[NCG][2]) {
+  float bacc[NCG][2];
 #pragma unroll
-  for (int c = 0; c < NCG; ++c) bacc[c][0] = bacc[c][1] = bacc[c][2] = bacc[c][3] = 0.f;
+  for (int c = 0; c < NCG; ++c) bacc[c][0] = bacc[c][1] = 0.f;
   const Words r0(s0), r1(s1);
   // The 16 int8 scales of each row as words, offset to unsigned (x ^ 0x80) for the exact float trick.
   uint32_t scw0[4], scw1[4];
@@ -276,37 +271,28 @@ __device__ __forceinline__ void block_q6k(const uint8_t* s0, const uint8_t* s1, 
         const uint32_t n1 = ((j >= 2) ? (j & 1 ? wb1 : wa1) >> 4 : (j & 1 ? wb1 : wa1)) & 0x0F0F0F0Fu;
         const uint32_t q0 = n0 | ((j == 0 ? h0 << 4 : j == 1 ? h0 << 2 : j == 2 ? h0 : h0 >> 2) & 0x30303030u);
         const uint32_t q1 = n1 | ((j == 0 ? h1 << 4 : j == 1 ? h1 << 2 : j == 2 ? h1 : h1 >> 2) & 0x30303030u);
-        const uint32_t a[4] = {q_pair(q0, 0x4140u, kBf160), q_pair(q1, 0x4140u, kBf160), q_pair(q0, 0x4342u, kBf160),
-                               q_pair(q1, 0x4342u, kBf160)};
+        const uint32_t a[4] = {q6_pair(q0, 0x4240u), q6_pair(q1, 0x4240u), q6_pair(q0, 0x4341u), q6_pair(q1, 0x4341u)};
         // The int8 scales (stored ^ 0x80, so unsigned): 128 + sc as a float, minus 128.
         const float sc0 = byte_as_float(scw0[u >> 2], u & 3, 128.f, c_f2p23_bits);
         const float sc1 = byte_as_float(scw1[u >> 2], u & 3, 128.f, c_f2p23_bits);
 #pragma unroll
         for (int c = 0; c < NCG; ++c) {  // every group: padded with zero x (no branch around the mma)
           float C[4] = {0.f, 0.f, 0.f, 0.f};
-          mma_bf16(C, a, __ldg(xb + c * xg_stride + 32 * u));
-          bacc[c][0] = fmaf(sc0, C[0], bacc[c][0]);
-          bacc[c][1] = fmaf(sc0, C[1], bacc[c][1]);
-          bacc[c][2] = fmaf(sc1, C[2], bacc[c][2]);
-          bacc[c][3] = fmaf(sc1, C[3], bacc[c][3]);
+          mma_f16(C, a, __ldg(xb + c * xg_stride + 32 * u));
+          bacc[c][0] = fmaf(sc0, __fadd_rn(C[0], C[1]), bacc[c][0]);
+          bacc[c][1] = fmaf(sc1, __fadd_rn(C[2], C[3]), bacc[c][1]);
         }
       }
     }
   const float d0 = ld_f16_hw(s0 + 208), d1 = ld_f16_hw(s1 + 208);
 #pragma unroll
   for (int c = 0; c < NCG; ++c) {
-    acc[c][0] = fmaf(d0, bacc[c][0], acc[c][0]);
-    acc[c][1] = fmaf(d0, bacc[c][1], acc[c][1]);
-    acc[c][2] = fmaf(d1, bacc[c][2], acc[c][2]);
-    acc[c][3] = fmaf(d1, bacc[c][3], acc[c][3]);
+    const float f = __ldg(xf + c * xf_stride);
+    acc[c][0] = fmaf(__fmul_rn(d0, f), bacc[c][0], acc[c][0]);
+    acc[c][1] = fmaf(__fmul_rn(d1, f), bacc[c][1], acc[c][1]);
   }
 }
 
-// fp16 1024's high byte in every byte, and 1024 as an fp16 pair; __constant__ for the reason of c_bf128_bytes.
-__constant__ uint32_t c_f16_1024_bytes = 0x64646464u;
-constexpr uint32_t kH1024 = 0x64006400u;
-__device__ __forceinline__ __half2 as_h2(uint32_t u) { return *reinterpret_cast<const __half2*>(&u); }
-__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
 // (w & mask) | kH1024 in one LOP3 (written as C, the compiler emitted an AND and an OR: one instruction
 // takes one immediate, so ptxas keeps 1024's bits in a register here).
 __device__ __forceinline__ uint32_t nibbles_1024(uint32_t w, uint32_t mask) {
@@ -354,12 +340,13 @@ __device__ __forceinline__ void chunk_terms(const uint32_t (&sc0)[2], const uint
 // the mantissa of 1024 (a low nibble n as 1024 + n, a high one in place as 1024 + 16 n), one HFMA2 takes
 // (1024 + n) sc - 1024 sc (or (1024 + 16 n) sc / 16 - 64 sc), so a whole block accumulates in fp32 in the
 // tensor cores (two chains, low and high nibbles, added last). The dmin term is one more mma: A = m of
-// sub-blocks 2 t, 2 t + 1 (bf16, exact), B = xm (each sub-block's sum of x as bf16 terms). Then
-// y += d 2^-e C - dmin M per row and column.
+// sub-blocks 2 t, 2 t + 1 (bf16, exact) in k 0-7 and again in 8-15, B = xm (each sub-block's sum of x as three
+// bf16 terms over k and the slot's two columns). Then per row y += d 2^-e (C_hi + C_lo) - dmin (M_hi + M_lo),
+// the lane's two columns being its slot's two terms.
 template <int NCG>
 __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, int64_t b, int t, const uint2* xg,
-                                          int64_t xg_stride, const float2* xf, int64_t xf_stride, const uint32_t* xm,
-                                          int64_t xm_stride, float (&acc)[NCG][4]) {
+                                          int64_t xg_stride, const float* xf, int64_t xf_stride, const uint2* xm,
+                                          int64_t xm_stride, float (&acc)[NCG][2]) {
   const uint4 h0 = *reinterpret_cast<const uint4*>(s0), h1 = *reinterpret_cast<const uint4*>(s1);
   // ggml's get_scale_min_k4, four sub-blocks per word: SC[0] for sub-blocks 0-3, [1] for 4-7.
   const uint32_t sc0[2] = {h0.y & 0x3F3F3F3Fu, (h0.w & 0x0F0F0F0Fu) | ((h0.y >> 2) & 0x30303030u)};
@@ -403,11 +390,12 @@ __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, 
     }
   }
   // The dmin term: m of sub-blocks 2 t, 2 t + 1 (word t / 2 of ggml's M, bytes 2 (t & 1), + 1) as bf16 128 + m
-  // minus 128; k-steps 8-15 of the mma are zero.
+  // minus 128, in k 0-7 (against the sums' first or third terms) and 8-15 (the second).
   const uint32_t mw0 = t < 2 ? h0.z & 0x3F3F3F3Fu : ((h0.w >> 4) & 0x0F0F0F0Fu) | ((h0.z >> 2) & 0x30303030u);
   const uint32_t mw1 = t < 2 ? h1.z & 0x3F3F3F3Fu : ((h1.w >> 4) & 0x0F0F0F0Fu) | ((h1.z >> 2) & 0x30303030u);
   const unsigned msel = 0x4040u | (2u * (t & 1)) | ((2u * (t & 1) + 1) << 8);
-  const uint32_t am[4] = {q_pair(mw0, msel, kBf128), q_pair(mw1, msel, kBf128), 0u, 0u};
+  const uint32_t m0p = q_pair(mw0, msel, kBf128), m1p = q_pair(mw1, msel, kBf128);
+  const uint32_t am[4] = {m0p, m1p, m0p, m1p};
   const float d0 = __half2float(__ushort_as_half((unsigned short)(h0.x & 0xffff)));
   const float dm0 = __half2float(__ushort_as_half((unsigned short)(h0.x >> 16)));
   const float d1 = __half2float(__ushort_as_half((unsigned short)(h1.x & 0xffff)));
@@ -415,23 +403,20 @@ __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, 
 #pragma unroll
   for (int c = 0; c < NCG; ++c) {
     float M[4] = {0.f, 0.f, 0.f, 0.f};
-    mma_bf16(M, am, make_uint2(__ldg(xm + c * xm_stride + b * 32), 0u));
-    const float2 f = __ldg(xf + c * xf_stride + b * 4);
-    const float c0 = __fadd_rn(C[0][c][0], C[1][c][0]), c1 = __fadd_rn(C[0][c][1], C[1][c][1]);
-    const float c2 = __fadd_rn(C[0][c][2], C[1][c][2]), c3 = __fadd_rn(C[0][c][3], C[1][c][3]);
-    acc[c][0] = fmaf(-dm0, M[0], fmaf(__fmul_rn(d0, f.x), c0, acc[c][0]));
-    acc[c][1] = fmaf(-dm0, M[1], fmaf(__fmul_rn(d0, f.y), c1, acc[c][1]));
-    acc[c][2] = fmaf(-dm1, M[2], fmaf(__fmul_rn(d1, f.x), c2, acc[c][2]));
-    acc[c][3] = fmaf(-dm1, M[3], fmaf(__fmul_rn(d1, f.y), c3, acc[c][3]));
+    mma_bf16(M, am, __ldg(xm + c * xm_stride + b * 32));
+    const float f = __ldg(xf + c * xf_stride + b * kSlots);
+    const float c0 = __fadd_rn(__fadd_rn(C[0][c][0], C[1][c][0]), __fadd_rn(C[0][c][1], C[1][c][1]));
+    const float c1 = __fadd_rn(__fadd_rn(C[0][c][2], C[1][c][2]), __fadd_rn(C[0][c][3], C[1][c][3]));
+    acc[c][0] = fmaf(-dm0, __fadd_rn(M[0], M[1]), fmaf(__fmul_rn(d0, f), c0, acc[c][0]));
+    acc[c][1] = fmaf(-dm1, __fadd_rn(M[2], M[3]), fmaf(__fmul_rn(d1, f), c1, acc[c][1]));
   }
 }
 
 // grid: shared matrix, ceil(tiles / rt) * ny (row-tile block tb = blockIdx.x / ny, entry group blockIdx.x % ny);
 // else (ceil(tiles / rt), batch). Warp w: row tile tb * rt + w / ks, blocks [nb * kp / ks, nb * (kp + 1) / ks)
 // of it for kp = w % ks. W warps per CTA (rt * ks == W).
-// Resident warps per SM the registers must allow: 16, or 8 for 8 column groups (their 64-96 fp32 sums spilled
-// ~400-550 bytes at 128 registers, and 44-108 at 168 (12 warps), which made the head at 16 x 40 % slower than with
-// v13's passes on the H200).
+// Resident warps per SM the registers must allow: 16 (128 registers). v14's 8 column groups of 2 x (64-96 fp32
+// sums per lane) needed 8 (~255 registers); v15's 4 groups of 4 x hold 8 sums and 32 mma outputs.
 template <int NCG, int W>
 constexpr int min_ctas() { return (NCG > 4 ? 8 : 16) / W; }
 template <int TYPE, int NCG, int W>
@@ -457,18 +442,20 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
   const int64_t mat = a.groups ? (int64_t)grp.x : a.ids ? (int64_t)a.ids[e0] : (a.shared ? 0 : e0 % a.w_count);
   const int64_t slot = a.shared ? e0 : (a.one_x ? 0 : e0);  // the x slot of column group 0's first token
   const int64_t left = a.groups ? 4 : a.batch - e0 < a.epp ? a.batch - e0 : a.epp;  // grouped: the CTA's slots are cut below
-  const int ncg = a.shared ? (int)((left + 1) / 2 < NCG ? (left + 1) / 2 : NCG) : 1;
+  const int ncg = a.shared ? (int)((left + kSlots - 1) / kSlots < NCG ? (left + kSlots - 1) / kSlots : NCG) : 1;
   const int64_t K16 = (int64_t)a.nb * 16;
-  // This lane's B fragment of k-step 0 (column xc). An entry that is not a shared pass uses 3 of the 8 columns
-  // (3 (slot % 2) .. + 2); the other lanes read the slot's first column again: their outputs are unused (an
-  // mma's output columns are independent), and a warp's x load touches the slot's 3 sectors, for an even slot
-  // (one x: the experts of one token) in one 128-byte line of the k-step's two (v8; v7 read column 7, zero,
-  // in the second line). A shared pass reads its own columns: only 6 and 7 are zero there.
-  const int xc = a.shared || (unsigned)(g - 3 * (int)(slot & 1)) < 3u ? g : 3 * (int)(slot & 1);
-  const uint2* xg = a.xi + ((slot >> 1) * K16 * 8 + xc) * 4 + t;
-  // Q4_K only (null for Q6_K): this lane's two columns' 2^-e, and its dmin term's B fragment.
-  const float2* xfg = TYPE == kQ4_K ? a.xf + (slot >> 1) * (int64_t)a.nb * 4 + t : nullptr;
-  const uint32_t* xmg = TYPE == kQ4_K ? a.xm + ((slot >> 1) * (int64_t)a.nb * 8 + xc) * 4 + t : nullptr;
+  // This lane's B fragment of k-step 0: column g is term g % 2 of slot xs. A shared pass (and a grouped one)
+  // reads its 4 slots from e0 on, column group c the 4 after (each lane's own address: a grouped pass may start
+  // at slot 4 k + 2, in the middle of split_x's column group); an entry that is not a shared pass reads its one
+  // slot in every column pair, so that every lane's two outputs are that slot's (an mma's output columns are
+  // independent) and a warp's x load touches the slot's 2 sectors.
+  const int64_t xs = a.shared ? e0 + (g >> 1) : slot;
+  const int64_t xcol = 2 * (xs % kSlots) + (g & 1);
+  const uint2* xg = a.xi + ((xs / kSlots) * K16 * 8 + xcol) * 4 + t;
+  // Lane t's slot (the 2^-e of its output columns 2 t, 2 t + 1), and (Q4_K) its dmin term's B fragment.
+  const int64_t ts = a.shared ? e0 + t : slot;
+  const float* xfg = a.xf + (ts / kSlots) * (int64_t)a.nb * kSlots + ts % kSlots;
+  const uint2* xmg = TYPE == kQ4_K ? a.xm + ((xs / kSlots) * (int64_t)a.nb * 8 + xcol) * 4 + t : nullptr;
   // Id -1 (w_alt) comes only with ids, which run one column group (NCG 1): the wider passes keep the plain
   // address (sm_90 SASS: the select cost their hot loop up to 22 instructions through register allocation).
   const uint8_t* wm = NCG == 1 && mat < 0 ? a.w_alt : a.w + mat * a.w_stride;
@@ -530,11 +517,10 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
     }
   };
 
-  float acc[NCG][4], first[NCG][4];  // first: the first chunk's sums when the warp has two
+  // Rows g and g + 8 of lane t's slot in each column group; first: the first chunk's sums when the warp has two.
+  float acc[NCG][2], first[NCG][2];
 #pragma unroll
-  for (int c = 0; c < NCG; ++c)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[c][i] = first[c][i] = 0.f;
+  for (int c = 0; c < NCG; ++c) acc[c][0] = acc[c][1] = first[c][0] = first[c][1] = 0.f;
   if (tile_ok) {
 #pragma unroll
     for (int s = 0; s < S::stages - 1; ++s) {
@@ -563,9 +549,9 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
         const uint8_t* s0 = stg + ((size_t)st * 16 + g) * S::slot + o0;
         const uint8_t* s1 = stg + ((size_t)st * 16 + g + 8) * S::slot + o1;
         if constexpr (TYPE == kQ6_K)
-          block_q6k<NCG>(s0, s1, t, xg + (int64_t)b * 16 * 32, K16 * 32, acc);
+          block_q6k<NCG>(s0, s1, t, xg + (int64_t)b * 16 * 32, K16 * 32, xfg + (int64_t)b * kSlots, (int64_t)a.nb * kSlots, acc);
         else
-          block_q4k<NCG>(s0, s1, b, t, xg, K16 * 32, xfg, (int64_t)a.nb * 4, xmg, (int64_t)a.nb * 32, acc);
+          block_q4k<NCG>(s0, s1, b, t, xg, K16 * 32, xfg, (int64_t)a.nb * kSlots, xmg, (int64_t)a.nb * 32, acc);
         __syncwarp();  // the stage is refilled `stages` blocks on
         st = st + 1 == S::stages ? 0 : st + 1;
       }
@@ -573,65 +559,48 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
 #pragma unroll
         for (int c = 0; c < NCG; ++c)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) first[c][i] = acc[c][i], acc[c][i] = 0.f;
+          for (int i = 0; i < 2; ++i) first[c][i] = acc[c][i], acc[c][i] = 0.f;
       }
     }
   }
   cp_async_wait<0>();
 
-  // The ks warps of a row tile: chunk sums added in the order of MmaArgs::cpw; then per x: (hi + mid) + lo. In
-  // passes of up to kRedCg column groups (the staging memory holds 4 groups' red and vals; each column's
-  // arithmetic is the same in any pass).
-  constexpr int RC = NCG < kRedCg ? NCG : kRedCg;
-  static_assert(NCG % RC == 0, "whole reduction passes");
-  static_assert((W + W) * RC * 4 * 32 * sizeof(float) <= smem_bytes<TYPE>(W), "red and vals fit the staging memory");
-  float* red = reinterpret_cast<float*>(smem);  // [W][RC][4][32]
-  float* vals = red + W * RC * 4 * 32;           // [rt][RC][8 columns][16 rows]
-  const int row = lane & 15, tk = lane >> 4;
-  const int64_t rowg = tile * 16 + row;
-  // The slots this CTA writes (grouped: its group's; kept out of the loop's registers).
+  // The ks warps of a row tile: chunk sums added in the order of MmaArgs::cpw, by the first warp of the tile,
+  // whose lane t writes rows g and g + 8 of its slot in each column group (lane 0's slot for an entry that is not
+  // a shared pass: every lane holds it).
+  static_assert(W * NCG * 2 * 32 * sizeof(float) <= smem_bytes<TYPE>(W), "red fits the staging memory");
+  float* red = reinterpret_cast<float*>(smem);  // [W][NCG][2][32]
+  __syncthreads();  // the staging memory becomes red
+#pragma unroll
+  for (int c = 0; c < NCG; ++c)
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      red[((warp * NCG + c) * 2 + i) * 32 + lane] = NCG <= 2 && a.cpw == 2 ? __fadd_rn(first[c][i], acc[c][i]) : acc[c][i];
+  __syncthreads();
+  if (kp != 0 || !tile_ok || (!a.shared && t != 0)) return;
+  // The slots this CTA writes (grouped: its group's).
   int64_t e_lo = 0, e_hi = a.batch;
   if (a.groups) {
     const int4 gr = a.groups[blockIdx.y];
     e_lo = gr.y, e_hi = gr.z;
   }
+  constexpr int kStride = NCG * 2 * 32;  // warp k's copy at r[k * kStride]
 #pragma unroll
-  for (int c0 = 0; c0 < NCG; c0 += RC) {
-    __syncthreads();  // the staging memory (first pass) or the previous pass's red and vals become this pass's
+  for (int c = 0; c < NCG; ++c) {
+    if (c >= ncg) break;
+    const int64_t e = a.shared ? e0 + kSlots * c + t : e0;
+    if (e < e_lo || e >= e_hi) continue;
+    float* yr = a.y + (a.out_rows ? (int64_t)a.out_rows[e] : e) * a.y_stride;
 #pragma unroll
-    for (int c = 0; c < RC; ++c)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        red[((warp * RC + c) * 4 + i) * 32 + lane] =
-            NCG <= 2 && a.cpw == 2 ? __fadd_rn(first[c0 + c][i], acc[c0 + c][i]) : acc[c0 + c][i];
-    __syncthreads();
-    if (kp != 0 || !tile_ok) continue;
-#pragma unroll
-    for (int c = 0; c < RC; ++c)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float* r = red + (warp * RC + c) * 4 * 32 + i * 32 + lane;  // warp + k's at r[k * RC * 128]
-        const int step = a.pair_red ? 2 : 1;
-        float v = a.pair_red ? __fadd_rn(r[0], r[RC * 128]) : r[0];
-        for (int k = step; k < a.ks; k += step)
-          v = __fadd_rn(v, a.pair_red ? __fadd_rn(r[k * RC * 128], r[(k + 1) * RC * 128]) : r[k * RC * 128]);
-        vals[((rtl * RC + c) * 8 + 2 * t + (i & 1)) * 16 + g + 8 * (i >> 1)] = v;
-      }
-    __syncwarp();
-    if (rowg >= a.n_rows) continue;
-#pragma unroll
-    for (int c = 0; c < RC; ++c) {
-      if (c0 + c >= ncg) break;
-      int64_t e;
-      if (a.shared) {
-        e = e0 + 2 * (c0 + c) + tk;
-        if (e < e_lo || e >= e_hi) continue;
-      } else {
-        if (tk != (int)(slot & 1)) continue;
-        e = e0;
-      }
-      const float* v = vals + (rtl * RC + c) * 8 * 16;
-      a.y[(a.out_rows ? (int64_t)a.out_rows[e] : e) * a.y_stride + rowg] = __fadd_rn(__fadd_rn(v[(3 * tk) * 16 + row], v[(3 * tk + 1) * 16 + row]), v[(3 * tk + 2) * 16 + row]);
+    for (int i = 0; i < 2; ++i) {
+      const int64_t rowg = tile * 16 + g + 8 * i;
+      if (rowg >= a.n_rows) continue;
+      const float* r = red + ((warp * NCG + c) * 2 + i) * 32 + lane;
+      const int step = a.pair_red ? 2 : 1;
+      float v = a.pair_red ? __fadd_rn(r[0], r[kStride]) : r[0];
+      for (int k = step; k < a.ks; k += step)
+        v = __fadd_rn(v, a.pair_red ? __fadd_rn(r[k * kStride], r[(k + 1) * kStride]) : r[k * kStride]);
+      yr[rowg] = v;
     }
   }
 }
@@ -658,28 +627,27 @@ void launch(const MmaArgs& a, dim3 grid) {
   else
     launch_w<TYPE, NCG, kWarps>(a, grid);
 }
-// The kernel of tcg column groups (1, 2, 4 or kMaxCg).
+// The kernel of tcg column groups (1, 2 or kMaxCg).
 template <int TYPE>
 void launch_cg(int tcg, const MmaArgs& a, dim3 grid) {
   if (tcg == 1) launch<TYPE, 1>(a, grid);
   else if (tcg == 2) launch<TYPE, 2>(a, grid);
-  else if (tcg == 4) launch<TYPE, 4>(a, grid);
   else launch<TYPE, kMaxCg>(a, grid);
 }
 
 }  // namespace
 
 namespace {
-// The default-on switches of this file (kernel_bench and suites/gpu compare both settings in one process): the
-// setter's value, else the environment variable's at the first call ("0": off).
+// The switches of this file (kernel_bench and suites/gpu compare both settings in one process): the setter's value,
+// else the environment variable's at the first call ("0": off, "1": on; unset: the default).
 int g_mma_balance = -1;  // MLACONF_MMA_BALANCE
 int g_mma_chain = -1;    // MLACONF_MMA_CHAIN
 int g_mma_wide = -1;     // MLACONF_MMA_WIDE
 int g_mma_grouped_small = -1;  // MLACONF_MMA_GROUPED_SMALL
-bool env_switch(int& v, const char* name) {
+bool env_switch(int& v, const char* name, bool dflt = true) {
   if (v < 0) {
     const char* e = std::getenv(name);
-    v = e && std::string(e) == "0" ? 0 : 1;
+    v = !e ? dflt : dflt ? std::string(e) != "0" : std::string(e) == "1";
   }
   return v == 1;
 }
@@ -689,7 +657,7 @@ bool gemv_mma_chain() { return env_switch(g_mma_chain, "MLACONF_MMA_CHAIN"); }
 void set_gemv_mma_balance(bool on) { g_mma_balance = on ? 1 : 0; }
 bool gemv_mma_balance() { return env_switch(g_mma_balance, "MLACONF_MMA_BALANCE"); }
 void set_gemv_mma_wide(bool on) { g_mma_wide = on ? 1 : 0; }
-bool gemv_mma_wide() { return env_switch(g_mma_wide, "MLACONF_MMA_WIDE"); }
+bool gemv_mma_wide() { return env_switch(g_mma_wide, "MLACONF_MMA_WIDE", false); }  // off by default since v15
 void set_gemv_mma_grouped_small(bool on) { g_mma_grouped_small = on ? 1 : 0; }
 bool gemv_mma_grouped_small() { return env_switch(g_mma_grouped_small, "MLACONF_MMA_GROUPED_SMALL"); }
 
@@ -712,11 +680,12 @@ MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, b
   // Beyond 128 tiles, at least 4 blocks per warp where halving the split leaves a CTA of 4 warps or more (v8:
   // the experts' down, 6144 x 2048, 2 blocks per warp -> 4 in CTAs of 4 warps: 34.2 -> 29.3 us for 8).
   while (tiles > 128 && ks > 1 && nb / ks < 4 && rt * ks / 2 >= kWarpsSmall) ks /= 2;
-  // A shared matrix's column groups per pass (2 x each; v14): 8 where each warp streams at least 8 blocks, else 4
-  // (v13's). Eight groups take the kernel to ~255 registers, so 8 resident warps per SM instead of 16: on the H200
-  // a pass of 16 x was 7-13 % faster on the head (24 blocks per warp) and attn_output (16) at 16-64 x, level to 6 %
-  // on the dense FFN's gate (12), 3-7 % slower on q_b (4: its fill and epilogue are most of a warp's work).
-  // gemv_mma_wide() off: 4 everywhere.
+  // A shared matrix's column groups per pass (4 x each since v15): 2 (8 x). With gemv_mma_wide() (off by default,
+  // MLACONF_MMA_WIDE=1), 4 (16 x) where each warp streams at least 8 blocks (v14's rule). v15 on the H200 (ncu, the
+  // head at 64 x): the passes of 16 x issue a third fewer instructions but stall on x's loads (4.6 warps waiting
+  // on the long scoreboard per issue, 41 % issue-active, L1 hits 71 %): 2.49 ms against 2.08 for passes of 8 x
+  // (74 % issue-active); attn_output and the dense gate were 6-11 % faster in passes of 16 at 64 x, 5-20 % slower
+  // at 16 and 32 (kernel_bench, one run).
   const int cg = shared && !grouped && gemv_mma_wide() && nb / ks >= 8 ? kMaxCg : kMaxCgNarrow;
   // The CTA's size by balance (v12): ks fixes the order of sums, but a row tile's ks warps may sit in CTAs of 4
   // or 8 warps. Where the grid takes several rounds of resident CTAs (2 of 8 warps per SM), the last round's
@@ -727,7 +696,7 @@ MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, b
   // same bits either way (suites/gpu gemv_mma.balanced_grid_bits); set_gemv_mma_balance(false) or
   // MLACONF_MMA_BALANCE=0 keeps v11's shapes, for kernel_bench's comparison in one run.
   if (tiles > 128 && !grouped && gemv_mma_balance() && rt * ks == kWarps && rt > 1) {
-    const int64_t per_row = shared ? (batch + 2 * cg - 1) / (2 * cg) : batch, sms = device_sm_count();
+    const int64_t per_row = shared ? (batch + kSlots * cg - 1) / (kSlots * cg) : batch, sms = device_sm_count();
     auto busiest = [&](int r) { return (int64_t)ceil_div((int64_t)ceil_div(tiles, r) * per_row, sms) * r * ks; };
     const bool rounds = (int64_t)ceil_div(tiles, rt) * per_row > sms * (16 / kWarps);
     if (rounds && busiest(rt / 2) < busiest(rt)) rt /= 2;
@@ -752,36 +721,31 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   const bool one_x = !shared && x_stride == 0;
   const MmaCta cta = gemv_mma_cta(n_rows, ncols, batch, shared, grouped != nullptr);
   const int cap = cta.cg;
-  const int64_t ntok = one_x ? 1 : batch, ny = shared ? (batch + 2 * cap - 1) / (2 * cap) : 0;
-  // Column groups per pass (NCG). Grouped: 2 (4 slots), the pass of an expert picked by 2-3 tokens (B = 64 of
+  const int64_t ntok = one_x ? 1 : batch, ny = shared ? (batch + kSlots * cap - 1) / (kSlots * cap) : 0;
+  // Column groups per pass (NCG). Grouped: 1 (4 slots), the pass of an expert picked by 2-3 tokens (B = 64 of
   // GLM-5's 256 experts, top 8: 2 on average).
-  const int ncg = grouped ? kGroupedCg : shared ? (int)std::min<int64_t>(cap, (batch + 1) / 2) : 1;
-  // The kernel's NCG (its template): 1, 2, 4 or 8 column groups, the fewest that hold ncg.
-  const int tcg = ncg <= 2 ? ncg : ncg <= 4 ? 4 : kMaxCg;
-  // Column groups hold 2 slots each. A shared pass reads the template's NCG groups from cap y on, so past the
+  const int ncg = grouped ? kGroupedCg : shared ? (int)std::min<int64_t>(cap, (batch + kSlots - 1) / kSlots) : 1;
+  // The kernel's NCG (its template): 1, 2 or 4 column groups, the fewest that hold ncg.
+  const int tcg = ncg <= 2 ? ncg : kMaxCg;
+  // Column groups hold 4 slots each. A shared pass reads the template's NCG groups from cap y on, so past the
   // last entry they are padded with zero x (the kernel never branches around an mma; v13 sized one pass by ncg
-  // and so read one group past the split's at B = 5 and 6); a grouped pass from any slot pair, so up to one
-  // group past the last.
-  const int64_t groups = grouped ? (ntok + 1) / 2 + kGroupedCg - 1 : shared ? (ny == 1 ? tcg : cap * ny) : (ntok + 1) / 2;
-  if (2 * groups > 65535 || (shared && (n_rows + 15) / 16 * ny > 0x7fffffff)) return false;
+  // and so read one group past the split's at B = 5 and 6); a grouped pass 4 slots from any even slot, so up to
+  // slot ntok + 2.
+  const int64_t groups = grouped ? (ntok + 2) / kSlots + 1 : shared ? (ny == 1 ? tcg : cap * ny) : (ntok + kSlots - 1) / kSlots;
+  if (kSlots * groups > 65535 || (shared && (n_rows + 15) / 16 * ny > 0x7fffffff)) return false;
   void* xi = scratch(5, (size_t)groups * K * 16);
-  // Q4_K: xm ([groups][nb][8][8] bf16) then xf ([groups][nb][8] fp32).
-  auto* xm = static_cast<__nv_bfloat16*>(t == GgmlType::Q4_K ? scratch(6, (size_t)groups * nb * 160) : nullptr);
-  auto* xf = reinterpret_cast<float*>(xm + (xm ? groups * nb * 64 : 0));
-  const dim3 sgrid((unsigned)nb, (unsigned)(2 * groups));
+  // xf ([groups][nb][4] fp32), then for Q4_K xm ([groups][nb][8][16] bf16).
+  const bool q4k = t == GgmlType::Q4_K;
+  auto* xf = static_cast<float*>(scratch(6, (size_t)groups * nb * (16 + (q4k ? 256 : 0))));
+  auto* xm = q4k ? reinterpret_cast<__nv_bfloat16*>(xf + groups * nb * kSlots) : nullptr;
+  const dim3 sgrid((unsigned)nb, (unsigned)(kSlots * groups));
   const bool hi_only = active_fault() == Fault::GemvXBf16;
   // Chained: one matrix only. The GEMV reads expert ids and the group table before it waits, and the kernel
   // before the split may be the one writing them (route, group_pairs): those splits wait for it in stream order.
   const bool chain = !d_ids && !grouped && gemv_mma_chain();
-  if (t == GgmlType::Q4_K) {
-    auto* xh = static_cast<__half*>(xi);
-    if (chain) launch_dependent(split_x_q4k_kernel, sgrid, dim3(256), 0, d_x, x_stride, K, ntok, xh, xf, xm, hi_only);
-    else split_x_q4k_kernel<<<sgrid, 256, 0, cur_stream()>>>(d_x, x_stride, K, ntok, xh, xf, xm, hi_only);
-  } else {
-    auto* xb = static_cast<__nv_bfloat16*>(xi);
-    if (chain) launch_dependent(split_x_kernel, sgrid, dim3(256), 0, d_x, x_stride, K, ntok, xb, hi_only);
-    else split_x_kernel<<<sgrid, 256, 0, cur_stream()>>>(d_x, x_stride, K, ntok, xb, hi_only);
-  }
+  auto* xh = static_cast<__half*>(xi);
+  if (chain) launch_dependent(split_x_kernel, sgrid, dim3(256), 0, d_x, x_stride, K, ntok, xh, xf, xm, hi_only);
+  else split_x_kernel<<<sgrid, 256, 0, cur_stream()>>>(d_x, x_stride, K, ntok, xh, xf, xm, hi_only);
   MLACONF_CUDA_LAUNCH_CHECK("split_x_kernel");
 
   const int64_t tiles = (n_rows + 15) / 16;
@@ -790,10 +754,10 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   const int cpw = split8 && ks == kWarpsSmall ? 2 : 1;  // the experts (by id: NCG 1; grouped: 2)
   const bool pair_red = split8 && ks == kWarps;
   MmaArgs a{static_cast<const uint8_t*>(d_w), n_rows, row_bytes(t, ncols), (int)nb, rt, ks, cpw, pair_red, d_ids, w_count,
-            w_stride, batch, shared, 2 * cap, (int)ny, one_x, static_cast<const uint8_t*>(d_w_alt),
+            w_stride, batch, shared, kSlots * cap, (int)ny, one_x, static_cast<const uint8_t*>(d_w_alt),
             grouped ? reinterpret_cast<const int4*>(grouped->groups) : nullptr, grouped ? grouped->n_groups : nullptr,
-            grouped ? grouped->out_rows : nullptr, static_cast<const uint2*>(xi), reinterpret_cast<const float2*>(xf),
-            reinterpret_cast<const uint32_t*>(xm), d_y, y_stride};
+            grouped ? grouped->out_rows : nullptr, static_cast<const uint2*>(xi), xf,
+            reinterpret_cast<const uint2*>(xm), d_y, y_stride};
   // Grouped: a CTA row per possible group (at most one per slot); those past the step's count return at once.
   const dim3 grid = grouped ? dim3(ceil_div(tiles, rt), (unsigned)batch)
                     : shared ? dim3((unsigned)(ceil_div(tiles, rt) * ny))

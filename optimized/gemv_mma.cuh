@@ -8,7 +8,7 @@
 namespace mlaconf::cuda {
 
 // y[b][r] = sum_c W_b[r][c] x_b[c] for b < batch, W_b at d_w + (ids ? ids[b] : b % w_count) * w_stride bytes
-// (w_stride 0 or w_count 1: one matrix for the whole batch, up to 16 x per pass decoding each weight once),
+// (w_stride 0 or w_count 1: one matrix for the whole batch, up to 8 x per pass decoding each weight once),
 // x_b = d_x + b * x_stride (x_stride 0: one x for all), y_b = d_y + b * y_stride. Every (row, b) result is
 // the same bits whatever the batch, its grouping and the other entries. With ids, an id of -1 takes the
 // matrix at d_w_alt (16-byte aligned, the shape of the others): a shared expert as one more entry.
@@ -34,7 +34,7 @@ struct ExpertGroupsArg {
 // balanced shapes keep the bits, and for kernel_bench.
 struct MmaCta {
   int rt, ks;
-  int cg;  // a shared matrix's column groups per pass (2 x each): 8 or 4
+  int cg;  // a shared matrix's column groups per pass (4 x each since v15): 4 or 2
 };
 MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, bool grouped);
 

@@ -5,18 +5,19 @@
 // (suites/gpu/gemv_bits.h, the checks shared with the SIMT suites): (1) every output against float64 on the
 // reference dequantizer's weights, |got - want| <= kMmaBound * sum |w x|; (3) every batch entry (B x on one
 // matrix, experts by id, x shared by the experts of one token) bit-identical to the same x alone.
-// kMmaBound: x is carried as three 16-bit terms (bf16 for Q6_K, fp16 of x scaled per block for Q4_K) and
-// every product is exact, so the error is the fp32 accumulation's: the worst over these cases on the H200 was
-// 6.9e-8 of sum |w x| (2026-12-01; the SIMT kernels' emulations show up to 3e-8 on similar shapes), so the
-// bound is 7e-7, about 10x it. Q4_K v7 accumulates a whole block (sc q x) before scaling it: its worst is now
-// 1.4e-7 (16897 x 512), 5x under the bound. The fault gemv-x-bf16 shows 7e-5 (Q4_K, one fp16 term) and 3e-4
-// (Q6_K, one bf16 term).
+// kMmaBound: every product of the weights' integers with x's 16-bit terms is exact, so the error is x's
+// representation and the fp32 accumulation's. v7-v14 carried x as three 16-bit terms (bf16 for Q6_K, fp16 of x
+// scaled per block for Q4_K): the worst over these cases on the H200 was 6.9e-8 of sum |w x| (2026-12-01; the
+// SIMT kernels' emulations show up to 3e-8 on similar shapes), so the bound is 7e-7, about 10x it; Q4_K v7,
+// which accumulates a whole block (sc q x) before scaling it, showed up to 1.4e-7 (16897 x 512), 5x under. v15
+// carries x as two fp16 terms scaled per block for both types (x to ~2^-22 of itself; bench/x_terms_error.py:
+// at most 1.5e-8 of sum |w x|, 47x under the bound). The fault gemv-x-bf16 (x as one fp16 term) shows ~1e-4.
 // Shapes: rows off the 16-row tile (1, 15, 17, 33, 257: 2 tiles per CTA, K over 4 warps) and past each
 // row-tile-per-CTA threshold (2065, 4225, 8449, 16897 rows: 1, 2, 4, 8 tiles per CTA, so 8, 4, 2, 1 warps
 // split K), blocks per row 1, 2, 11, 24 (K split
 // unevenly over the warps, warps without blocks), batches 1, 2, 3, 8, 17 (8 x per pass: 17 is three passes,
-// the last with one x), and 5-33 on shapes with passes of 16 x (passes_bits: the same bits as v13's passes of
-// 8). Expert strides stay 16-byte aligned (rows x row bytes; a misaligned matrix takes the SIMT kernels, whose
+// the last with one x), and 5-33 on shapes where passes of 16 x are possible (passes_bits: the same bits in
+// passes of 16 and 8). Expert strides stay 16-byte aligned (rows x row bytes; a misaligned matrix takes the SIMT kernels, whose
 // bits differ); 64 x on one matrix (8 entry groups, adjacent in the grid); 11
 // entries on one expert, interleaved with others (each entry its own CTAs; bits as run alone), and 20; a shared
 // expert as id -1 (experts_alt: bits as its matrix run alone by gemv). Negative
@@ -341,8 +342,8 @@ void chained_case(GgmlType t, int64_t rows, int64_t cols, int B, bool graph) {
   }
 }
 
-// Passes of 16 x against v13's passes of 8 (set_gemv_mma_wide): the same bits, entry by entry (a column's result
-// depends only on its x and the rows), and the wide passes judged against float64 by batch_case.
+// Passes of 16 x (set_gemv_mma_wide) against the default's passes of 8: the same bits, entry by entry (a column's
+// result depends only on its x and the rows), so the wide passes are judged against float64 through batch_case.
 void passes_bits_case(GgmlType t, int64_t rows, int64_t cols, int B) {
   MLACONF_REQUIRE_CUDA();
   GemvVariantScope mma(cuda::kGemvMma);
@@ -437,10 +438,10 @@ const bool registered = [] {
     register_case("gemv_mma", "negative_control(type=" + tn + ",fault=gemv_x_bf16)", [=] { negative_control_case(t); });
     register_case("gemv_mma", "x_range(type=" + tn + ",log2_scale=m100.m30.40.100.pm60)", [=] { x_range_case(t); });
     register_case("gemv_mma", "gemv(type=" + tn + ",rows=1040,cols=2048,b=64)", [=] { batch_case(t, 1040, 2048, 64); });
-    // One pass of a shared matrix takes up to 8 column groups (16 x) where a warp streams at least 8 blocks
-    // (1040 x 16384: K over 8 warps, 8 blocks each; 16897 x 2048: 8 row tiles per CTA, 8 blocks each): 5 x (3 groups
-    // in the 4-group kernel), 12 (6 in the 8-group kernel), 16 (one full pass), 20 and 33 (two and three passes, the
-    // last with 4 and 1 x); each with v13's passes of 8 x, whose bits must be the same.
+    // With set_gemv_mma_wide, one pass of a shared matrix takes up to 4 column groups of 4 x (16 x) where a warp
+    // streams at least 8 blocks (1040 x 16384: K over 8 warps, 8 blocks each; 16897 x 2048: 8 row tiles per CTA, 8
+    // blocks each): 5 x (2 groups in the 4-group kernel), 12 (3), 16 (one full pass), 20 and 33 (two and three
+    // passes, the last with 4 and 1 x); the default's passes of 8 x (2 groups) must give the same bits.
     for (const auto& [rows, cols, B] : {std::tuple<int64_t, int64_t, int>{1040, 16384, 5}, {1040, 16384, 12}, {1040, 16384, 16},
                                         {1040, 16384, 33}, {16897, 2048, 20}}) {
       const std::string shape = "rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) + ",b=" + std::to_string(B) + ")";
