@@ -319,15 +319,16 @@ void time_grid_v11(GgmlType t, int64_t rows, int64_t cols, int B, const std::str
   set_gemv_mma_balance(was);
 }
 
-// The default kernels once more with v13's passes of a shared matrix (set_gemv_mma_wide(false): up to 8 x per
-// pass, not 16), where they differ (more than 8 x, a shape with passes of 16): ",passes=v13" rows beside the
-// default's, in one run.
+// The default kernels once more with passes of 16 x on a shared matrix (set_gemv_mma_wide(true), v14's rule; the
+// default takes 8), where they differ (more than 8 x, a warp streaming at least 8 blocks): ",passes=16x" rows
+// beside the default's, in one run.
 template <class F>
 void time_passes_v13(GgmlType t, int64_t rows, int64_t cols, int B, const std::string& stem, F&& row) {
-  if (!gemv_mma_by_default(t, rows, cols) || B <= 8 || gemv_mma_cta(rows, cols, B, true, false).cg == 4) return;
-  const bool was = gemv_mma_wide();  // MLACONF_MMA_WIDE=0 leaves it off for the other rows (and times no v13 row)
-  set_gemv_mma_wide(false);
-  row(stem + ",passes=v13)");
+  if (!gemv_mma_by_default(t, rows, cols) || B <= 8) return;
+  const bool was = gemv_mma_wide();  // MLACONF_MMA_WIDE=1 leaves it on for the other rows (and times no extra row)
+  const int cg = gemv_mma_cta(rows, cols, B, true, false).cg;
+  set_gemv_mma_wide(true);
+  if (gemv_mma_cta(rows, cols, B, true, false).cg != cg) row(stem + ",passes=16x)");
   set_gemv_mma_wide(was);
 }
 
@@ -465,7 +466,7 @@ void gemv_cases() {
   const int64_t shapes[][2] = {{2048, 6144}, {16384, 2048}, {6144, 16384}, {576, 6144}, {12288, 6144}, {6144, 12288}};
   for (int B : {1, 8})
     for (const auto& sh : shapes) q4k_case(sh[0], sh[1], B);
-  // A server's batch: q_b and the dense FFN's gate / up at 16, 32 and 64 x (passes of 16 x; ",passes=v13": 8).
+  // A server's batch: q_b and the dense FFN's gate / up at 16, 32 and 64 x (passes of 8 x; ",passes=16x": 16).
   for (int B : {16, 32, 64})
     for (const auto& sh : {std::array<int64_t, 2>{16384, 2048}, std::array<int64_t, 2>{12288, 6144}}) q4k_case(sh[0], sh[1], B);
   for (const auto& sh : {std::array<int64_t, 2>{2048, 6144}, std::array<int64_t, 2>{6144, 2048}}) q4k_experts_case(sh[0], sh[1]);
@@ -560,8 +561,8 @@ void gemv_block_cases() {
     gemv_block_case(GgmlType::Q8_0, 6144, 16384, B);
     gemv_block_case(GgmlType::Q5_K, 6144, 16384, B);
   }
-  // The head and attn_output at a server's batch: above 16 x the tensor-core GEMV takes passes of 16 over the
-  // matrix (",passes=v13": of 8).
+  // The head and attn_output at a server's batch: the tensor-core GEMV takes passes of 8 x over the matrix
+  // (",passes=16x": of 16).
   for (int B : {16, 32, 64}) {
     gemv_block_case(GgmlType::Q6_K, 154880, 6144, B);
     gemv_block_case(GgmlType::Q6_K, 6144, 16384, B);
