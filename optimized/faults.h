@@ -18,9 +18,9 @@ enum class Fault {
                     // (its fresh, poisoned buffer: NaN), as if the copy between devices were lost
   GemvDropTail,     // "gemv-drop-tail": the GEMV grid covers n_rows rounded down to a multiple of 8, so the
                     // last n_rows % 8 rows are never written (every GEMV: single, experts, per head, W_UV)
-  GemvXBf16,        // "gemv-x-bf16": the tensor-core GEMV keeps only x's first 16-bit term (bf16 for Q6_K, fp16
-                    // of x scaled per block for Q4_K), as a kernel that fed x to the tensor cores in one 16-bit
-                    // format would (the name is from when both types used bf16)
+  GemvXBf16,        // "gemv-x-bf16": the tensor-core GEMV keeps only x's first fp16 term (of x scaled per block),
+                    // as a kernel that fed x to the tensor cores in one 16-bit format would (the name is from
+                    // when both types used bf16)
   IndexerNoBound,   // "indexer-no-bound": the decode selection's filter (indexer_select_f32_rows) takes its fp16
                     // tensor-core scores for exact (an error bound of 0), as a kernel that ranked on them would
 };
