@@ -7,9 +7,9 @@
 // takes 16 rows (the mma's M) and streams their blocks through shared memory with 16-byte cp.async (a row's
 // block is contiguous, so a warp's copy touches few cache lines); one mma.sync m16n8k16 multiplies 16 rows x
 // 16 values by 8 columns of x. The A operand, exactly:
-//   Q6_K: each lane turns 4 values of each of its two rows into bf16 (the integer q, 128 + q built in the
-//         mantissa and 160 subtracted); per sub-block (16 values) the fp32 partial is multiplied by its
-//         integer scale, per block by d.
+//   Q6_K: each lane turns 4 values of each of its two rows into fp16 q - 32 (1024 + q built in the mantissa,
+//         1056 subtracted; v7-v14: bf16); per sub-block (16 values) the fp32 partial is multiplied by its
+//         integer scale, per block by d 2^-e.
 //   Q4_K (v7): sc q in fp16 (<= 945, exact), from two nibbles per LOP3 and one HFMA2 (block_q4k), so a whole
 //         block accumulates in the tensor cores; per block y += d 2^-e C - dmin M, M the sub-blocks' m times
 //         their sums of x by one more mma. v7 took the block's hot loop from 561 to 374 instructions per warp
