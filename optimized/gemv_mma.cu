@@ -44,6 +44,7 @@
 #include <string>
 #include <type_traits>
 
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "optimized/api.h"
 #include "optimized/common.cuh"
@@ -639,27 +640,25 @@ void launch_cg(int tcg, const MmaArgs& a, dim3 grid) {
 
 namespace {
 // The switches of this file (kernel_bench and suites/gpu compare both settings in one process): the setter's value,
-// else the environment variable's at the first call ("0": off, "1": on; unset: the default).
+// else the environment variable's at the first call (core/env_switch.h: "0" off, "1" on, unset the default, any
+// other value an InputError).
 int g_mma_balance = -1;  // MLACONF_MMA_BALANCE
 int g_mma_chain = -1;    // MLACONF_MMA_CHAIN
 int g_mma_wide = -1;     // MLACONF_MMA_WIDE
 int g_mma_grouped_small = -1;  // MLACONF_MMA_GROUPED_SMALL
-bool env_switch(int& v, const char* name, bool dflt = true) {
-  if (v < 0) {
-    const char* e = std::getenv(name);
-    v = !e ? dflt : dflt ? std::string(e) != "0" : std::string(e) == "1";
-  }
+bool switch_value(int& v, const char* name, bool dflt = true) {
+  if (v < 0) v = env_switch(name).value_or(dflt) ? 1 : 0;
   return v == 1;
 }
 }  // namespace
 void set_gemv_mma_chain(bool on) { g_mma_chain = on ? 1 : 0; }
-bool gemv_mma_chain() { return env_switch(g_mma_chain, "MLACONF_MMA_CHAIN"); }
+bool gemv_mma_chain() { return switch_value(g_mma_chain, "MLACONF_MMA_CHAIN"); }
 void set_gemv_mma_balance(bool on) { g_mma_balance = on ? 1 : 0; }
-bool gemv_mma_balance() { return env_switch(g_mma_balance, "MLACONF_MMA_BALANCE"); }
+bool gemv_mma_balance() { return switch_value(g_mma_balance, "MLACONF_MMA_BALANCE"); }
 void set_gemv_mma_wide(bool on) { g_mma_wide = on ? 1 : 0; }
-bool gemv_mma_wide() { return env_switch(g_mma_wide, "MLACONF_MMA_WIDE", false); }  // off by default since v15
+bool gemv_mma_wide() { return switch_value(g_mma_wide, "MLACONF_MMA_WIDE", false); }  // off by default since v15
 void set_gemv_mma_grouped_small(bool on) { g_mma_grouped_small = on ? 1 : 0; }
-bool gemv_mma_grouped_small() { return env_switch(g_mma_grouped_small, "MLACONF_MMA_GROUPED_SMALL"); }
+bool gemv_mma_grouped_small() { return switch_value(g_mma_grouped_small, "MLACONF_MMA_GROUPED_SMALL"); }
 
 bool gemv_mma_by_default(GgmlType t, int64_t n_rows, int64_t ncols) {
   return (t == GgmlType::Q4_K || t == GgmlType::Q6_K) && n_rows >= 1024 && ncols >= 2048;

@@ -11,6 +11,7 @@
 #include <optional>
 #include <utility>
 
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "core/memory_plan.h"
 #include "core/weight_layout.h"
@@ -497,13 +498,8 @@ struct Pipeline::Impl {
   // on average (GLM-5, 256 experts, top 8: B >= 32; v11-v13 took 2, B >= 64: with the grouped gate / up in CTAs of
   // 4 warps, grouping measured +6 % at B = 32 and -1.4 % at B = 16 on the H200, docs/PERF_H200.md v14).
   // MLACONF_GROUP_EXPERTS=0 / 1 turns it off / on at every size, for measurements; the bits are the same either way.
-  bool group_experts(int64_t n) const {
-    static const int mode = [] {
-      const char* v = std::getenv("MLACONF_GROUP_EXPERTS");
-      return v && *v ? std::atoi(v) : -1;
-    }();
-    return mode >= 0 ? mode != 0 : n >= c.n_expert;
-  }
+  int group_mode = -1;  // MLACONF_GROUP_EXPERTS, read by the constructor: -1 unset, 0 off, 1 on
+  bool group_experts(int64_t n) const { return group_mode >= 0 ? group_mode == 1 : n >= c.n_expert; }
   // Whether a one-token decode step runs layer l's shared expert as one more entry of the experts' launches
   // (expert_pairs with_shared): one shared expert whose three matrices have the experts' types and shapes, on
   // the GEMV that takes an id of -1 (gemv_experts_mma_ok). It saves three launches (and their x splits) per
@@ -973,18 +969,18 @@ Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt)
     else throw InputError("MLACONF_CUDA_PREFILL must be fp16, fp16x3 or fp32, not '" + v + "'");
   }
   if (const char* e = std::getenv("MLACONF_CUDA_GEMV_MAX_TOKENS")) m.opt.gemv_max_tokens = std::atoll(e);
-  // The 0|1 switches: the environment overrides the option (InputError for any other value).
-  auto env_switch = [](const char* name, bool& option) {
-    if (const char* e = std::getenv(name)) {
-      const std::string v = e;
-      if (v != "0" && v != "1") throw InputError(std::string(name) + " must be 0 or 1, not '" + v + "'");
-      option = v == "1";
-    }
+  // The 0|1 switches (core/env_switch.h): the environment overrides the option; read before any work, so that a
+  // bad value stops the run at once.
+  auto env_option = [](const char* name, bool& option) {
+    if (const std::optional<bool> v = env_switch(name)) option = *v;
   };
-  env_switch("MLACONF_CUDA_GRAPH", m.opt.decode_graph);
-  env_switch("MLACONF_CUDA_FUSED_KEY", m.opt.indexer_key_fused);
-  env_switch("MLACONF_CUDA_INDEXER_Q_MAIN", m.opt.indexer_q_main);
-  env_switch("MLACONF_CUDA_BATCH_INVARIANT", m.opt.batch_invariant);
+  env_option("MLACONF_CUDA_GRAPH", m.opt.decode_graph);
+  env_option("MLACONF_CUDA_FUSED_KEY", m.opt.indexer_key_fused);
+  env_option("MLACONF_CUDA_INDEXER_Q_MAIN", m.opt.indexer_q_main);
+  env_option("MLACONF_CUDA_BATCH_INVARIANT", m.opt.batch_invariant);
+  if (const std::optional<bool> v = env_switch("MLACONF_GROUP_EXPERTS")) m.group_mode = *v ? 1 : 0;
+  // The tensor-core GEMV's switches (MLACONF_MMA_*, read once per process) are read now too, not in a first step.
+  (void)gemv_mma_chain(), (void)gemv_mma_balance(), (void)gemv_mma_wide(), (void)gemv_mma_grouped_small();
   if (opt.max_seqs < 0 || opt.max_seqs > 65535 || opt.page_rows < 1 || opt.pool_pages < 0 || opt.pass_arena_bytes < 0)
     throw InputError("PipelineOptions: max_seqs in [0, 65535], page_rows >= 1, pool_pages >= 0 and pass_arena_bytes >= 0");
   m.ctx = std::min<int64_t>(opt.max_ctx, c.n_ctx_train > 0 ? c.n_ctx_train : opt.max_ctx);
