@@ -466,11 +466,15 @@ void gemv_cases() {
   const int64_t shapes[][2] = {{2048, 6144}, {16384, 2048}, {6144, 16384}, {576, 6144}, {12288, 6144}, {6144, 12288}};
   for (int B : {1, 8})
     for (const auto& sh : shapes) q4k_case(sh[0], sh[1], B);
-  // A server's batch: q_b and the dense FFN's gate / up at 16, 32 and 64 x (passes of 8 x; ",passes=16x": 16).
+  // A server's batch: q_b and the dense FFN's gate / up at 16, 32 and 64 x (passes of 8 x; ",passes=16x": 16), and
+  // kv_a (576 x 6144, below the tensor-core GEMV's default shapes: its ",variant=mma" row beside the SIMT default).
   for (int B : {16, 32, 64})
-    for (const auto& sh : {std::array<int64_t, 2>{16384, 2048}, std::array<int64_t, 2>{12288, 6144}}) q4k_case(sh[0], sh[1], B);
+    for (const auto& sh : {std::array<int64_t, 2>{16384, 2048}, std::array<int64_t, 2>{12288, 6144}, std::array<int64_t, 2>{576, 6144}})
+      q4k_case(sh[0], sh[1], B);
   for (const auto& sh : {std::array<int64_t, 2>{2048, 6144}, std::array<int64_t, 2>{6144, 2048}}) q4k_experts_case(sh[0], sh[1]);
-  for (int B : {8, 32, 64}) q4k_experts_batch_case(2048, 6144, B);
+  // 16 tokens: below the pipeline's grouping threshold (one pick per expert, 32 for GLM-5), where v15's grouped
+  // passes were level with the experts by id at 8 (docs/PERF_H200.md v15's Next).
+  for (int B : {8, 16, 32, 64}) q4k_experts_batch_case(2048, 6144, B);
 }
 
 // ---- block-type GEMVs (optimized/gemv_blocks.cu): GLM-5's Q6_K output head and attention shapes ------

@@ -191,13 +191,13 @@ class Bench:
                       lambda w: F.linear(x, w), B * (cols + rows) * x.element_size(), 2.0 * rows * cols * B)
 
     # The block-type GEMV cases of kernel_bench (gemv_blocks.cu), and its server's batches (16, 32 and 64 x on the
-    # head and attn_output, Q6_K, and on q_b and the dense FFN's gate / up, Q4_K): F.linear on fp16 weights of the
-    # same shape, B x vectors at once (fp16 bytes: the peer reads its own format).
+    # head and attn_output, Q6_K, and on q_b, the dense FFN's gate / up and kv_a, Q4_K): F.linear on fp16 weights of
+    # the same shape, B x vectors at once (fp16 bytes: the peer reads its own format).
     def gemv_blocks(self):
         cases = [(B, t, rows, cols) for B in (1, 8) for t, rows, cols in (
             ("Q6_K", 154880, 6144), ("Q6_K", 16384, 6144), ("Q6_K", 6144, 16384), ("Q8_0", 6144, 16384), ("Q5_K", 6144, 16384))]
         cases += [(B, t, rows, cols) for B in (16, 32, 64) for t, rows, cols in (
-            ("Q6_K", 154880, 6144), ("Q6_K", 6144, 16384), ("Q4_K", 16384, 2048), ("Q4_K", 12288, 6144))]
+            ("Q6_K", 154880, 6144), ("Q6_K", 6144, 16384), ("Q4_K", 16384, 2048), ("Q4_K", 12288, 6144), ("Q4_K", 576, 6144))]
         for B, t, rows, cols in cases:
             self.linear(f"gemv(type={t},rows={rows},cols={cols},b={B})", rows, cols, B, torch.float16)
 
