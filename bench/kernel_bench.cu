@@ -323,7 +323,7 @@ void time_grid_v11(GgmlType t, int64_t rows, int64_t cols, int B, const std::str
 // default takes 8), where they differ (more than 8 x, a warp streaming at least 8 blocks): ",passes=16x" rows
 // beside the default's, in one run.
 template <class F>
-void time_passes_v13(GgmlType t, int64_t rows, int64_t cols, int B, const std::string& stem, F&& row) {
+void time_passes_16x(GgmlType t, int64_t rows, int64_t cols, int B, const std::string& stem, F&& row) {
   if (!gemv_mma_by_default(t, rows, cols) || B <= 8) return;
   const bool was = gemv_mma_wide();  // MLACONF_MMA_WIDE=1 leaves it on for the other rows (and times no extra row)
   const int cg = gemv_mma_cta(rows, cols, B, true, false).cg;
@@ -357,7 +357,7 @@ void q4k_case(int64_t rows, int64_t cols, int B) {
     set_gemv_variant(0);
   }
   time_grid_v11(GgmlType::Q4_K, rows, cols, B, stem, time_row);
-  time_passes_v13(GgmlType::Q4_K, rows, cols, B, stem, time_row);
+  time_passes_16x(GgmlType::Q4_K, rows, cols, B, stem, time_row);
 }
 
 // The 8 used experts of each of `tokens` tokens (distinct within a token), drawn at random from a pool of
@@ -531,7 +531,7 @@ void gemv_block_case(GgmlType t, int64_t rows, int64_t cols, int B) {
     set_gemv_variant(0);
   }
   time_grid_v11(t, rows, cols, B, stem, time_row);
-  time_passes_v13(t, rows, cols, B, stem, time_row);
+  time_passes_16x(t, rows, cols, B, stem, time_row);
 }
 
 // Per-head matrices as the pipeline runs them at decode (T tokens x H heads, entry b on head b % H):

@@ -417,9 +417,12 @@ __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, 
 // else (ceil(tiles / rt), batch). Warp w: row tile tb * rt + w / ks, blocks [nb * kp / ks, nb * (kp + 1) / ks)
 // of it for kp = w % ks. W warps per CTA (rt * ks == W).
 // Resident warps per SM the registers must allow: 16 (128 registers). v14's 8 column groups of 2 x (64-96 fp32
-// sums per lane) needed 8 (~255 registers); v15's 4 groups of 4 x hold 8 sums and 32 mma outputs.
+// sums per lane) needed 8 (~255 registers); v15's at most 4 groups of 4 x hold 8 sums and 32 mma outputs.
 template <int NCG, int W>
-constexpr int min_ctas() { return (NCG > 4 ? 8 : 16) / W; }
+constexpr int min_ctas() {
+  static_assert(NCG <= kMaxCg, "16 resident warps per SM hold at most kMaxCg column groups");
+  return 16 / W;
+}
 template <int TYPE, int NCG, int W>
 __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(MmaArgs a) {
   using S = MmaShape<TYPE>;

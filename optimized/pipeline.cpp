@@ -498,8 +498,8 @@ struct Pipeline::Impl {
   // on average (GLM-5, 256 experts, top 8: B >= 32; v11-v13 took 2, B >= 64: with the grouped gate / up in CTAs of
   // 4 warps, grouping measured +6 % at B = 32 and -1.4 % at B = 16 on the H200, docs/PERF_H200.md v14).
   // MLACONF_GROUP_EXPERTS=0 / 1 turns it off / on at every size, for measurements; the bits are the same either way.
-  int group_mode = -1;  // MLACONF_GROUP_EXPERTS, read by the constructor: -1 unset, 0 off, 1 on
-  bool group_experts(int64_t n) const { return group_mode >= 0 ? group_mode == 1 : n >= c.n_expert; }
+  std::optional<bool> group_forced;  // MLACONF_GROUP_EXPERTS, read by the constructor
+  bool group_experts(int64_t n) const { return group_forced.value_or(n >= c.n_expert); }
   // Whether a one-token decode step runs layer l's shared expert as one more entry of the experts' launches
   // (expert_pairs with_shared): one shared expert whose three matrices have the experts' types and shapes, on
   // the GEMV that takes an id of -1 (gemv_experts_mma_ok). It saves three launches (and their x splits) per
@@ -978,7 +978,7 @@ Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt)
   env_option("MLACONF_CUDA_FUSED_KEY", m.opt.indexer_key_fused);
   env_option("MLACONF_CUDA_INDEXER_Q_MAIN", m.opt.indexer_q_main);
   env_option("MLACONF_CUDA_BATCH_INVARIANT", m.opt.batch_invariant);
-  if (const std::optional<bool> v = env_switch("MLACONF_GROUP_EXPERTS")) m.group_mode = *v ? 1 : 0;
+  m.group_forced = env_switch("MLACONF_GROUP_EXPERTS");
   // The tensor-core GEMV's switches (MLACONF_MMA_*, read once per process) are read now too, not in a first step.
   (void)gemv_mma_chain(), (void)gemv_mma_balance(), (void)gemv_mma_wide(), (void)gemv_mma_grouped_small();
   if (opt.max_seqs < 0 || opt.max_seqs > 65535 || opt.page_rows < 1 || opt.pool_pages < 0 || opt.pass_arena_bytes < 0)
