@@ -332,6 +332,18 @@ void time_passes_16x(GgmlType t, int64_t rows, int64_t cols, int B, const std::s
   set_gemv_mma_wide(was);
 }
 
+// The default kernels once more without x through shared memory (set_gemv_mma_xsmem(false): v15's passes of 8 x,
+// each warp loading x), where the default stages it (K not split, more than 4 x): ",xsmem=0" rows beside the
+// default's, in one run.
+template <class F>
+void time_xsmem_off(GgmlType t, int64_t rows, int64_t cols, int B, const std::string& stem, F&& row) {
+  if (!gemv_mma_by_default(t, rows, cols) || !gemv_mma_cta(rows, cols, B, true, false).xs) return;
+  const bool was = gemv_mma_xsmem();
+  set_gemv_mma_xsmem(false);
+  row(stem + ",xsmem=0)");
+  set_gemv_mma_xsmem(was);
+}
+
 // B x vectors on one rows x cols Q4_K matrix (batched decode: every sequence's token through the same
 // weights; B = 1 is plain decode), rotating over a pool of matrices. Bytes: the matrix once, B x, B y.
 void q4k_case(int64_t rows, int64_t cols, int B) {
@@ -358,6 +370,7 @@ void q4k_case(int64_t rows, int64_t cols, int B) {
   }
   time_grid_v11(GgmlType::Q4_K, rows, cols, B, stem, time_row);
   time_passes_16x(GgmlType::Q4_K, rows, cols, B, stem, time_row);
+  time_xsmem_off(GgmlType::Q4_K, rows, cols, B, stem, time_row);
 }
 
 // The 8 used experts of each of `tokens` tokens (distinct within a token), drawn at random from a pool of
@@ -434,7 +447,7 @@ void q4k_experts_batch_case(int64_t rows, int64_t cols, int B) {
           std::to_string(n) + " entries, " + std::to_string((int)distinct) + " distinct experts on average", us,
           distinct * mat_bytes + n * (cols + rows) * 4.0, n * 2.0 * rows * cols});
   }
-  // The same entries grouped by expert, as the pipeline's step runs them from 1 pick per expert on average:
+  // The same entries grouped by expert, as the pipeline's step runs them from 1 pick per 4 experts on average:
   // group_pairs, the x rows gathered into slot order, gemv_experts_grouped writing rows back in entry order (the
   // pipeline groups once per layer for its three matrices; here every call groups).
   if (n > kGroupPairsMax || !gemv_experts_mma_ok(GgmlType::Q4_K, rows, cols)) return;
@@ -472,8 +485,8 @@ void gemv_cases() {
     for (const auto& sh : {std::array<int64_t, 2>{16384, 2048}, std::array<int64_t, 2>{12288, 6144}, std::array<int64_t, 2>{576, 6144}})
       q4k_case(sh[0], sh[1], B);
   for (const auto& sh : {std::array<int64_t, 2>{2048, 6144}, std::array<int64_t, 2>{6144, 2048}}) q4k_experts_case(sh[0], sh[1]);
-  // 16 tokens: below the pipeline's grouping threshold (one pick per expert, 32 for GLM-5), where v15's grouped
-  // passes were level with the experts by id at 8 (docs/PERF_H200.md v15's Next).
+  // 8 and 16 tokens: grouped in the pipeline since v16 (one pick per 4 experts; v14-v15: per expert, 32 tokens for
+  // GLM-5), where v15's grouped passes were level with the experts by id at 8 (docs/PERF_H200.md v15's Next).
   for (int B : {8, 16, 32, 64}) q4k_experts_batch_case(2048, 6144, B);
 }
 
@@ -532,6 +545,7 @@ void gemv_block_case(GgmlType t, int64_t rows, int64_t cols, int B) {
   }
   time_grid_v11(t, rows, cols, B, stem, time_row);
   time_passes_16x(t, rows, cols, B, stem, time_row);
+  time_xsmem_off(t, rows, cols, B, stem, time_row);
 }
 
 // Per-head matrices as the pipeline runs them at decode (T tokens x H heads, entry b on head b % H):

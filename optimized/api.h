@@ -265,6 +265,12 @@ bool gemv_mma_wide();
 // (false; MLACONF_MMA_GROUPED_SMALL=0: v13). The same order of sums, so the same bits.
 void set_gemv_mma_grouped_small(bool on);
 bool gemv_mma_grouped_small();
+// Where K is not split over warps (ks = 1: GLM-5's output head) and a shared matrix has more than 8 x, each CTA of 8
+// warps stages x in shared memory once and its warps read it there, in passes of 16 x (default since v16 in
+// docs/PERF_H200.md); false (MLACONF_MMA_XSMEM=0 for a process): v15's passes of 8 x, each warp loading x from L1 /
+// L2. The same bits either way (suites/gpu gemv_mma.xsmem_bits); kernel_bench times both.
+void set_gemv_mma_xsmem(bool on);
+bool gemv_mma_xsmem();
 // The tensor-core GEMV's x split, chained (default; v13 in docs/PERF_H200.md): for one matrix (no expert ids) it
 // is launched as a programmatic dependent of the kernel before it, which triggers at its start (rmsnorm, the
 // SiLU gate, the Q4_K SIMT GEMV), so that the split and the GEMV's CTAs launch while that kernel runs and the

@@ -179,9 +179,23 @@ template <int TYPE> struct MmaShape;
 template <> struct MmaShape<kQ4_K> { static constexpr int ts = 144, words = 9, slot = 144, stages = 2; };
 template <> struct MmaShape<kQ6_K> { static constexpr int ts = 210, words = 14, slot = 272, stages = 2; };
 
-template <int TYPE>
+// x through shared memory (XS, v16; gemv_mma_xsmem): where K is not split (ks = 1: the head) every warp of a CTA
+// reads the same x, so the CTA stages each block's x fragments once (NCG x 4 KB, two stages) by cp.async and the
+// warps read them by LDS, instead of every warp loading them from L1 / L2 (v15, ncu: in passes of 16 x the head's
+// warps stalled on those loads, 4.6 per issue). Its staged rows take 240 bytes (15 x 16: the 8 rows' 16-byte
+// segments still fall in 8 different bank groups) so that 8 warps and the x stages fit in 99 KB (sm_120).
+template <int TYPE, bool XS>
+constexpr int stage_slot() {
+  return XS ? 240 : MmaShape<TYPE>::slot;
+}
+template <int TYPE, bool XS = false>
 constexpr size_t smem_bytes(int warps) {
-  return (size_t)warps * MmaShape<TYPE>::stages * 16 * MmaShape<TYPE>::slot;
+  return (size_t)warps * MmaShape<TYPE>::stages * 16 * stage_slot<TYPE, XS>();
+}
+constexpr size_t kXsBlockBytes = 16 * 32 * sizeof(uint2);  // one column group's B fragments of one block: 4 KB
+template <int TYPE, int NCG, int W, bool XS>
+constexpr size_t kernel_smem() {
+  return smem_bytes<TYPE, XS>(W) + (XS ? 2 * NCG * kXsBlockBytes : 0);
 }
 
 // Not volatile: a pure function of its operands, so the compiler may schedule the x loads ahead of it.
@@ -244,10 +258,17 @@ __device__ __forceinline__ uint32_t q6_pair(uint32_t q, unsigned sel) {
 // u = 8 half + 2 j + lh) is positions 16 u of the block: lane t takes l = 16 lh + 4 t .. + 3 of its quarter j,
 // from ql[64 half + 32 (j & 1) + l] (nibble j / 2) and qh[32 half + l] (bits 2 j), as the pairs (0, 2) and
 // (1, 3) that split_x stored x in. xb: the lane's B fragment of the block's first k-step in column group 0
-// (k-step u at xb[32 u], group c at + c * xg_stride); xf: the 2^-e of the lane's slot for this block in group 0
+// (k-step u at xb[32 u], group c at + c * xg_stride; XS: in the CTA's stage); xf: the 2^-e of the lane's slot for this block in group 0
 // (group c at + c * xf_stride). Per sub-block and row: the fp32 sum of its hi and lo columns times the integer
 // scale; per block times d 2^-e.
-template <int NCG>
+// x's B fragment: from shared memory (XS: the CTA's stage) or through the read-only path.
+template <bool XS>
+__device__ __forceinline__ uint2 ld_x(const uint2* p) {
+  if constexpr (XS) return *p;
+  else return __ldg(p);
+}
+
+template <int NCG, bool XS = false>
 __device__ __forceinline__ void block_q6k(const uint8_t* s0, const uint8_t* s1, int t, const uint2* xb,
                                           int64_t xg_stride, const float* xf, int64_t xf_stride, float (&acc)[NCG][2]) {
   float bacc[NCG][2];
@@ -279,7 +300,7 @@ __device__ __forceinline__ void block_q6k(const uint8_t* s0, const uint8_t* s1, 
 #pragma unroll
         for (int c = 0; c < NCG; ++c) {  // every group: padded with zero x (no branch around the mma)
           float C[4] = {0.f, 0.f, 0.f, 0.f};
-          mma_f16(C, a, __ldg(xb + c * xg_stride + 32 * u));
+          mma_f16(C, a, ld_x<XS>(xb + c * xg_stride + 32 * u));
           bacc[c][0] = fmaf(sc0, __fadd_rn(C[0], C[1]), bacc[c][0]);
           bacc[c][1] = fmaf(sc1, __fadd_rn(C[2], C[3]), bacc[c][1]);
         }
@@ -342,10 +363,11 @@ __device__ __forceinline__ void chunk_terms(const uint32_t (&sc0)[2], const uint
 // (1024 + n) sc - 1024 sc (or (1024 + 16 n) sc / 16 - 64 sc), so a whole block accumulates in fp32 in the
 // tensor cores (two chains, low and high nibbles, added last). The dmin term is one more mma: A = m of
 // sub-blocks 2 t, 2 t + 1 (bf16, exact) in k 0-7 and again in 8-15, B = xm (each sub-block's sum of x as three
-// bf16 terms over k and the slot's two columns). Then per row y += d 2^-e (C_hi + C_lo) - dmin (M_hi + M_lo),
+// bf16 terms over k and the slot's two columns). xb: the lane's B fragment of the block's first k-step in column
+// group 0 (group c at + c * xg_stride; XS: in the CTA's stage). Then per row y += d 2^-e (C_hi + C_lo) - dmin (M_hi + M_lo),
 // the lane's two columns being its slot's two terms.
-template <int NCG>
-__device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, int64_t b, int t, const uint2* xg,
+template <int NCG, bool XS = false>
+__device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, int64_t b, int t, const uint2* xb,
                                           int64_t xg_stride, const float* xf, int64_t xf_stride, const uint2* xm,
                                           int64_t xm_stride, float (&acc)[NCG][2]) {
   const uint4 h0 = *reinterpret_cast<const uint4*>(s0), h1 = *reinterpret_cast<const uint4*>(s1);
@@ -357,7 +379,6 @@ __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, 
   for (int n = 0; n < 2; ++n)
 #pragma unroll
     for (int c = 0; c < NCG; ++c) C[n][c][0] = C[n][c][1] = C[n][c][2] = C[n][c][3] = 0.f;
-  const uint2* xb = xg + b * 16 * 32;
 #pragma unroll
   for (int ch = 0; ch < 4; ++ch) {
     uint32_t w0[2], w1[2], v0[2], v1[2];
@@ -386,7 +407,7 @@ __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, 
                                h2_bits(__hfma2(as_h2(nibbles_1024(v1[s], mask)), m1, z1))};
 #pragma unroll
         for (int c = 0; c < NCG; ++c)  // every group: padded with zero x (no branch around the mma)
-          mma_f16(C[hi][c], a, __ldg(xb + c * xg_stride + (2 * sb + s) * 32));
+          mma_f16(C[hi][c], a, ld_x<XS>(xb + c * xg_stride + (2 * sb + s) * 32));
       }
     }
   }
@@ -423,9 +444,13 @@ constexpr int min_ctas() {
   static_assert(NCG <= kMaxCg, "16 resident warps per SM hold at most kMaxCg column groups");
   return 16 / W;
 }
-template <int TYPE, int NCG, int W>
+// XS: x through shared memory (kernel_smem; a shared pass of kMaxCg column groups, K not split: every warp of the
+// CTA streams the same blocks, so they may wait for each other at each block).
+template <int TYPE, int NCG, int W, bool XS>
 __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(MmaArgs a) {
   using S = MmaShape<TYPE>;
+  static_assert(!XS || (NCG == kMaxCg && W == kWarps && S::stages == 2), "x through shared memory: passes of 16 x, CTAs of 8");
+  constexpr int kSlot = stage_slot<TYPE, XS>();
   extern __shared__ __align__(16) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int rtl = warp / a.ks, kp = warp % a.ks;
@@ -469,7 +494,7 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
   // Two chunks per warp: the second starts at b_mid (chunk j of 2 ks is [nb j / (2 ks), nb (j + 1) / (2 ks))); one
   // chunk: b_mid = b_lo, the first empty.
   const int b_mid = a.cpw == 2 ? (int)((int64_t)a.nb * (2 * kp + 1) / (2 * a.ks)) : b_lo;
-  uint8_t* stg = smem + (size_t)warp * S::stages * 16 * S::slot;  // [stage][16 rows][slot]
+  uint8_t* stg = smem + (size_t)warp * S::stages * 16 * kSlot;  // [stage][16 rows][slot]
 
   // Block b of the warp's 16 rows into stage st by 16-byte cp.async: lane l copies aligned word l % 16 of
   // rows l / 16, l / 16 + 2, ..., l / 16 + 14, so one instruction reads two rows' consecutive words (a few
@@ -480,13 +505,13 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
   const bool full_tile = (tile + 1) * 16 <= a.n_rows;
   const uint8_t* row_ch = wm + min(tile * 16 + ch, a.n_rows - 1) * a.row_bytes;
   const uint8_t* row_last = wm + min(tile * 16 + 15, a.n_rows - 1) * a.row_bytes;
-  uint8_t* slot_ch = stg + (size_t)ch * S::slot + 16 * cw;
+  uint8_t* slot_ch = stg + (size_t)ch * kSlot + 16 * cw;
   auto align16 = [](const uint8_t* p) {
     return reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)15);
   };
   auto issue = [&](int b, int st) {
     if (cw >= S::words) return;
-    uint8_t* d0 = slot_ch + (size_t)st * 16 * S::slot;
+    uint8_t* d0 = slot_ch + (size_t)st * 16 * kSlot;
     const int64_t bo = (int64_t)b * S::ts;
     // Q4_K: rows (nb x 144 bytes) and blocks start 16-byte aligned, as the matrix does, and a block's 9 words
     // are its own: a full tile takes them without the alignment arithmetic or the end test.
@@ -494,7 +519,7 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
       if (full_tile) {
         const uint8_t* src = row_ch + bo + 16 * cw;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) cp_async_16(smem_addr(d0 + (size_t)2 * i * S::slot), src + 2 * i * a.row_bytes, 16);
+        for (int i = 0; i < 8; ++i) cp_async_16(smem_addr(d0 + (size_t)2 * i * kSlot), src + 2 * i * a.row_bytes, 16);
         return;
       }
     }
@@ -503,7 +528,7 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
     if (full_tile && mat_end - align16(row_last + bo) >= 16 * S::words) {
 #pragma unroll
       for (int i = 0; i < 8; ++i)
-        cp_async_16(smem_addr(d0 + (size_t)2 * i * S::slot), align16(row_ch + 2 * i * a.row_bytes + bo) + 16 * cw, 16);
+        cp_async_16(smem_addr(d0 + (size_t)2 * i * kSlot), align16(row_ch + 2 * i * a.row_bytes + bo) + 16 * cw, 16);
       return;
     }
 #pragma unroll 1
@@ -512,7 +537,7 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
       const uint8_t* w0 = align16(src);
       if (cw >= (int)((src + S::ts - w0 + 15) >> 4)) continue;
       const uint8_t* p = w0 + 16 * cw;
-      uint8_t* d = d0 + (size_t)2 * i * S::slot;
+      uint8_t* d = d0 + (size_t)2 * i * kSlot;
       if (mat_end - p >= 16) {
         cp_async_16(smem_addr(d), p, 16);
       } else {
@@ -525,7 +550,50 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
   float acc[NCG][2], first[NCG][2];
 #pragma unroll
   for (int c = 0; c < NCG; ++c) acc[c][0] = acc[c][1] = first[c][0] = first[c][1] = 0.f;
-  if (tile_ok) {
+  if constexpr (XS) {
+    // The CTA's x stages, after the warps' weight stages: [2][NCG][16 k-steps][32 lanes] uint2; lane l's B fragment
+    // of a k-step is entry l (a shared pass starts at a multiple of 4 slots, so xcol = g). Every warp runs every
+    // block (ks = 1) and copies its part of the next block's x, also a warp without rows (the grid's last CTA).
+    uint2* xst = reinterpret_cast<uint2*>(smem + smem_bytes<TYPE, true>(W));
+    constexpr int kChunks = NCG * (int)kXsBlockBytes / 16 / (32 * W);  // 16-byte copies per thread and block
+    const uint2* xsrc = a.xi + (e0 / kSlots) * K16 * 32;                  // column group 0, block 0
+    auto issue_x = [&](int b, int st) {
+#pragma unroll
+      for (int i = 0; i < kChunks; ++i) {
+        const int id = tid + 32 * W * i, c = id >> 8, o = id & 255;  // 16-byte chunk o of group c's 4 KB
+        cp_async_16(smem_addr(xst + (st * NCG + c) * 512 + 2 * o), xsrc + (c * K16 + (int64_t)b * 16) * 32 + 2 * o, 16);
+      }
+    };
+    if (tile_ok && b_lo < b_hi) issue(b_lo, 0);
+    pdl_wait();  // x is split_x's output
+    if (b_lo < b_hi) issue_x(b_lo, 0);
+    cp_async_commit();
+    int st = 0;
+#pragma unroll 1
+    for (int b = b_lo; b < b_hi; ++b) {
+      cp_async_wait<0>();
+      // Every thread's part of block b's x has landed, and every warp is done with block b - 1, whose stages
+      // (weights and x) are refilled now: one barrier per block.
+      __syncthreads();
+      if (b + 1 < b_hi) {
+        if (tile_ok) issue(b + 1, st ^ 1);
+        issue_x(b + 1, st ^ 1);
+      }
+      cp_async_commit();
+      if (tile_ok) {
+        const uintptr_t o0 = TYPE == kQ4_K ? 0 : reinterpret_cast<uintptr_t>(wm + rl0 * a.row_bytes + (int64_t)b * S::ts) & 15;
+        const uintptr_t o1 = TYPE == kQ4_K ? 0 : reinterpret_cast<uintptr_t>(wm + rl1 * a.row_bytes + (int64_t)b * S::ts) & 15;
+        const uint8_t* s0 = stg + ((size_t)st * 16 + g) * kSlot + o0;
+        const uint8_t* s1 = stg + ((size_t)st * 16 + g + 8) * kSlot + o1;
+        const uint2* xb = xst + st * NCG * 512 + lane;
+        if constexpr (TYPE == kQ6_K)
+          block_q6k<NCG, true>(s0, s1, t, xb, 512, xfg + (int64_t)b * kSlots, (int64_t)a.nb * kSlots, acc);
+        else
+          block_q4k<NCG, true>(s0, s1, b, t, xb, 512, xfg, (int64_t)a.nb * kSlots, xmg, (int64_t)a.nb * 32, acc);
+      }
+      st ^= 1;
+    }
+  } else if (tile_ok) {
 #pragma unroll
     for (int s = 0; s < S::stages - 1; ++s) {
       if (b_lo + s < b_hi) issue(b_lo + s, s);
@@ -550,12 +618,12 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
         // A row's block at the offset it had in its 16-byte word (always 0 for Q4_K).
         const uintptr_t o0 = TYPE == kQ4_K ? 0 : reinterpret_cast<uintptr_t>(wm + rl0 * a.row_bytes + (int64_t)b * S::ts) & 15;
         const uintptr_t o1 = TYPE == kQ4_K ? 0 : reinterpret_cast<uintptr_t>(wm + rl1 * a.row_bytes + (int64_t)b * S::ts) & 15;
-        const uint8_t* s0 = stg + ((size_t)st * 16 + g) * S::slot + o0;
-        const uint8_t* s1 = stg + ((size_t)st * 16 + g + 8) * S::slot + o1;
+        const uint8_t* s0 = stg + ((size_t)st * 16 + g) * kSlot + o0;
+        const uint8_t* s1 = stg + ((size_t)st * 16 + g + 8) * kSlot + o1;
         if constexpr (TYPE == kQ6_K)
           block_q6k<NCG>(s0, s1, t, xg + (int64_t)b * 16 * 32, K16 * 32, xfg + (int64_t)b * kSlots, (int64_t)a.nb * kSlots, acc);
         else
-          block_q4k<NCG>(s0, s1, b, t, xg, K16 * 32, xfg, (int64_t)a.nb * kSlots, xmg, (int64_t)a.nb * 32, acc);
+          block_q4k<NCG>(s0, s1, b, t, xg + (int64_t)b * 16 * 32, K16 * 32, xfg, (int64_t)a.nb * kSlots, xmg, (int64_t)a.nb * 32, acc);
         __syncwarp();  // the stage is refilled `stages` blocks on
         st = st + 1 == S::stages ? 0 : st + 1;
       }
@@ -609,23 +677,30 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
   }
 }
 
-template <int TYPE, int NCG, int W>
+template <int TYPE, int NCG, int W, bool XS = false>
 void launch_w(const MmaArgs& a, dim3 grid) {
+  static_assert(kernel_smem<TYPE, NCG, W, XS>() <= 99 * 1024, "at most 99 KB of shared memory per CTA (sm_120)");
   static bool attr[64] = {};  // per instantiation and device
   const int dev = current_device();
   if (dev >= 64) throw CudaError("gemv_mma: device ordinal beyond 63");
   if (!attr[dev]) {
-    MLACONF_CUDA_CHECK(cudaFuncSetAttribute(gemv_mma_kernel<TYPE, NCG, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)smem_bytes<TYPE>(W)));
+    MLACONF_CUDA_CHECK(cudaFuncSetAttribute(gemv_mma_kernel<TYPE, NCG, W, XS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)kernel_smem<TYPE, NCG, W, XS>()));
     attr[dev] = true;
   }
   // A programmatic dependent launch (sm_90 and later): the CTAs start while split_x runs and stage their first
   // weight blocks before griddepcontrol.wait (H200: 1-2.5 us less per call, docs/PERF_H200_gemv_blocks.md v8).
-  launch_dependent(gemv_mma_kernel<TYPE, NCG, W>, grid, dim3(32 * W), smem_bytes<TYPE>(W), a);
+  launch_dependent(gemv_mma_kernel<TYPE, NCG, W, XS>, grid, dim3(32 * W), kernel_smem<TYPE, NCG, W, XS>(), a);
   MLACONF_CUDA_LAUNCH_CHECK("gemv_mma_kernel");
 }
 template <int TYPE, int NCG>
-void launch(const MmaArgs& a, dim3 grid) {
+void launch(const MmaArgs& a, dim3 grid, bool xs) {
+  if constexpr (NCG == kMaxCg) {
+    if (xs) {  // gemv_mma_cta: CTAs of 8 warps, K not split, passes of 16 x
+      launch_w<TYPE, NCG, kWarps, true>(a, grid);
+      return;
+    }
+  }
   if (a.rt * a.ks == kWarpsSmall)
     launch_w<TYPE, NCG, kWarpsSmall>(a, grid);
   else
@@ -633,10 +708,10 @@ void launch(const MmaArgs& a, dim3 grid) {
 }
 // The kernel of tcg column groups (1, 2 or kMaxCg).
 template <int TYPE>
-void launch_cg(int tcg, const MmaArgs& a, dim3 grid) {
-  if (tcg == 1) launch<TYPE, 1>(a, grid);
-  else if (tcg == 2) launch<TYPE, 2>(a, grid);
-  else launch<TYPE, kMaxCg>(a, grid);
+void launch_cg(int tcg, const MmaArgs& a, dim3 grid, bool xs) {
+  if (tcg == 1) launch<TYPE, 1>(a, grid, false);
+  else if (tcg == 2) launch<TYPE, 2>(a, grid, false);
+  else launch<TYPE, kMaxCg>(a, grid, xs);
 }
 
 }  // namespace
@@ -649,6 +724,7 @@ int g_mma_balance = -1;  // MLACONF_MMA_BALANCE
 int g_mma_chain = -1;    // MLACONF_MMA_CHAIN
 int g_mma_wide = -1;     // MLACONF_MMA_WIDE
 int g_mma_grouped_small = -1;  // MLACONF_MMA_GROUPED_SMALL
+int g_mma_xsmem = -1;          // MLACONF_MMA_XSMEM
 bool switch_value(int& v, const char* name, bool dflt = true) {
   if (v < 0) v = env_switch(name).value_or(dflt) ? 1 : 0;
   return v == 1;
@@ -662,6 +738,8 @@ void set_gemv_mma_wide(bool on) { g_mma_wide = on ? 1 : 0; }
 bool gemv_mma_wide() { return switch_value(g_mma_wide, "MLACONF_MMA_WIDE", false); }  // off by default since v15
 void set_gemv_mma_grouped_small(bool on) { g_mma_grouped_small = on ? 1 : 0; }
 bool gemv_mma_grouped_small() { return switch_value(g_mma_grouped_small, "MLACONF_MMA_GROUPED_SMALL"); }
+void set_gemv_mma_xsmem(bool on) { g_mma_xsmem = on ? 1 : 0; }
+bool gemv_mma_xsmem() { return switch_value(g_mma_xsmem, "MLACONF_MMA_XSMEM"); }
 
 bool gemv_mma_by_default(GgmlType t, int64_t n_rows, int64_t ncols) {
   return (t == GgmlType::Q4_K || t == GgmlType::Q6_K) && n_rows >= 1024 && ncols >= 2048;
@@ -688,7 +766,12 @@ MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, b
   // on the long scoreboard per issue, 41 % issue-active, L1 hits 71 %): 2.49 ms against 2.08 for passes of 8 x
   // (74 % issue-active); attn_output and the dense gate were 6-11 % faster in passes of 16 at 64 x, 5-20 % slower
   // at 16 and 32 (kernel_bench, one run).
-  const int cg = shared && !grouped && gemv_mma_wide() && nb / ks >= 8 ? kMaxCg : kMaxCgNarrow;
+  // x through shared memory (v16, gemv_mma_xsmem, default on): where K is not split (ks = 1, the head) the CTA
+  // stages x once for its 8 warps, which then read it by LDS, and passes of 16 x no longer wait on its loads. From
+  // 9 x on (a pass of 3-4 column groups): at 8 x the passes of 2 groups in CTAs of 4 (the balance below) were
+  // faster (H200, the head at 8 x: 304.9 us against 340.1 in CTAs of 8 with x staged; docs/PERF_H200.md v16).
+  const bool xs = shared && !grouped && ks == 1 && rt == kWarps && gemv_mma_xsmem() && batch > 2 * kSlots;
+  const int cg = xs || (shared && !grouped && gemv_mma_wide() && nb / ks >= 8) ? kMaxCg : kMaxCgNarrow;
   // The CTA's size by balance (v12): ks fixes the order of sums, but a row tile's ks warps may sit in CTAs of 4
   // or 8 warps. Where the grid takes several rounds of resident CTAs (2 of 8 warps per SM), the last round's
   // share sets the tail: with CTAs spread evenly the busiest SM runs ceil(CTAs / SMs) x warps per CTA, and
@@ -697,13 +780,13 @@ MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, b
   // round (attn_output, 192 CTAs for 264 places): there CTAs of 4 measured level or 2 % slower (v12). The
   // same bits either way (suites/gpu gemv_mma.balanced_grid_bits); set_gemv_mma_balance(false) or
   // MLACONF_MMA_BALANCE=0 keeps v11's shapes, for kernel_bench's comparison in one run.
-  if (tiles > 128 && !grouped && gemv_mma_balance() && rt * ks == kWarps && rt > 1) {
+  if (tiles > 128 && !grouped && !xs && gemv_mma_balance() && rt * ks == kWarps && rt > 1) {
     const int64_t per_row = shared ? (batch + kSlots * cg - 1) / (kSlots * cg) : batch, sms = device_sm_count();
     auto busiest = [&](int r) { return (int64_t)ceil_div((int64_t)ceil_div(tiles, r) * per_row, sms) * r * ks; };
     const bool rounds = (int64_t)ceil_div(tiles, rt) * per_row > sms * (16 / kWarps);
     if (rounds && busiest(rt / 2) < busiest(rt)) rt /= 2;
   }
-  return {rt, ks, cg};
+  return {rt, ks, cg, xs};
 }
 
 bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_ids, int64_t w_count,
@@ -764,8 +847,8 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   const dim3 grid = grouped ? dim3(ceil_div(tiles, rt), (unsigned)batch)
                     : shared ? dim3((unsigned)(ceil_div(tiles, rt) * ny))
                              : dim3(ceil_div(tiles, rt), (unsigned)batch);
-  if (t == GgmlType::Q6_K) launch_cg<kQ6_K>(tcg, a, grid);
-  else launch_cg<kQ4_K>(tcg, a, grid);
+  if (t == GgmlType::Q6_K) launch_cg<kQ6_K>(tcg, a, grid, cta.xs);
+  else launch_cg<kQ4_K>(tcg, a, grid, cta.xs);
   return true;
 }
 

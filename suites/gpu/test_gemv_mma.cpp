@@ -361,6 +361,26 @@ void passes_bits_case(GgmlType t, int64_t rows, int64_t cols, int B) {
   EXPECT_EQ(std::memcmp(wide.data(), narrow.data(), wide.size() * 4), 0) << "passes of 16 x and of 8 x differ";
 }
 
+// x through shared memory (set_gemv_mma_xsmem, the default where K is not split) against each warp loading it
+// (v15's passes of 8 x): the same bits, entry by entry.
+void xsmem_bits_case(GgmlType t, int64_t rows, int64_t cols, int B) {
+  MLACONF_REQUIRE_CUDA();
+  GemvVariantScope mma(cuda::kGemvMma);
+  const auto blocks = random_blocks(t, rows * cols / 256, 929 + (int)t);
+  const auto x = random_x((size_t)B * cols, 41 + B);
+  auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
+  cuda::DeviceBuffer d_y((size_t)B * rows * 4);
+  const SwitchScope keep{cuda::gemv_mma_xsmem, cuda::set_gemv_mma_xsmem};
+  auto run = [&](bool xs) {
+    cuda::set_gemv_mma_xsmem(xs);
+    EXPECT_EQ(cuda::gemv_mma_cta(rows, cols, B, true, false).xs, xs) << "the case must take the path it names";
+    cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), B, 0, cols, rows);
+    return cuda::to_host<float>(d_y, (size_t)B * rows);
+  };
+  const std::vector<float> staged = run(true), loaded = run(false);
+  EXPECT_EQ(std::memcmp(staged.data(), loaded.data(), staged.size() * 4), 0) << "x through shared memory changed the bits";
+}
+
 const bool registered = [] {
   const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q6_K};
   const int64_t kRows[] = {1, 15, 17, 33, 257};
@@ -447,6 +467,15 @@ const bool registered = [] {
       const std::string shape = "rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) + ",b=" + std::to_string(B) + ")";
       register_case("gemv_mma", "gemv(type=" + tn + "," + shape, [=] { batch_case(t, rows, cols, B); });
       register_case("gemv_mma", "passes_bits(type=" + tn + "," + shape, [=] { passes_bits_case(t, rows, cols, B); });
+    }
+    // x through shared memory (K not split: at least 1056 row tiles, CTAs of 8; more than 8 x): 16897 rows (the last
+    // CTA's warps 1-7 have no rows but copy x) at 9 x (3 column groups, the last with one x, and one of padding),
+    // 12 (3 groups), 16, 33 (three passes, the last with 1 x); the head's 154880 rows at 9 x with 2 blocks per row.
+    for (const auto& [rows, cols, B] : {std::tuple<int64_t, int64_t, int>{16897, 2048, 9}, {16897, 2048, 12}, {16897, 2048, 16},
+                                        {16897, 2048, 33}, {154880, 512, 9}}) {
+      const std::string shape = "rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) + ",b=" + std::to_string(B) + ")";
+      register_case("gemv_mma", "gemv(type=" + tn + "," + shape, [=] { batch_case(t, rows, cols, B); });
+      register_case("gemv_mma", "xsmem_bits(type=" + tn + "," + shape, [=] { xsmem_bits_case(t, rows, cols, B); });
     }
     for (const auto& [rows, cols, want] : {std::tuple<int64_t, int64_t, bool>{1024, 2048, true}, {1023, 2048, false},
                                            {1024, 1792, false}})
