@@ -494,12 +494,13 @@ struct Pipeline::Impl {
   void experts(int64_t l, const float* y, int64_t T, const std::vector<int32_t>& ids, float* eo);
   void expert_pairs(int64_t l, const float* y, int64_t T, const int32_t* d_ids, const int32_t* d_tok, float* eo,
                     bool with_shared = false);
-  // Whether a decode step's n (token, expert) pairs run grouped by expert (expert_pairs): from 1 pick per expert
-  // on average (GLM-5, 256 experts, top 8: B >= 32; v11-v13 took 2, B >= 64: with the grouped gate / up in CTAs of
-  // 4 warps, grouping measured +6 % at B = 32 and -1.4 % at B = 16 on the H200, docs/PERF_H200.md v14).
+  // Whether a decode step's n (token, expert) pairs run grouped by expert (expert_pairs): from 1 pick per 4 experts
+  // on average (GLM-5, 256 experts, top 8: B >= 8). v14 took 1 pick per expert (B >= 32: grouping measured -1.4 % at
+  // B = 16 then); with v15's grouped passes of 4 slots in one column group the stack at B = 16 / 8 measured +11.1 /
+  // +3.2 % grouped (H200, docs/PERF_H200.md v16). v11-v13 took 2 picks per expert.
   // MLACONF_GROUP_EXPERTS=0 / 1 turns it off / on at every size, for measurements; the bits are the same either way.
   std::optional<bool> group_forced;  // MLACONF_GROUP_EXPERTS, read by the constructor
-  bool group_experts(int64_t n) const { return group_forced.value_or(n >= c.n_expert); }
+  bool group_experts(int64_t n) const { return group_forced.value_or(4 * n >= c.n_expert); }
   // Whether a one-token decode step runs layer l's shared expert as one more entry of the experts' launches
   // (expert_pairs with_shared): one shared expert whose three matrices have the experts' types and shapes, on
   // the GEMV that takes an id of -1 (gemv_experts_mma_ok). It saves three launches (and their x splits) per
@@ -980,7 +981,7 @@ Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt)
   env_option("MLACONF_CUDA_BATCH_INVARIANT", m.opt.batch_invariant);
   m.group_forced = env_switch("MLACONF_GROUP_EXPERTS");
   // The tensor-core GEMV's switches (MLACONF_MMA_*, read once per process) are read now too, not in a first step.
-  (void)gemv_mma_chain(), (void)gemv_mma_balance(), (void)gemv_mma_wide(), (void)gemv_mma_grouped_small();
+  (void)gemv_mma_chain(), (void)gemv_mma_balance(), (void)gemv_mma_wide(), (void)gemv_mma_grouped_small(), (void)gemv_mma_xsmem();
   if (opt.max_seqs < 0 || opt.max_seqs > 65535 || opt.page_rows < 1 || opt.pool_pages < 0 || opt.pass_arena_bytes < 0)
     throw InputError("PipelineOptions: max_seqs in [0, 65535], page_rows >= 1, pool_pages >= 0 and pass_arena_bytes >= 0");
   m.ctx = std::min<int64_t>(opt.max_ctx, c.n_ctx_train > 0 ? c.n_ctx_train : opt.max_ctx);

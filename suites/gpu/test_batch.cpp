@@ -599,10 +599,25 @@ const bool registered = [] {
       check_model(m, {8});
     });
   });
+  // B = 3 with the grouping off (MLACONF_GROUP_EXPERTS=0, read by the Pipeline's constructor): the experts by id at
+  // several tokens, the path GLM-5 takes below 8 tokens (these dims group from 2).
+  register_case("batch", CaseName("batched_decode").p("model", kShexpName).p("B", 3).p("gemv", "mma").p("grouping", "off").str(), [] {
+    run_case(kShexpName, [](const std::string& m) {
+      GemvVariantScope mma(cuda::kGemvMma);
+      struct Env {  // restores the caller's value
+        const char* v = std::getenv("MLACONF_GROUP_EXPERTS");
+        std::string was = v ? v : "";
+        bool had = v != nullptr;
+        Env() { setenv("MLACONF_GROUP_EXPERTS", "0", 1); }
+        ~Env() { had ? (void)setenv("MLACONF_GROUP_EXPERTS", was.c_str(), 1) : (void)unsetenv("MLACONF_GROUP_EXPERTS"); }
+      } off;
+      check_model(m, {3});
+    });
+  });
   // The shared expert as entry k of the experts' launches (one-token steps, the tensor-core GEMV): each
   // sequence still the bits of decoding it alone (forward() runs the shared expert as a matrix of its own);
   // B = 3 has no one-token step and runs it by itself.
-  // B = 8: 32 pairs on 16 experts, grouped by expert (Pipeline group_experts).
+  // B = 3 and 8: 12 and 32 pairs on 16 experts, grouped by expert (Pipeline group_experts: from 1 pick per 4 experts).
   for (int64_t B : {1, 3, 8})
     register_case("batch", CaseName("batched_decode").p("model", kShexpName).p("B", B).p("gemv", "mma").str(), [B] {
       run_case(kShexpName, [B](const std::string& m) {
