@@ -319,16 +319,18 @@ void time_grid_v11(GgmlType t, int64_t rows, int64_t cols, int B, const std::str
   set_gemv_mma_balance(was);
 }
 
-// The default kernels once more with passes of 16 x on a shared matrix (set_gemv_mma_wide(true), v14's rule; the
-// default takes 8), where they differ (more than 8 x, a warp streaming at least 8 blocks): ",passes=16x" rows
-// beside the default's, in one run.
+// The default kernels once more with passes of 16 x and of 8 x on a shared matrix (set_gemv_mma_wide(true / false);
+// the default takes 16 from 33 x on), where they differ from the default (more than 8 x, a warp streaming at least 8
+// blocks): ",passes=16x" / ",passes=8x" rows beside the default's, in one run.
 template <class F>
 void time_passes_16x(GgmlType t, int64_t rows, int64_t cols, int B, const std::string& stem, F&& row) {
   if (!gemv_mma_by_default(t, rows, cols) || B <= 8) return;
-  const bool was = gemv_mma_wide();  // MLACONF_MMA_WIDE=1 leaves it on for the other rows (and times no extra row)
+  const std::optional<bool> was = gemv_mma_wide();  // MLACONF_MMA_WIDE=0|1 fixes it for the other rows too
   const int cg = gemv_mma_cta(rows, cols, B, true, false).cg;
-  set_gemv_mma_wide(true);
-  if (gemv_mma_cta(rows, cols, B, true, false).cg != cg) row(stem + ",passes=16x)");
+  for (const bool wide : {true, false}) {
+    set_gemv_mma_wide(wide);
+    if (gemv_mma_cta(rows, cols, B, true, false).cg != cg) row(stem + (wide ? ",passes=16x)" : ",passes=8x)"));
+  }
   set_gemv_mma_wide(was);
 }
 
@@ -454,11 +456,15 @@ void q4k_experts_batch_case(int64_t rows, int64_t cols, int B) {
   std::vector<int32_t> tok((size_t)n);
   for (int64_t j = 0; j < n; ++j) tok[j] = (int32_t)j;
   DeviceBuffer d_tok = to_device(tok), ord((size_t)n * 4), ts((size_t)n * 4), grp((size_t)n * 16), ng(4), xs((size_t)n * cols * 4);
-  // Twice: an expert's gate / up (up to 128 row tiles) in CTAs of 4 warps (v14) and of 8 (",cta=v13",
-  // set_gemv_mma_grouped_small(false)); the down's CTAs are the same in both.
-  const bool was = gemv_mma_grouped_small();
-  for (const bool small : {true, false}) {
+  // Three times: the default (an expert's gate / up, up to 128 row tiles, split over 4 warps in CTAs of 4; the down
+  // in CTAs of 2 row tiles sharing x through shared memory, v16), with each warp loading x (",xsmem=0";
+  // set_gemv_mma_xsmem_grouped(false): the same CTAs for the gate / up), and the gate / up over 8 warps in CTAs of 8
+  // (",cta=v13", set_gemv_mma_grouped_small(false)).
+  const bool was = gemv_mma_grouped_small(), was_xs = gemv_mma_xsmem_grouped();
+  for (const int config : {0, 1, 2}) {
+    const bool small = config != 2;
     set_gemv_mma_grouped_small(small);
+    set_gemv_mma_xsmem_grouped(config == 0);
     const double gus = time_us([&](int i) {
       group_pairs(d_ids.as<int32_t>() + (i % kSets) * n, d_tok.as<int32_t>(), n, ord.as<int32_t>(), ts.as<int32_t>(),
                   grp.as<int32_t>(), ng.as<int32_t>());
@@ -467,7 +473,8 @@ void q4k_experts_batch_case(int64_t rows, int64_t cols, int B) {
                            xs.as<float>(), cols, y.as<float>(), rows, ord.as<int32_t>());
     });
     set_gemv_mma_grouped_small(was);
-    report({stem + (small ? ",grouped)" : ",grouped,cta=v13)"), "gemv_experts",
+    set_gemv_mma_xsmem_grouped(was_xs);
+    report({stem + (config == 0 ? ",grouped)" : config == 1 ? ",grouped,xsmem=0)" : ",grouped,cta=v13)"), "gemv_experts",
             std::to_string(n) + " entries grouped by expert (group_pairs + gather + gemv_experts_grouped), " +
                 std::to_string((int)distinct) + " distinct experts on average",
             gus, distinct * mat_bytes + n * (cols + rows) * 4.0, n * 2.0 * rows * cols});
@@ -488,6 +495,7 @@ void gemv_cases() {
   // 8 and 16 tokens: grouped in the pipeline since v16 (one pick per 4 experts; v14-v15: per expert, 32 tokens for
   // GLM-5), where v15's grouped passes were level with the experts by id at 8 (docs/PERF_H200.md v15's Next).
   for (int B : {8, 16, 32, 64}) q4k_experts_batch_case(2048, 6144, B);
+  q4k_experts_batch_case(6144, 2048, 64);  // the down (beyond 128 row tiles: K over 2 warps, CTAs of 2 row tiles)
 }
 
 // ---- block-type GEMVs (optimized/gemv_blocks.cu): GLM-5's Q6_K output head and attention shapes ------

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -255,11 +256,12 @@ int gemv_variant();
 // way; kernel_bench times both, suites/gpu compares them.
 void set_gemv_mma_balance(bool on);
 bool gemv_mma_balance();
-// A shared matrix's passes on the tensor cores take up to 8 x (default since v15 in docs/PERF_H200.md) or 16 where
-// a warp streams at least 8 blocks (true; MLACONF_MMA_WIDE=1 for a process: v14's rule). The bits are the same
-// either way (a column's result depends only on its x and the rows); kernel_bench times both.
-void set_gemv_mma_wide(bool on);
-bool gemv_mma_wide();
+// A shared matrix's passes on the tensor cores where a warp streams at least 8 blocks: 16 x from 33 x on, else 8
+// (unset: the default since v16 in docs/PERF_H200.md), 16 at every batch (true; MLACONF_MMA_WIDE=1 for a process:
+// v14's rule) or 8 at every batch (false; MLACONF_MMA_WIDE=0: v15's). The bits are the same either way (a column's
+// result depends only on its x and the rows); kernel_bench times them side by side.
+void set_gemv_mma_wide(std::optional<bool> on);
+std::optional<bool> gemv_mma_wide();
 // Grouped experts' matrices of up to 128 row tiles (an expert's gate and up) split K over 4 warps in CTAs of 4,
 // each warp taking two of the 8 chunks as the experts by id do (default; v14), or over 8 warps in CTAs of 8
 // (false; MLACONF_MMA_GROUPED_SMALL=0: v13). The same order of sums, so the same bits.
@@ -271,6 +273,12 @@ bool gemv_mma_grouped_small();
 // L2. The same bits either way (suites/gpu gemv_mma.xsmem_bits); kernel_bench times both.
 void set_gemv_mma_xsmem(bool on);
 bool gemv_mma_xsmem();
+// Grouped experts' matrices of more than 128 row tiles in CTAs of 2 (the down): the 2 warps of each K part share its
+// x through shared memory (default since v16); false (MLACONF_MMA_XSMEM_GROUPED=0): each warp loads x (v15). The
+// same CTAs and order of sums, so the same bits (suites/gpu gemv_mma.experts_grouped(...,xsmem=0|1)); kernel_bench
+// times both.
+void set_gemv_mma_xsmem_grouped(bool on);
+bool gemv_mma_xsmem_grouped();
 // The tensor-core GEMV's x split, chained (default; v13 in docs/PERF_H200.md): for one matrix (no expert ids) it
 // is launched as a programmatic dependent of the kernel before it, which triggers at its start (rmsnorm, the
 // SiLU gate, the Q4_K SIMT GEMV), so that the split and the GEMV's CTAs launch while that kernel runs and the

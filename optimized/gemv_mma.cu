@@ -60,7 +60,8 @@ namespace {
 constexpr int kWarps = 8, kWarpsSmall = 4;
 // x slots per column group (an mma's 8 columns: 4 x, 2 terms each).
 constexpr int kSlots = 4;
-// Column groups per pass of a shared matrix: 2 (8 x), or with gemv_mma_wide() 4 (16 x) where gemv_mma_cta says.
+// Column groups per pass of a shared matrix: 2 (8 x), or 4 (16 x) where gemv_mma_cta says (gemv_mma_wide, x through
+// shared memory).
 // v14 took 16 x (8 groups of 2 x) to decode each weight less often; with 4 x per group (v15) the passes of 8 x were
 // the faster at 16-64 x on the H200 (docs/PERF_H200.md v15).
 constexpr int kMaxCg = 4, kMaxCgNarrow = 2;
@@ -186,16 +187,18 @@ template <> struct MmaShape<kQ6_K> { static constexpr int ts = 210, words = 14, 
 // segments still fall in 8 different bank groups) so that 8 warps and the x stages fit in 99 KB (sm_120).
 template <int TYPE, bool XS>
 constexpr int stage_slot() {
-  return XS ? 240 : MmaShape<TYPE>::slot;
+  return XS && TYPE == kQ6_K ? 240 : MmaShape<TYPE>::slot;
 }
 template <int TYPE, bool XS = false>
 constexpr size_t smem_bytes(int warps) {
   return (size_t)warps * MmaShape<TYPE>::stages * 16 * stage_slot<TYPE, XS>();
 }
 constexpr size_t kXsBlockBytes = 16 * 32 * sizeof(uint2);  // one column group's B fragments of one block: 4 KB
+// The x stages: 2 per K part, NCG column groups each: the head's one part of kMaxCg groups, or grouped experts' ks
+// parts (ks <= W / 2: their row tiles come in pairs) of one group.
 template <int TYPE, int NCG, int W, bool XS>
 constexpr size_t kernel_smem() {
-  return smem_bytes<TYPE, XS>(W) + (XS ? 2 * NCG * kXsBlockBytes : 0);
+  return smem_bytes<TYPE, XS>(W) + (XS ? 2 * kXsBlockBytes * (NCG > 1 ? NCG : W / 2) : 0);
 }
 
 // Not volatile: a pure function of its operands, so the compiler may schedule the x loads ahead of it.
@@ -444,12 +447,14 @@ constexpr int min_ctas() {
   static_assert(NCG <= kMaxCg, "16 resident warps per SM hold at most kMaxCg column groups");
   return 16 / W;
 }
-// XS: x through shared memory (kernel_smem; a shared pass of kMaxCg column groups, K not split: every warp of the
-// CTA streams the same blocks, so they may wait for each other at each block).
+// XS: x through shared memory (kernel_smem): a shared pass of kMaxCg column groups with K not split (every warp of the
+// CTA streams the same blocks), or grouped experts' passes in CTAs of 2 row tiles (the warps of a K part stream the
+// same blocks); the warps sharing x wait for each other at each block.
 template <int TYPE, int NCG, int W, bool XS>
 __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(MmaArgs a) {
   using S = MmaShape<TYPE>;
-  static_assert(!XS || (NCG == kMaxCg && W == kWarps && S::stages == 2), "x through shared memory: passes of 16 x, CTAs of 8");
+  static_assert(!XS || (((NCG == kMaxCg && W == kWarps) || NCG == 1) && S::stages == 2),
+                "x through shared memory: passes of 16 x in CTAs of 8 (K not split), or one column group (grouped experts)");
   constexpr int kSlot = stage_slot<TYPE, XS>();
   extern __shared__ __align__(16) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -551,47 +556,72 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
 #pragma unroll
   for (int c = 0; c < NCG; ++c) acc[c][0] = acc[c][1] = first[c][0] = first[c][1] = 0.f;
   if constexpr (XS) {
-    // The CTA's x stages, after the warps' weight stages: [2][NCG][16 k-steps][32 lanes] uint2; lane l's B fragment
-    // of a k-step is entry l (a shared pass starts at a multiple of 4 slots, so xcol = g). Every warp runs every
-    // block (ks = 1) and copies its part of the next block's x, also a warp without rows (the grid's last CTA).
-    uint2* xst = reinterpret_cast<uint2*>(smem + smem_bytes<TYPE, true>(W));
-    constexpr int kChunks = NCG * (int)kXsBlockBytes / 16 / (32 * W);  // 16-byte copies per thread and block
-    const uint2* xsrc = a.xi + (e0 / kSlots) * K16 * 32;                  // column group 0, block 0
+    // The x stages, after the warps' weight stages: per K part kp [2 stages][NCG][16 k-steps][32 lanes] uint2, lane
+    // l's B fragment of a k-step entry l (columns 2 j, 2 j + 1: slot e0 + j of the pass, whatever split_x's column
+    // group holds it: a grouped pass may start at slot 4 k + 2). The rt warps of a K part stream the same blocks
+    // and copy their part of the next block's x, also a warp without rows (the grid's last CTA); they meet at a
+    // named barrier per part (1 + kp; the whole CTA where K is not split).
+    uint2* xst = reinterpret_cast<uint2*>(smem + smem_bytes<TYPE, true>(W)) + (size_t)kp * 2 * NCG * 512;
+    // A part's 64 NCG threads (rt = 2 NCG: gemv_mma_cta) copy a block's NCG x 256 16-byte chunks, 4 each: thread pt
+    // column j, half h, k-step u0 (+ 4 i for one group), or group i (kMaxCg groups: a pass from a multiple of 4 slots).
+    const int pt = rtl * 32 + lane, part_threads = 32 * a.rt;
+    const int j0 = (pt >> 1) & 7, h0 = pt & 1, u0 = (pt >> 4) & 15;
+    const int64_t sl0 = e0 + (j0 >> 1), col0 = 2 * (sl0 % kSlots) + (j0 & 1);
+    const uint2* xsrc = a.xi + (((sl0 / kSlots) * K16 + u0) * 8 + col0) * 4 + h0 * 2;
+    const int64_t src_step = NCG == 1 ? 4 * 32 : K16 * 32;
+    const int dst0 = u0 * 32 + j0 * 4 + h0 * 2, dst_step = NCG == 1 ? 4 * 32 : 512;
     auto issue_x = [&](int b, int st) {
 #pragma unroll
-      for (int i = 0; i < kChunks; ++i) {
-        const int id = tid + 32 * W * i, c = id >> 8, o = id & 255;  // 16-byte chunk o of group c's 4 KB
-        cp_async_16(smem_addr(xst + (st * NCG + c) * 512 + 2 * o), xsrc + (c * K16 + (int64_t)b * 16) * 32 + 2 * o, 16);
+      for (int i = 0; i < 4; ++i)
+        cp_async_16(smem_addr(xst + st * NCG * 512 + dst0 + i * dst_step), xsrc + (int64_t)b * 512 + i * src_step, 16);
+    };
+    // Barrier ids as immediates (a register id makes ptxas reserve all 16 of the CTA's barriers).
+    auto part_barrier = [&] {
+      switch (kp) {
+        case 0: asm volatile("bar.sync 1, %0;\n" ::"r"(part_threads) : "memory"); break;
+        case 1: asm volatile("bar.sync 2, %0;\n" ::"r"(part_threads) : "memory"); break;
+        case 2: asm volatile("bar.sync 3, %0;\n" ::"r"(part_threads) : "memory"); break;
+        default: asm volatile("bar.sync 4, %0;\n" ::"r"(part_threads) : "memory"); break;
       }
     };
     if (tile_ok && b_lo < b_hi) issue(b_lo, 0);
     pdl_wait();  // x is split_x's output
     if (b_lo < b_hi) issue_x(b_lo, 0);
     cp_async_commit();
-    int st = 0;
+    int st = 0, b = b_lo;
+    // Two chunks per warp (grouped experts of up to 128 row tiles) as in the loop below: [b_lo, b_mid), [b_mid, b_hi).
 #pragma unroll 1
-    for (int b = b_lo; b < b_hi; ++b) {
-      cp_async_wait<0>();
-      // Every thread's part of block b's x has landed, and every warp is done with block b - 1, whose stages
-      // (weights and x) are refilled now: one barrier per block.
-      __syncthreads();
-      if (b + 1 < b_hi) {
-        if (tile_ok) issue(b + 1, st ^ 1);
-        issue_x(b + 1, st ^ 1);
+    for (int part = NCG <= 2 ? 0 : 1; part < 2; ++part) {
+#pragma unroll 1
+      for (const int b_end = part == 0 ? b_mid : b_hi; b < b_end; ++b) {
+        cp_async_wait<0>();
+        // Every thread's part of block b's x has landed, and every warp of the K part is done with block b - 1,
+        // whose stages (weights and x) are refilled now: one barrier per block.
+        part_barrier();
+        if (b + 1 < b_hi) {
+          if (tile_ok) issue(b + 1, st ^ 1);
+          issue_x(b + 1, st ^ 1);
+        }
+        cp_async_commit();
+        if (tile_ok) {
+          const uintptr_t o0 = TYPE == kQ4_K ? 0 : reinterpret_cast<uintptr_t>(wm + rl0 * a.row_bytes + (int64_t)b * S::ts) & 15;
+          const uintptr_t o1 = TYPE == kQ4_K ? 0 : reinterpret_cast<uintptr_t>(wm + rl1 * a.row_bytes + (int64_t)b * S::ts) & 15;
+          const uint8_t* s0 = stg + ((size_t)st * 16 + g) * kSlot + o0;
+          const uint8_t* s1 = stg + ((size_t)st * 16 + g + 8) * kSlot + o1;
+          const uint2* xb = xst + st * NCG * 512 + lane;
+          if constexpr (TYPE == kQ6_K)
+            block_q6k<NCG, true>(s0, s1, t, xb, 512, xfg + (int64_t)b * kSlots, (int64_t)a.nb * kSlots, acc);
+          else
+            block_q4k<NCG, true>(s0, s1, b, t, xb, 512, xfg, (int64_t)a.nb * kSlots, xmg, (int64_t)a.nb * 32, acc);
+        }
+        st ^= 1;
       }
-      cp_async_commit();
-      if (tile_ok) {
-        const uintptr_t o0 = TYPE == kQ4_K ? 0 : reinterpret_cast<uintptr_t>(wm + rl0 * a.row_bytes + (int64_t)b * S::ts) & 15;
-        const uintptr_t o1 = TYPE == kQ4_K ? 0 : reinterpret_cast<uintptr_t>(wm + rl1 * a.row_bytes + (int64_t)b * S::ts) & 15;
-        const uint8_t* s0 = stg + ((size_t)st * 16 + g) * kSlot + o0;
-        const uint8_t* s1 = stg + ((size_t)st * 16 + g + 8) * kSlot + o1;
-        const uint2* xb = xst + st * NCG * 512 + lane;
-        if constexpr (TYPE == kQ6_K)
-          block_q6k<NCG, true>(s0, s1, t, xb, 512, xfg + (int64_t)b * kSlots, (int64_t)a.nb * kSlots, acc);
-        else
-          block_q4k<NCG, true>(s0, s1, b, t, xb, 512, xfg, (int64_t)a.nb * kSlots, xmg, (int64_t)a.nb * 32, acc);
+      if (NCG <= 2 && part == 0) {
+#pragma unroll
+        for (int c = 0; c < NCG; ++c)
+#pragma unroll
+          for (int i = 0; i < 2; ++i) first[c][i] = acc[c][i], acc[c][i] = 0.f;
       }
-      st ^= 1;
     }
   } else if (tile_ok) {
 #pragma unroll
@@ -701,6 +731,13 @@ void launch(const MmaArgs& a, dim3 grid, bool xs) {
       return;
     }
   }
+  if constexpr (NCG == 1) {
+    if (xs) {  // gemv_mma_cta: grouped experts, CTAs of 2 row tiles
+      if (a.rt * a.ks == kWarpsSmall) launch_w<TYPE, 1, kWarpsSmall, true>(a, grid);
+      else launch_w<TYPE, 1, kWarps, true>(a, grid);
+      return;
+    }
+  }
   if (a.rt * a.ks == kWarpsSmall)
     launch_w<TYPE, NCG, kWarpsSmall>(a, grid);
   else
@@ -709,7 +746,7 @@ void launch(const MmaArgs& a, dim3 grid, bool xs) {
 // The kernel of tcg column groups (1, 2 or kMaxCg).
 template <int TYPE>
 void launch_cg(int tcg, const MmaArgs& a, dim3 grid, bool xs) {
-  if (tcg == 1) launch<TYPE, 1>(a, grid, false);
+  if (tcg == 1) launch<TYPE, 1>(a, grid, xs);
   else if (tcg == 2) launch<TYPE, 2>(a, grid, false);
   else launch<TYPE, kMaxCg>(a, grid, xs);
 }
@@ -722,9 +759,10 @@ namespace {
 // other value an InputError).
 int g_mma_balance = -1;  // MLACONF_MMA_BALANCE
 int g_mma_chain = -1;    // MLACONF_MMA_CHAIN
-int g_mma_wide = -1;     // MLACONF_MMA_WIDE
+int g_mma_wide = -2;     // MLACONF_MMA_WIDE: -2 not read yet, -1 unset (by the batch), 0, 1
 int g_mma_grouped_small = -1;  // MLACONF_MMA_GROUPED_SMALL
 int g_mma_xsmem = -1;          // MLACONF_MMA_XSMEM
+int g_mma_xsmem_grouped = -1;  // MLACONF_MMA_XSMEM_GROUPED
 bool switch_value(int& v, const char* name, bool dflt = true) {
   if (v < 0) v = env_switch(name).value_or(dflt) ? 1 : 0;
   return v == 1;
@@ -734,12 +772,20 @@ void set_gemv_mma_chain(bool on) { g_mma_chain = on ? 1 : 0; }
 bool gemv_mma_chain() { return switch_value(g_mma_chain, "MLACONF_MMA_CHAIN"); }
 void set_gemv_mma_balance(bool on) { g_mma_balance = on ? 1 : 0; }
 bool gemv_mma_balance() { return switch_value(g_mma_balance, "MLACONF_MMA_BALANCE"); }
-void set_gemv_mma_wide(bool on) { g_mma_wide = on ? 1 : 0; }
-bool gemv_mma_wide() { return switch_value(g_mma_wide, "MLACONF_MMA_WIDE", false); }  // off by default since v15
+void set_gemv_mma_wide(std::optional<bool> on) { g_mma_wide = on ? (*on ? 1 : 0) : -1; }
+std::optional<bool> gemv_mma_wide() {
+  if (g_mma_wide == -2) {
+    const std::optional<bool> v = env_switch("MLACONF_MMA_WIDE");
+    g_mma_wide = v ? (*v ? 1 : 0) : -1;
+  }
+  return g_mma_wide < 0 ? std::nullopt : std::optional<bool>(g_mma_wide == 1);
+}
 void set_gemv_mma_grouped_small(bool on) { g_mma_grouped_small = on ? 1 : 0; }
 bool gemv_mma_grouped_small() { return switch_value(g_mma_grouped_small, "MLACONF_MMA_GROUPED_SMALL"); }
 void set_gemv_mma_xsmem(bool on) { g_mma_xsmem = on ? 1 : 0; }
 bool gemv_mma_xsmem() { return switch_value(g_mma_xsmem, "MLACONF_MMA_XSMEM"); }
+void set_gemv_mma_xsmem_grouped(bool on) { g_mma_xsmem_grouped = on ? 1 : 0; }
+bool gemv_mma_xsmem_grouped() { return switch_value(g_mma_xsmem_grouped, "MLACONF_MMA_XSMEM_GROUPED"); }
 
 bool gemv_mma_by_default(GgmlType t, int64_t n_rows, int64_t ncols) {
   return (t == GgmlType::Q4_K || t == GgmlType::Q6_K) && n_rows >= 1024 && ncols >= 2048;
@@ -771,7 +817,16 @@ MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, b
   // 9 x on (a pass of 3-4 column groups): at 8 x the passes of 2 groups in CTAs of 4 (the balance below) were
   // faster (H200, the head at 8 x: 304.9 us against 340.1 in CTAs of 8 with x staged; docs/PERF_H200.md v16).
   const bool xs = shared && !grouped && ks == 1 && rt == kWarps && gemv_mma_xsmem() && batch > 2 * kSlots;
-  const int cg = xs || (shared && !grouped && gemv_mma_wide() && nb / ks >= 8) ? kMaxCg : kMaxCgNarrow;
+  // Grouped experts in CTAs of 2 row tiles (beyond 128 tiles: the down, 6144 x 2048, K over 2 warps) share x through
+  // shared memory between the 2 warps of each K part (gemv_mma_xsmem_grouped, default on; H200, kernel_bench, 64
+  // tokens: the down 753.0 -> 717.3 us). Not the gate / up (up to 128 tiles, one tile per CTA of 4 warps): made CTAs
+  // of 2 tiles (8 warps) to share x, they measured 724.7 -> 824.6 us (docs/PERF_H200.md v16).
+  const bool xs_grouped = grouped && gemv_mma_xsmem_grouped() && tiles > 128 && rt == 2 && rt * ks <= kWarps;
+  // Passes of 16 x (v16) from 33 x on where each warp streams at least 8 blocks: the stack at 64 x measured +1.5 %
+  // with them (attn_output, the dense FFN, q_b; H200, one run), at 32 x -2.1 %, at 16 x -0.9 % (docs/PERF_H200.md
+  // v16). gemv_mma_wide() true / false: at every batch / never.
+  const bool wide = gemv_mma_wide().value_or(batch > 32);
+  const int cg = xs || (shared && !grouped && wide && nb / ks >= 8) ? kMaxCg : kMaxCgNarrow;
   // The CTA's size by balance (v12): ks fixes the order of sums, but a row tile's ks warps may sit in CTAs of 4
   // or 8 warps. Where the grid takes several rounds of resident CTAs (2 of 8 warps per SM), the last round's
   // share sets the tail: with CTAs spread evenly the busiest SM runs ceil(CTAs / SMs) x warps per CTA, and
@@ -786,7 +841,7 @@ MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, b
     const bool rounds = (int64_t)ceil_div(tiles, rt) * per_row > sms * (16 / kWarps);
     if (rounds && busiest(rt / 2) < busiest(rt)) rt /= 2;
   }
-  return {rt, ks, cg, xs};
+  return {rt, ks, cg, xs || xs_grouped};
 }
 
 bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_ids, int64_t w_count,

@@ -35,7 +35,8 @@ struct ExpertGroupsArg {
 struct MmaCta {
   int rt, ks;
   int cg;  // a shared matrix's column groups per pass (4 x each since v15): 4 or 2
-  bool xs;  // x through shared memory (v16: K not split, CTAs of 8 warps, more than 8 x; gemv_mma_xsmem)
+  bool xs;  // x through shared memory (v16: K not split, CTAs of 8 warps, more than 8 x, gemv_mma_xsmem; or grouped
+            // experts in CTAs of 2 row tiles, gemv_mma_xsmem_grouped)
 };
 MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, bool grouped);
 

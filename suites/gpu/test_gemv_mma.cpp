@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -126,10 +127,27 @@ void experts_alt_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_
 // pair its own x: the table checked on the host (slots a stable sort of the pairs by expert; groups in slot order
 // covering every slot once, each inside one expert's run and two slot pairs), then every pair against float64
 // and bit-identical to its expert run alone by id.
-void experts_grouped_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> ids, int64_t pool) {
+// A gemv_mma switch (the balance, the chain, the passes' width) as it was before the case, restored when it ends.
+struct SwitchScope {
+  bool (*get)();
+  void (*set)(bool);
+  bool prev = get();
+  ~SwitchScope() { set(prev); }
+};
+
+// Grouped experts (xs set: with or without x through shared memory, gemv_mma_xsmem_grouped, v16, which the shape
+// must take when on; else the default): the group table, every product against float64, and every pair bit for bit
+// against its expert run alone.
+void experts_grouped_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> ids, int64_t pool,
+                          std::optional<bool> xs = std::nullopt) {
   MLACONF_REQUIRE_CUDA();
   GemvVariantScope mma(cuda::kGemvMma);
+  const SwitchScope keep{cuda::gemv_mma_xsmem_grouped, cuda::set_gemv_mma_xsmem_grouped};
   const int64_t n = (int64_t)ids.size();
+  if (xs) {
+    cuda::set_gemv_mma_xsmem_grouped(*xs);
+    EXPECT_EQ(cuda::gemv_mma_cta(rows, cols, n, true, true).xs, *xs) << "the case must take the path it names";
+  }
   const auto blocks = random_blocks(t, pool * rows * cols / 256, 1212 + (int)t);
   const auto W = ref_dequant(t, blocks, pool * rows * cols);
   const auto x = random_x((size_t)n * cols, 31);
@@ -255,14 +273,6 @@ void default_dispatch_case(GgmlType t, int64_t rows, int64_t cols, bool want_mma
       << "the default did not run the " << (want_mma ? "tensor-core" : "SIMT") << " kernel";
 }
 
-// A gemv_mma switch (the balance, the chain, the passes' width) as it was before the case, restored when it ends.
-struct SwitchScope {
-  bool (*get)();
-  void (*set)(bool);
-  bool prev = get();
-  ~SwitchScope() { set(prev); }
-};
-
 // The CTA shape by balance (gemv_mma_cta, v12): where it moves a matrix from CTAs of 8 warps to CTAs of 4, the
 // bits stay those of v11's shape (ks, the order of sums, is the same), batch by batch; where it moves nothing (the
 // rule depends on the SM count; these shapes move on the H200's 132) the case skips, saying so. Also judged
@@ -351,7 +361,10 @@ void passes_bits_case(GgmlType t, int64_t rows, int64_t cols, int B) {
   const auto x = random_x((size_t)B * cols, 23 + B);
   auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
   cuda::DeviceBuffer d_y((size_t)B * rows * 4);
-  const SwitchScope keep{cuda::gemv_mma_wide, cuda::set_gemv_mma_wide};
+  struct Keep {  // the switch as it was (unset: by the batch)
+    std::optional<bool> prev = cuda::gemv_mma_wide();
+    ~Keep() { cuda::set_gemv_mma_wide(prev); }
+  } keep;
   auto run = [&](bool wide) {
     cuda::set_gemv_mma_wide(wide);
     cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), B, 0, cols, rows);
@@ -429,17 +442,23 @@ const bool registered = [] {
     });
     // Pairs grouped by expert: runs of 1-7 slots starting at odd and even slots (37 pairs on 6 experts, one unused),
     // and the production shapes with 64 pairs on 24 of 32 experts (gate / up; the down beyond 128 tiles).
-    register_case("gemv_mma", "experts_grouped(type=" + tn + ",rows=40,cols=512,pairs=37,experts=6)", [=] {
-      experts_grouped_case(t, 40, 512, {4, 1, 0, 4, 2, 4, 1, 0, 0, 4, 2, 1, 4, 0, 2, 4, 4, 1, 0, 2, 1, 0, 5, 2, 1, 0, 4, 2, 2, 1, 0, 5, 0, 2, 1, 2, 0}, 6);
-    });
-    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{2048, 6144}, {6144, 2048}})
-      register_case("gemv_mma", "experts_grouped(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
-                                    ",pairs=64,experts=32)",
-                    [=] {
-                      std::vector<int32_t> ids(64);
-                      for (int j = 0; j < 64; ++j) ids[j] = (int32_t)((j * 7 + j / 5) % 24);
-                      experts_grouped_case(t, rows, cols, ids, 32);
-                    });
+    const std::vector<int32_t> ids37 = {4, 1, 0, 4, 2, 4, 1, 0, 0, 4, 2, 1, 4, 0, 2, 4, 4, 1, 0, 2, 1, 0, 5, 2, 1, 0, 4, 2, 2, 1, 0, 5, 0, 2, 1, 2, 0};
+    std::vector<int32_t> ids64(64);
+    for (int j = 0; j < 64; ++j) ids64[j] = (int32_t)((j * 7 + j / 5) % 24);
+    register_case("gemv_mma", "experts_grouped(type=" + tn + ",rows=40,cols=512,pairs=37,experts=6)",
+                  [=] { experts_grouped_case(t, 40, 512, ids37, 6); });
+    register_case("gemv_mma", "experts_grouped(type=" + tn + ",rows=2048,cols=6144,pairs=64,experts=32)",
+                  [=] { experts_grouped_case(t, 2048, 6144, ids64, 32); });
+    // x through shared memory (CTAs of 2 row tiles beyond 128 tiles: the down, and 4228 rows: the last CTA's first
+    // tile has 4 rows and its second none, each K part one block; 4228 keeps a Q6_K expert 16-byte aligned) and
+    // without (",xsmem=0").
+    for (const bool xs : {true, false}) {
+      const std::string tag = xs ? ",xsmem=1)" : ",xsmem=0)";
+      register_case("gemv_mma", "experts_grouped(type=" + tn + ",rows=4228,cols=512,pairs=37,experts=6" + tag,
+                    [=] { experts_grouped_case(t, 4228, 512, ids37, 6, xs); });
+      register_case("gemv_mma", "experts_grouped(type=" + tn + ",rows=6144,cols=2048,pairs=64,experts=32" + tag,
+                    [=] { experts_grouped_case(t, 6144, 2048, ids64, 32, xs); });
+    }
     // Grids of several rounds, CTAs of 8 warps -> 4: a head of 9680 tiles (K in one warp) at 1 and 3 x and, with
     // 8 blocks per row, at 9 x (one pass of 8 column groups in CTAs of 4 warps), attn_output's 384 tiles (K over 4
     // warps) and GLM-5's dense gate (768 tiles, K over 2) at 17 x (3 passes of the matrix).
