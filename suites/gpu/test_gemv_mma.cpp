@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -352,46 +353,43 @@ void chained_case(GgmlType t, int64_t rows, int64_t cols, int B, bool graph) {
   }
 }
 
-// Passes of 16 x (set_gemv_mma_wide) against the default's passes of 8: the same bits, entry by entry (a column's
-// result depends only on its x and the rows), so the wide passes are judged against float64 through batch_case.
-void passes_bits_case(GgmlType t, int64_t rows, int64_t cols, int B) {
+// One GEMV under both settings of a gemv_mma switch (configure(true), configure(false)): the same bits, entry by entry
+// (a column's result depends only on its x and the rows), so either is judged against float64 through batch_case.
+void same_bits_case(GgmlType t, int64_t rows, int64_t cols, int B, uint64_t w_seed, uint64_t x_seed,
+                    const std::function<void(bool)>& configure, const char* what) {
   MLACONF_REQUIRE_CUDA();
   GemvVariantScope mma(cuda::kGemvMma);
-  const auto blocks = random_blocks(t, rows * cols / 256, 919 + (int)t);
-  const auto x = random_x((size_t)B * cols, 23 + B);
+  const auto blocks = random_blocks(t, rows * cols / 256, w_seed);
+  const auto x = random_x((size_t)B * cols, x_seed);
   auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
   cuda::DeviceBuffer d_y((size_t)B * rows * 4);
+  auto run = [&](bool on) {
+    configure(on);
+    cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), B, 0, cols, rows);
+    return cuda::to_host<float>(d_y, (size_t)B * rows);
+  };
+  const std::vector<float> on = run(true), off = run(false);
+  EXPECT_EQ(std::memcmp(on.data(), off.data(), on.size() * 4), 0) << what;
+}
+
+// Passes of 16 x (set_gemv_mma_wide(true)) against passes of 8 (false).
+void passes_bits_case(GgmlType t, int64_t rows, int64_t cols, int B) {
   struct Keep {  // the switch as it was (unset: by the batch)
     std::optional<bool> prev = cuda::gemv_mma_wide();
     ~Keep() { cuda::set_gemv_mma_wide(prev); }
   } keep;
-  auto run = [&](bool wide) {
-    cuda::set_gemv_mma_wide(wide);
-    cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), B, 0, cols, rows);
-    return cuda::to_host<float>(d_y, (size_t)B * rows);
-  };
-  const std::vector<float> wide = run(true), narrow = run(false);
-  EXPECT_EQ(std::memcmp(wide.data(), narrow.data(), wide.size() * 4), 0) << "passes of 16 x and of 8 x differ";
+  same_bits_case(t, rows, cols, B, 919 + (int)t, 23 + B, [](bool wide) { cuda::set_gemv_mma_wide(wide); },
+                 "passes of 16 x and of 8 x differ");
 }
 
 // x through shared memory (set_gemv_mma_xsmem, the default where K is not split) against each warp loading it
-// (v15's passes of 8 x): the same bits, entry by entry.
+// (v15's passes of 8 x).
 void xsmem_bits_case(GgmlType t, int64_t rows, int64_t cols, int B) {
-  MLACONF_REQUIRE_CUDA();
-  GemvVariantScope mma(cuda::kGemvMma);
-  const auto blocks = random_blocks(t, rows * cols / 256, 929 + (int)t);
-  const auto x = random_x((size_t)B * cols, 41 + B);
-  auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
-  cuda::DeviceBuffer d_y((size_t)B * rows * 4);
   const SwitchScope keep{cuda::gemv_mma_xsmem, cuda::set_gemv_mma_xsmem};
-  auto run = [&](bool xs) {
+  same_bits_case(t, rows, cols, B, 929 + (int)t, 41 + B, [&](bool xs) {
     cuda::set_gemv_mma_xsmem(xs);
     EXPECT_EQ(cuda::gemv_mma_cta(rows, cols, B, true, false).xs, xs) << "the case must take the path it names";
-    cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), B, 0, cols, rows);
-    return cuda::to_host<float>(d_y, (size_t)B * rows);
-  };
-  const std::vector<float> staged = run(true), loaded = run(false);
-  EXPECT_EQ(std::memcmp(staged.data(), loaded.data(), staged.size() * 4), 0) << "x through shared memory changed the bits";
+  }, "x through shared memory changed the bits");
 }
 
 const bool registered = [] {
