@@ -867,6 +867,10 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   const int ncg = grouped ? kGroupedCg : shared ? (int)std::min<int64_t>(cap, (batch + kSlots - 1) / kSlots) : 1;
   // The kernel's NCG (its template): 1, 2 or 4 column groups, the fewest that hold ncg.
   const int tcg = ncg <= 2 ? ncg : kMaxCg;
+  // x staging copies 4 chunks per thread of a K part: 2 row tiles per column group (the head: 8 tiles, 4 groups;
+  // grouped experts: 2 tiles, 1 group).
+  if (cta.xs && cta.rt != 2 * tcg) throw CudaError("gemv_mma: x staging with " + std::to_string(cta.rt) + " row tiles and " +
+                                                   std::to_string(tcg) + " column groups");
   // Column groups hold 4 slots each. A shared pass reads the template's NCG groups from cap y on, so past the
   // last entry they are padded with zero x (the kernel never branches around an mma; v13 sized one pass by ncg
   // and so read one group past the split's at B = 5 and 6); a grouped pass 4 slots from any even slot, so up to
