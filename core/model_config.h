@@ -92,11 +92,13 @@ struct ModelConfig {
 
 // The dims a synthesized model varies, named as `mlaconf synth`'s options name them (unset = the base
 // config's). Tests write them as one designated initializer: with_dims(base, {.layers = 3, ...}).
+// Every member has a default member initializer, so that a designated initializer may leave any out (without
+// one GCC's -Wextra warns of each member left out).
 struct DimOverrides {
-  std::optional<int64_t> layers;  // layers the forward pass runs (block_count = layers + nextn)
-  std::optional<int64_t> nextn, n_embd, n_head, q_lora, kv_lora, qk_nope, qk_rope, v_head, idx_heads, idx_dim, top_k, experts,
-      experts_used, shared, ff_exp, ff, vocab, dense_lead, groups, groups_used, ctx;
-  std::string indexer_types;  // per layer, "FFSS" or "1,1,0,0" (F/1 full, S/0 shared; repeats); "" = all full
+  std::optional<int64_t> layers{};  // layers the forward pass runs (block_count = layers + nextn)
+  std::optional<int64_t> nextn{}, n_embd{}, n_head{}, q_lora{}, kv_lora{}, qk_nope{}, qk_rope{}, v_head{}, idx_heads{}, idx_dim{},
+      top_k{}, experts{}, experts_used{}, shared{}, ff_exp{}, ff{}, vocab{}, dense_lead{}, groups{}, groups_used{}, ctx{};
+  std::string indexer_types{};  // per layer, "FFSS" or "1,1,0,0" (F/1 full, S/0 shared; repeats); "" = all full
 };
 // `base` with `d` applied and the MLA lengths that follow from them (key_length_mla = qk_nope + qk_rope,
 // key_length = kv_lora + qk_rope, value_length = kv_lora); groups without groups_used uses all groups.
