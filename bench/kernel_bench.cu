@@ -335,7 +335,7 @@ void time_passes_16x(GgmlType t, int64_t rows, int64_t cols, int B, const std::s
 }
 
 // The default kernels once more without x through shared memory (set_gemv_mma_xsmem(false): v15's passes of 8 x,
-// each warp loading x), where the default stages it (K not split, more than 4 x): ",xsmem=0" rows beside the
+// each warp loading x), where the default stages it (K not split, more than 8 x): ",xsmem=0" rows beside the
 // default's, in one run.
 template <class F>
 void time_xsmem_off(GgmlType t, int64_t rows, int64_t cols, int B, const std::string& stem, F&& row) {
@@ -486,7 +486,8 @@ void gemv_cases() {
   const int64_t shapes[][2] = {{2048, 6144}, {16384, 2048}, {6144, 16384}, {576, 6144}, {12288, 6144}, {6144, 12288}};
   for (int B : {1, 8})
     for (const auto& sh : shapes) q4k_case(sh[0], sh[1], B);
-  // A server's batch: q_b and the dense FFN's gate / up at 16, 32 and 64 x (passes of 8 x; ",passes=16x": 16), and
+  // A server's batch: q_b and the dense FFN's gate / up at 16, 32 and 64 x (passes of 16 x from 33 x on where a warp
+  // streams at least 8 blocks; ",passes=16x" / ",passes=8x" the other width), and
   // kv_a (576 x 6144, below the tensor-core GEMV's default shapes: its ",variant=mma" row beside the SIMT default).
   for (int B : {16, 32, 64})
     for (const auto& sh : {std::array<int64_t, 2>{16384, 2048}, std::array<int64_t, 2>{12288, 6144}, std::array<int64_t, 2>{576, 6144}})
@@ -587,8 +588,9 @@ void gemv_block_cases() {
     gemv_block_case(GgmlType::Q8_0, 6144, 16384, B);
     gemv_block_case(GgmlType::Q5_K, 6144, 16384, B);
   }
-  // The head and attn_output at a server's batch: the tensor-core GEMV takes passes of 8 x over the matrix
-  // (",passes=16x": of 16).
+  // The head and attn_output at a server's batch: the head stages x in shared memory from 9 x on, in passes of 16 x
+  // (",xsmem=0": each warp loading x, passes of 8); attn_output takes passes of 16 x from 33 x on (",passes=16x" /
+  // ",passes=8x": the other width).
   for (int B : {16, 32, 64}) {
     gemv_block_case(GgmlType::Q6_K, 154880, 6144, B);
     gemv_block_case(GgmlType::Q6_K, 6144, 16384, B);

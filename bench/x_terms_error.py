@@ -5,7 +5,7 @@ docs/PERF_H200.md v14's Next; no GPU needed).
 Up to v14 optimized/gemv_mma.cu carried each x as three 16-bit terms (hi + mid + lo), so an mma's 8 columns held
 2 x; from 16 x on that mma work, not the weights' bytes, bounded the GEMV (torch's fp16 F.linear was 2-5x faster
 there). v15 takes two fp16 terms of x scaled per 256-value block by a power of two, 4 x in an mma's columns, on
-the figures this script prints: for each kind of x, for each kind of x, the error that the representation
+the figures this script prints: for each kind of x, the error that the representation
 alone adds to y = W x (exact float64 arithmetic otherwise), as gemv_mma's judge measures it: max over rows of
 |y_terms - y| / sum |w x|, against the judge's bound (suites/gpu/test_gemv_mma.cpp: kMmaBound 7e-7, about 10x
 the fp32 accumulation's error that the kernel shows, 6.9e-8 to 1.4e-7; v15 on the H200: at most 1.27e-7).

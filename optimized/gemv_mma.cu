@@ -257,13 +257,6 @@ __device__ __forceinline__ uint32_t q6_pair(uint32_t q, unsigned sel) {
   return h2_bits(__hsub2(as_h2(__byte_perm(q, c_f16_1024_bytes, sel)), as_h2(0x64206420u)));
 }
 
-// One Q6_K block (ql[128] qh[64] scales[16] d) of rows g (s0) and g + 8 (s1). Sub-block u (16 values,
-// u = 8 half + 2 j + lh) is positions 16 u of the block: lane t takes l = 16 lh + 4 t .. + 3 of its quarter j,
-// from ql[64 half + 32 (j & 1) + l] (nibble j / 2) and qh[32 half + l] (bits 2 j), as the pairs (0, 2) and
-// (1, 3) that split_x stored x in. xb: the lane's B fragment of the block's first k-step in column group 0
-// (k-step u at xb[32 u], group c at + c * xg_stride; XS: in the CTA's stage); xf: the 2^-e of the lane's slot for this block in group 0
-// (group c at + c * xf_stride). Per sub-block and row: the fp32 sum of its hi and lo columns times the integer
-// scale; per block times d 2^-e.
 // x's B fragment: from shared memory (XS: the CTA's stage) or through the read-only path.
 template <bool XS>
 __device__ __forceinline__ uint2 ld_x(const uint2* p) {
@@ -271,6 +264,13 @@ __device__ __forceinline__ uint2 ld_x(const uint2* p) {
   else return __ldg(p);
 }
 
+// One Q6_K block (ql[128] qh[64] scales[16] d) of rows g (s0) and g + 8 (s1). Sub-block u (16 values,
+// u = 8 half + 2 j + lh) is positions 16 u of the block: lane t takes l = 16 lh + 4 t .. + 3 of its quarter j,
+// from ql[64 half + 32 (j & 1) + l] (nibble j / 2) and qh[32 half + l] (bits 2 j), as the pairs (0, 2) and
+// (1, 3) that split_x stored x in. xb: the lane's B fragment of the block's first k-step in column group 0
+// (k-step u at xb[32 u], group c at + c * xg_stride; XS: in the CTA's stage); xf: the 2^-e of the lane's slot for
+// this block in group 0 (group c at + c * xf_stride). Per sub-block and row: the fp32 sum of its hi and lo columns
+// times the integer scale; per block times d 2^-e.
 template <int NCG, bool XS = false>
 __device__ __forceinline__ void block_q6k(const uint8_t* s0, const uint8_t* s1, int t, const uint2* xb,
                                           int64_t xg_stride, const float* xf, int64_t xf_stride, float (&acc)[NCG][2]) {
@@ -367,8 +367,8 @@ __device__ __forceinline__ void chunk_terms(const uint32_t (&sc0)[2], const uint
 // tensor cores (two chains, low and high nibbles, added last). The dmin term is one more mma: A = m of
 // sub-blocks 2 t, 2 t + 1 (bf16, exact) in k 0-7 and again in 8-15, B = xm (each sub-block's sum of x as three
 // bf16 terms over k and the slot's two columns). xb: the lane's B fragment of the block's first k-step in column
-// group 0 (group c at + c * xg_stride; XS: in the CTA's stage). Then per row y += d 2^-e (C_hi + C_lo) - dmin (M_hi + M_lo),
-// the lane's two columns being its slot's two terms.
+// group 0 (group c at + c * xg_stride; XS: in the CTA's stage). Then per row y += d 2^-e (C_hi + C_lo) - dmin
+// (M_hi + M_lo), the lane's two columns being its slot's two terms.
 template <int NCG, bool XS = false>
 __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, int64_t b, int t, const uint2* xb,
                                           int64_t xg_stride, const float* xf, int64_t xf_stride, const uint2* xm,
@@ -634,7 +634,7 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
     pdl_wait();
     int st = 0;  // (b - b_lo) % stages, kept by a counter (a modulo by 3 stages was 4 instructions per use)
     int b = b_lo;
-    // Two chunks per warp (the experts by id, one column group; grouped experts, two): [b_lo, b_mid) then
+    // Two chunks per warp (the experts by id and grouped experts: one column group): [b_lo, b_mid) then
     // [b_mid, b_hi), the first's sums kept in `first`. A loop per chunk, not a test per block: a test per block cost
     // the Q6_K loop ~45 instructions (SASS).
 #pragma unroll 1
@@ -670,7 +670,7 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
   // The ks warps of a row tile: chunk sums added in the order of MmaArgs::cpw, by the first warp of the tile,
   // whose lane t writes rows g and g + 8 of its slot in each column group (lane 0's slot for an entry that is not
   // a shared pass: every lane holds it).
-  static_assert(W * NCG * 2 * 32 * sizeof(float) <= smem_bytes<TYPE>(W), "red fits the staging memory");
+  static_assert(W * NCG * 2 * 32 * sizeof(float) <= smem_bytes<TYPE, XS>(W), "red fits the staging memory");
   float* red = reinterpret_cast<float*>(smem);  // [W][NCG][2][32]
   __syncthreads();  // the staging memory becomes red
 #pragma unroll
@@ -806,12 +806,11 @@ MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, b
   // Beyond 128 tiles, at least 4 blocks per warp where halving the split leaves a CTA of 4 warps or more (v8:
   // the experts' down, 6144 x 2048, 2 blocks per warp -> 4 in CTAs of 4 warps: 34.2 -> 29.3 us for 8).
   while (tiles > 128 && ks > 1 && nb / ks < 4 && rt * ks / 2 >= kWarpsSmall) ks /= 2;
-  // A shared matrix's column groups per pass (4 x each since v15): 2 (8 x). With gemv_mma_wide() (off by default,
-  // MLACONF_MMA_WIDE=1), 4 (16 x) where each warp streams at least 8 blocks (v14's rule). v15 on the H200 (ncu, the
-  // head at 64 x): the passes of 16 x issue a third fewer instructions but stall on x's loads (4.6 warps waiting
-  // on the long scoreboard per issue, 41 % issue-active, L1 hits 71 %): 2.49 ms against 2.08 for passes of 8 x
-  // (74 % issue-active); attn_output and the dense gate were 6-11 % faster in passes of 16 at 64 x, 5-20 % slower
-  // at 16 and 32 (kernel_bench, one run).
+  // A shared matrix's column groups per pass (4 x each since v15): 2 (8 x), or 4 (16 x) by the rules below. v15 on
+  // the H200 (ncu, the head at 64 x): passes of 16 x with each warp loading x issue a third fewer instructions but
+  // stall on x's loads (4.6 warps waiting on the long scoreboard per issue, 41 % issue-active, L1 hits 71 %): 2.49 ms
+  // against 2.08 for passes of 8 x (74 % issue-active); attn_output and the dense gate were 6-11 % faster in passes
+  // of 16 at 64 x, 5-20 % slower at 16 and 32 (kernel_bench, one run).
   // x through shared memory (v16, gemv_mma_xsmem, default on): where K is not split (ks = 1, the head) the CTA
   // stages x once for its 8 warps, which then read it by LDS, and passes of 16 x no longer wait on its loads. From
   // 9 x on (a pass of 3-4 column groups): at 8 x the passes of 2 groups in CTAs of 4 (the balance below) were

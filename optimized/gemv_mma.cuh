@@ -8,7 +8,7 @@
 namespace mlaconf::cuda {
 
 // y[b][r] = sum_c W_b[r][c] x_b[c] for b < batch, W_b at d_w + (ids ? ids[b] : b % w_count) * w_stride bytes
-// (w_stride 0 or w_count 1: one matrix for the whole batch, up to 8 x per pass decoding each weight once),
+// (w_stride 0 or w_count 1: one matrix for the whole batch, 8 or 16 x per pass decoding each weight once),
 // x_b = d_x + b * x_stride (x_stride 0: one x for all), y_b = d_y + b * y_stride. Every (row, b) result is
 // the same bits whatever the batch, its grouping and the other entries. With ids, an id of -1 takes the
 // matrix at d_w_alt (16-byte aligned, the shape of the others): a shared expert as one more entry.

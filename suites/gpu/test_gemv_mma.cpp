@@ -124,11 +124,8 @@ void experts_alt_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_
   EXPECT_EQ(differ, 0) << differ << " of " << n << " entries differ from their matrix run alone";
 }
 
-// Pairs grouped by expert (group_pairs, then gemv_experts_grouped with the output rows back in pair order), each
-// pair its own x: the table checked on the host (slots a stable sort of the pairs by expert; groups in slot order
-// covering every slot once, each inside one expert's run and two slot pairs), then every pair against float64
-// and bit-identical to its expert run alone by id.
-// A gemv_mma switch (the balance, the chain, the passes' width) as it was before the case, restored when it ends.
+// A gemv_mma switch (the balance, the chain, x through shared memory) as it was before the case, restored when it
+// ends.
 struct SwitchScope {
   bool (*get)();
   void (*set)(bool);
@@ -136,9 +133,11 @@ struct SwitchScope {
   ~SwitchScope() { set(prev); }
 };
 
-// Grouped experts (xs set: with or without x through shared memory, gemv_mma_xsmem_grouped, v16, which the shape
-// must take when on; else the default): the group table, every product against float64, and every pair bit for bit
-// against its expert run alone.
+// Pairs grouped by expert (group_pairs, then gemv_experts_grouped with the output rows back in pair order), each
+// pair its own x: the table checked on the host (slots a stable sort of the pairs by expert; groups in slot order
+// covering every slot once, each inside one expert's run and two slot pairs), then every pair against float64
+// and bit-identical to its expert run alone by id. xs set: with or without x through shared memory
+// (gemv_mma_xsmem_grouped, v16), which the shape must take when on; else the default.
 void experts_grouped_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> ids, int64_t pool,
                           std::optional<bool> xs = std::nullopt) {
   MLACONF_REQUIRE_CUDA();
