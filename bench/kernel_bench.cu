@@ -346,6 +346,17 @@ void time_xsmem_off(GgmlType t, int64_t rows, int64_t cols, int B, const std::st
   set_gemv_mma_xsmem(was);
 }
 
+// The default kernels once more with each lane loading x inside the block (set_gemv_mma_xwarp(false): v16), where
+// the default stages it per warp (one x on a tensor-core shape): ",xwarp=0" rows beside the default's, in one run.
+template <class F>
+void time_xwarp_off(GgmlType t, int64_t rows, int64_t cols, int B, const std::string& stem, F&& row) {
+  if (!gemv_mma_by_default(t, rows, cols) || B != 1) return;
+  const bool was = gemv_mma_xwarp();
+  set_gemv_mma_xwarp(false);
+  row(stem + ",xwarp=0)");
+  set_gemv_mma_xwarp(was);
+}
+
 // B x vectors on one rows x cols Q4_K matrix (batched decode: every sequence's token through the same
 // weights; B = 1 is plain decode), rotating over a pool of matrices. Bytes: the matrix once, B x, B y.
 void q4k_case(int64_t rows, int64_t cols, int B) {
@@ -373,6 +384,7 @@ void q4k_case(int64_t rows, int64_t cols, int B) {
   time_grid_v11(GgmlType::Q4_K, rows, cols, B, stem, time_row);
   time_passes_16x(GgmlType::Q4_K, rows, cols, B, stem, time_row);
   time_xsmem_off(GgmlType::Q4_K, rows, cols, B, stem, time_row);
+  time_xwarp_off(GgmlType::Q4_K, rows, cols, B, stem, time_row);
 }
 
 // The 8 used experts of each of `tokens` tokens (distinct within a token), drawn at random from a pool of
@@ -402,15 +414,23 @@ void q4k_experts_case(int64_t rows, int64_t cols) {
   const std::vector<int32_t> ids = draw_expert_ids(rng, pool, 64);  // 64 calls' sets
   DeviceBuffer x = to_device(hx), y((size_t)8 * rows * 4), d_ids = to_device(ids);
   const uint8_t* wp = w.as<uint8_t>();
+  // Each variant, then the default with x loaded inside the block (",xwarp=0"; the default stages it per warp).
+  const bool was = gemv_mma_xwarp();
   for (int variant : kVariants) {
-  set_gemv_variant(variant);
-  const double us = time_us([&](int i) {
-    gemv_experts(GgmlType::Q4_K, wp, (int64_t)mat_bytes, d_ids.as<int32_t>() + (i % 64) * 8, 8, rows, cols, x.as<float>(), 0,
-                 y.as<float>(), rows);
-  });
-  set_gemv_variant(0);
-  report({stem + variant_tag(variant) + ")", "gemv_experts", "8 of " + std::to_string(pool) + " experts, random per call", us,
-          8 * mat_bytes + cols * 4.0 + 8 * rows * 4.0, 8 * 2.0 * rows * cols});
+    for (const bool xw : {true, false}) {
+      if (!xw && variant != 0) continue;
+      set_gemv_variant(variant);
+      set_gemv_mma_xwarp(xw);
+      const double us = time_us([&](int i) {
+        gemv_experts(GgmlType::Q4_K, wp, (int64_t)mat_bytes, d_ids.as<int32_t>() + (i % 64) * 8, 8, rows, cols, x.as<float>(), 0,
+                     y.as<float>(), rows);
+      });
+      set_gemv_variant(0);
+      set_gemv_mma_xwarp(was);
+      report({stem + variant_tag(variant) + (xw ? ")" : ",xwarp=0)"), "gemv_experts",
+              "8 of " + std::to_string(pool) + " experts, random per call", us, 8 * mat_bytes + cols * 4.0 + 8 * rows * 4.0,
+              8 * 2.0 * rows * cols});
+    }
   }
 }
 
@@ -555,6 +575,7 @@ void gemv_block_case(GgmlType t, int64_t rows, int64_t cols, int B) {
   time_grid_v11(t, rows, cols, B, stem, time_row);
   time_passes_16x(t, rows, cols, B, stem, time_row);
   time_xsmem_off(t, rows, cols, B, stem, time_row);
+  time_xwarp_off(t, rows, cols, B, stem, time_row);
 }
 
 // Per-head matrices as the pipeline runs them at decode (T tokens x H heads, entry b on head b % H):

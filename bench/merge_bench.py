@@ -2,7 +2,7 @@
 """Merges kernel_bench's JSON files (mlaconf; one per kernel family, each run in its own process) with
 torch_peers.py's JSON (torch): every mlaconf row gets its peer's time and the ratio torch_us / mlaconf_us
 (> 1: mlaconf is faster). Rows are matched by name (",hpc=N" / ",split=N" variants and the earlier versions'
-shapes, ",grid=v11" / ",passes=16x" / ",cta=v13" / ",xsmem=0", match their base case; "indexer_select(...)", the decode step's call, matches "indexer(...)": the same scores + top-k).
+shapes, ",grid=v11" / ",passes=16x" / ",cta=v13" / ",xsmem=0" / ",xwarp=0", match their base case; "indexer_select(...)", the decode step's call, matches "indexer(...)": the same scores + top-k).
 Writes the merged JSON and prints a markdown table.
 
     python3 bench/merge_bench.py MLACONF.json [MLACONF2.json ...] --torch TORCH.json --json MERGED.json [--md TABLE.md]
@@ -17,7 +17,7 @@ from atomic_write import write_atomic
 
 def peer_name(name):
     """The torch row an mlaconf row is compared with."""
-    return re.sub(r"^indexer_select\(", "indexer(", re.sub(r",(hpc|split|xsmem)=\d+|,(grid|passes|cta)=(v\d+|\d+x)", "", name))
+    return re.sub(r"^indexer_select\(", "indexer(", re.sub(r",(hpc|split|xsmem|xwarp)=\d+|,(grid|passes|cta)=(v\d+|\d+x)", "", name))
 
 
 def main():

@@ -196,9 +196,14 @@ constexpr size_t smem_bytes(int warps) {
 constexpr size_t kXsBlockBytes = 16 * 32 * sizeof(uint2);  // one column group's B fragments of one block: 4 KB
 // The x stages: 2 per K part, NCG column groups each: the head's one part of kMaxCg groups, or grouped experts' ks
 // parts (ks <= W / 2: their row tiles come in pairs) of one group.
-template <int TYPE, int NCG, int W, bool XS>
+// x staged per warp (XW, v17; gemv_mma_xwarp): a pass of one live x slot (the experts by id, one matrix at one x) has
+// each warp copy its block's x with the weights by cp.async, the slot's two columns only: per stage 16 k-steps x 8
+// uint2, then (Q4_K) the block's 8 uint2 of the dmin term. After the warps' weight stages.
+constexpr int kXwStage = 16 * 8 + 8;  // uint2
+template <int TYPE, int NCG, int W, bool XS, bool XW = false>
 constexpr size_t kernel_smem() {
-  return smem_bytes<TYPE, XS>(W) + (XS ? 2 * kXsBlockBytes * (NCG > 1 ? NCG : W / 2) : 0);
+  return smem_bytes<TYPE, XS>(W) + (XS ? 2 * kXsBlockBytes * (NCG > 1 ? NCG : W / 2) : 0) +
+         (XW ? (size_t)W * MmaShape<TYPE>::stages * kXwStage * sizeof(uint2) : 0);
 }
 
 // Not volatile: a pure function of its operands, so the compiler may schedule the x loads ahead of it.
@@ -270,8 +275,8 @@ __device__ __forceinline__ uint2 ld_x(const uint2* p) {
 // (1, 3) that split_x stored x in. xb: the lane's B fragment of the block's first k-step in column group 0
 // (k-step u at xb[32 u], group c at + c * xg_stride; XS: in the CTA's stage); xf: the 2^-e of the lane's slot for
 // this block in group 0 (group c at + c * xf_stride). Per sub-block and row: the fp32 sum of its hi and lo columns
-// times the integer scale; per block times d 2^-e.
-template <int NCG, bool XS = false>
+// times the integer scale; per block times d 2^-e. XU: uint2 between k-steps of xb (32; 8 in a warp's x stage, XW).
+template <int NCG, bool XS = false, int XU = 32>
 __device__ __forceinline__ void block_q6k(const uint8_t* s0, const uint8_t* s1, int t, const uint2* xb,
                                           int64_t xg_stride, const float* xf, int64_t xf_stride, float (&acc)[NCG][2]) {
   float bacc[NCG][2];
@@ -303,7 +308,7 @@ __device__ __forceinline__ void block_q6k(const uint8_t* s0, const uint8_t* s1, 
 #pragma unroll
         for (int c = 0; c < NCG; ++c) {  // every group: padded with zero x (no branch around the mma)
           float C[4] = {0.f, 0.f, 0.f, 0.f};
-          mma_f16(C, a, ld_x<XS>(xb + c * xg_stride + 32 * u));
+          mma_f16(C, a, ld_x<XS>(xb + c * xg_stride + XU * u));
           bacc[c][0] = fmaf(sc0, __fadd_rn(C[0], C[1]), bacc[c][0]);
           bacc[c][1] = fmaf(sc1, __fadd_rn(C[2], C[3]), bacc[c][1]);
         }
@@ -368,8 +373,9 @@ __device__ __forceinline__ void chunk_terms(const uint32_t (&sc0)[2], const uint
 // sub-blocks 2 t, 2 t + 1 (bf16, exact) in k 0-7 and again in 8-15, B = xm (each sub-block's sum of x as three
 // bf16 terms over k and the slot's two columns). xb: the lane's B fragment of the block's first k-step in column
 // group 0 (group c at + c * xg_stride; XS: in the CTA's stage). Then per row y += d 2^-e (C_hi + C_lo) - dmin
-// (M_hi + M_lo), the lane's two columns being its slot's two terms.
-template <int NCG, bool XS = false>
+// (M_hi + M_lo), the lane's two columns being its slot's two terms. XU: uint2 between k-steps of xb (32; 8 in a
+// warp's x stage, XW); XMS: xm is the lane's dmin fragment of this block in that stage.
+template <int NCG, bool XS = false, int XU = 32, bool XMS = false>
 __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, int64_t b, int t, const uint2* xb,
                                           int64_t xg_stride, const float* xf, int64_t xf_stride, const uint2* xm,
                                           int64_t xm_stride, float (&acc)[NCG][2]) {
@@ -410,7 +416,7 @@ __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, 
                                h2_bits(__hfma2(as_h2(nibbles_1024(v1[s], mask)), m1, z1))};
 #pragma unroll
         for (int c = 0; c < NCG; ++c)  // every group: padded with zero x (no branch around the mma)
-          mma_f16(C[hi][c], a, ld_x<XS>(xb + c * xg_stride + (2 * sb + s) * 32));
+          mma_f16(C[hi][c], a, ld_x<XS>(xb + c * xg_stride + (2 * sb + s) * XU));
       }
     }
   }
@@ -428,7 +434,7 @@ __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, 
 #pragma unroll
   for (int c = 0; c < NCG; ++c) {
     float M[4] = {0.f, 0.f, 0.f, 0.f};
-    mma_bf16(M, am, __ldg(xm + c * xm_stride + b * 32));
+    mma_bf16(M, am, XMS ? xm[c * xm_stride] : __ldg(xm + c * xm_stride + b * 32));
     const float f = __ldg(xf + c * xf_stride + b * kSlots);
     const float c0 = __fadd_rn(__fadd_rn(C[0][c][0], C[1][c][0]), __fadd_rn(C[0][c][1], C[1][c][1]));
     const float c1 = __fadd_rn(__fadd_rn(C[0][c][2], C[1][c][2]), __fadd_rn(C[0][c][3], C[1][c][3]));
@@ -450,11 +456,13 @@ constexpr int min_ctas() {
 // XS: x through shared memory (kernel_smem): a shared pass of kMaxCg column groups with K not split (every warp of the
 // CTA streams the same blocks), or grouped experts' passes in CTAs of 2 row tiles (the warps of a K part stream the
 // same blocks); the warps sharing x wait for each other at each block.
-template <int TYPE, int NCG, int W, bool XS>
+// XW: x staged per warp (kXwStage), a pass of one live slot.
+template <int TYPE, int NCG, int W, bool XS, bool XW = false>
 __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(MmaArgs a) {
   using S = MmaShape<TYPE>;
   static_assert(!XS || (((NCG == kMaxCg && W == kWarps) || NCG == 1) && S::stages == 2),
                 "x through shared memory: passes of 16 x in CTAs of 8 (K not split), or one column group (grouped experts)");
+  static_assert(!XW || (!XS && NCG == 1 && S::stages == 2), "x staged per warp: one column group, two stages");
   constexpr int kSlot = stage_slot<TYPE, XS>();
   extern __shared__ __align__(16) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -624,6 +632,23 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
       }
     }
   } else if (tile_ok) {
+    // XW: the warp's x stages. The pass's live slot: its two columns of each k-step (64 bytes: 4 pieces of 16) and of
+    // the block's dmin term; lane l copies pieces l and l + 32 of the block (k-step p / 4, quarter p % 4), lanes 0-3
+    // the dmin term's. Every lane then reads its column g % 2 of that slot: the live columns' bits are those of the
+    // loads from global memory, and the other columns' outputs (a shared pass's slots past the batch) are not written.
+    uint2* const xw = XW ? reinterpret_cast<uint2*>(smem + smem_bytes<TYPE, false>(W)) + (size_t)warp * S::stages * kXwStage : nullptr;
+    const int64_t xs1 = a.shared ? e0 : slot;
+    // Piece l + 32 is piece l's k-step + 8: 256 uint2 on in split_x's layout, 64 in the stage.
+    const uint2* xsrc = a.xi + (xs1 / kSlots) * K16 * 32 + 2 * (xs1 % kSlots) * 4 + (lane >> 2) * 32 + (lane & 3) * 2;
+    const uint2* msrc = TYPE == kQ4_K ? a.xm + (xs1 / kSlots) * (int64_t)a.nb * 32 + 2 * (xs1 % kSlots) * 4 + lane * 2 : nullptr;
+    const uint32_t xdst = XW ? smem_addr(xw + (lane >> 2) * 8 + (lane & 3) * 2) : 0, mdst = XW ? smem_addr(xw + 128 + lane * 2) : 0;
+    auto issue_xw = [&](int b, int st) {
+      const uint32_t so = (uint32_t)(st * kXwStage * sizeof(uint2));
+      const uint2* src = xsrc + (int64_t)b * 512;
+      cp_async_16(xdst + so, src, 16);
+      cp_async_16(xdst + so + 64 * sizeof(uint2), src + 256, 16);
+      if (TYPE == kQ4_K && lane < 4) cp_async_16(mdst + so, msrc + (int64_t)b * 32, 16);
+    };
 #pragma unroll
     for (int s = 0; s < S::stages - 1; ++s) {
       if (b_lo + s < b_hi) issue(b_lo + s, s);
@@ -632,6 +657,12 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
     // Launched as a programmatic dependent of the split_x kernel: the weights' first stages are in flight
     // while it runs; x's terms are read only after it has finished (a no-op without the dependency).
     pdl_wait();
+    if constexpr (XW) {  // one more group, complete by the loop's first wait (two stages)
+#pragma unroll
+      for (int s = 0; s < S::stages - 1; ++s)
+        if (b_lo + s < b_hi) issue_xw(b_lo + s, s);
+      cp_async_commit();
+    }
     int st = 0;  // (b - b_lo) % stages, kept by a counter (a modulo by 3 stages was 4 instructions per use)
     int b = b_lo;
     // Two chunks per warp (the experts by id and grouped experts: one column group): [b_lo, b_mid) then
@@ -641,7 +672,10 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
     for (int part = NCG <= 2 ? 0 : 1; part < 2; ++part) {
       for (const int b_end = part == 0 ? b_mid : b_hi; b < b_end; ++b) {
         const int nx = b + S::stages - 1;
-        if (nx < b_hi) issue(nx, st == 0 ? S::stages - 1 : st - 1);
+        if (nx < b_hi) {
+          issue(nx, st == 0 ? S::stages - 1 : st - 1);
+          if constexpr (XW) issue_xw(nx, st == 0 ? S::stages - 1 : st - 1);
+        }
         cp_async_commit();  // possibly empty: keeps the wait count uniform
         cp_async_wait<S::stages - 1>();
         __syncwarp();
@@ -650,10 +684,17 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
         const uintptr_t o1 = TYPE == kQ4_K ? 0 : reinterpret_cast<uintptr_t>(wm + rl1 * a.row_bytes + (int64_t)b * S::ts) & 15;
         const uint8_t* s0 = stg + ((size_t)st * 16 + g) * kSlot + o0;
         const uint8_t* s1 = stg + ((size_t)st * 16 + g + 8) * kSlot + o1;
-        if constexpr (TYPE == kQ6_K)
+        if constexpr (XW) {
+          const uint2* xb = xw + st * kXwStage + (g & 1) * 4 + t;
+          if constexpr (TYPE == kQ6_K)
+            block_q6k<NCG, true, 8>(s0, s1, t, xb, 0, xfg + (int64_t)b * kSlots, (int64_t)a.nb * kSlots, acc);
+          else
+            block_q4k<NCG, true, 8, true>(s0, s1, b, t, xb, 0, xfg, (int64_t)a.nb * kSlots, xb + 128, 0, acc);
+        } else if constexpr (TYPE == kQ6_K) {
           block_q6k<NCG>(s0, s1, t, xg + (int64_t)b * 16 * 32, K16 * 32, xfg + (int64_t)b * kSlots, (int64_t)a.nb * kSlots, acc);
-        else
+        } else {
           block_q4k<NCG>(s0, s1, b, t, xg + (int64_t)b * 16 * 32, K16 * 32, xfg, (int64_t)a.nb * kSlots, xmg, (int64_t)a.nb * 32, acc);
+        }
         __syncwarp();  // the stage is refilled `stages` blocks on
         st = st + 1 == S::stages ? 0 : st + 1;
       }
@@ -707,24 +748,25 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
   }
 }
 
-template <int TYPE, int NCG, int W, bool XS = false>
+template <int TYPE, int NCG, int W, bool XS = false, bool XW = false>
 void launch_w(const MmaArgs& a, dim3 grid) {
-  static_assert(kernel_smem<TYPE, NCG, W, XS>() <= 99 * 1024, "at most 99 KB of shared memory per CTA (sm_120)");
+  constexpr size_t smem = kernel_smem<TYPE, NCG, W, XS, XW>();
+  static_assert(smem <= 99 * 1024, "at most 99 KB of shared memory per CTA (sm_120)");
   static bool attr[64] = {};  // per instantiation and device
   const int dev = current_device();
   if (dev >= 64) throw CudaError("gemv_mma: device ordinal beyond 63");
   if (!attr[dev]) {
-    MLACONF_CUDA_CHECK(cudaFuncSetAttribute(gemv_mma_kernel<TYPE, NCG, W, XS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)kernel_smem<TYPE, NCG, W, XS>()));
+    MLACONF_CUDA_CHECK(cudaFuncSetAttribute(gemv_mma_kernel<TYPE, NCG, W, XS, XW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)smem));
     attr[dev] = true;
   }
   // A programmatic dependent launch (sm_90 and later): the CTAs start while split_x runs and stage their first
   // weight blocks before griddepcontrol.wait (H200: 1-2.5 us less per call, docs/PERF_H200_gemv_blocks.md v8).
-  launch_dependent(gemv_mma_kernel<TYPE, NCG, W, XS>, grid, dim3(32 * W), kernel_smem<TYPE, NCG, W, XS>(), a);
+  launch_dependent(gemv_mma_kernel<TYPE, NCG, W, XS, XW>, grid, dim3(32 * W), smem, a);
   MLACONF_CUDA_LAUNCH_CHECK("gemv_mma_kernel");
 }
 template <int TYPE, int NCG>
-void launch(const MmaArgs& a, dim3 grid, bool xs) {
+void launch(const MmaArgs& a, dim3 grid, bool xs, bool xw) {
   if constexpr (NCG == kMaxCg) {
     if (xs) {  // gemv_mma_cta: CTAs of 8 warps, K not split, passes of 16 x
       launch_w<TYPE, NCG, kWarps, true>(a, grid);
@@ -732,6 +774,11 @@ void launch(const MmaArgs& a, dim3 grid, bool xs) {
     }
   }
   if constexpr (NCG == 1) {
+    if (xw) {  // a pass of one live slot: x staged per warp
+      if (a.rt * a.ks == kWarpsSmall) launch_w<TYPE, 1, kWarpsSmall, false, true>(a, grid);
+      else launch_w<TYPE, 1, kWarps, false, true>(a, grid);
+      return;
+    }
     if (xs) {  // gemv_mma_cta: grouped experts, CTAs of 2 row tiles
       if (a.rt * a.ks == kWarpsSmall) launch_w<TYPE, 1, kWarpsSmall, true>(a, grid);
       else launch_w<TYPE, 1, kWarps, true>(a, grid);
@@ -745,10 +792,10 @@ void launch(const MmaArgs& a, dim3 grid, bool xs) {
 }
 // The kernel of tcg column groups (1, 2 or kMaxCg).
 template <int TYPE>
-void launch_cg(int tcg, const MmaArgs& a, dim3 grid, bool xs) {
-  if (tcg == 1) launch<TYPE, 1>(a, grid, xs);
-  else if (tcg == 2) launch<TYPE, 2>(a, grid, false);
-  else launch<TYPE, kMaxCg>(a, grid, xs);
+void launch_cg(int tcg, const MmaArgs& a, dim3 grid, bool xs, bool xw) {
+  if (tcg == 1) launch<TYPE, 1>(a, grid, xs, xw);
+  else if (tcg == 2) launch<TYPE, 2>(a, grid, false, false);
+  else launch<TYPE, kMaxCg>(a, grid, xs, false);
 }
 
 }  // namespace
@@ -763,6 +810,7 @@ int g_mma_wide = -2;     // MLACONF_MMA_WIDE: -2 not read yet, -1 unset (by the 
 int g_mma_grouped_small = -1;  // MLACONF_MMA_GROUPED_SMALL
 int g_mma_xsmem = -1;          // MLACONF_MMA_XSMEM
 int g_mma_xsmem_grouped = -1;  // MLACONF_MMA_XSMEM_GROUPED
+int g_mma_xwarp = -1;          // MLACONF_MMA_XWARP
 bool switch_value(int& v, const char* name, bool dflt = true) {
   if (v < 0) v = env_switch(name).value_or(dflt) ? 1 : 0;
   return v == 1;
@@ -786,6 +834,8 @@ void set_gemv_mma_xsmem(bool on) { g_mma_xsmem = on ? 1 : 0; }
 bool gemv_mma_xsmem() { return switch_value(g_mma_xsmem, "MLACONF_MMA_XSMEM"); }
 void set_gemv_mma_xsmem_grouped(bool on) { g_mma_xsmem_grouped = on ? 1 : 0; }
 bool gemv_mma_xsmem_grouped() { return switch_value(g_mma_xsmem_grouped, "MLACONF_MMA_XSMEM_GROUPED"); }
+void set_gemv_mma_xwarp(bool on) { g_mma_xwarp = on ? 1 : 0; }
+bool gemv_mma_xwarp() { return switch_value(g_mma_xwarp, "MLACONF_MMA_XWARP"); }
 
 bool gemv_mma_by_default(GgmlType t, int64_t n_rows, int64_t ncols) {
   return (t == GgmlType::Q4_K || t == GgmlType::Q6_K) && n_rows >= 1024 && ncols >= 2048;
@@ -905,8 +955,12 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   const dim3 grid = grouped ? dim3(ceil_div(tiles, rt), (unsigned)batch)
                     : shared ? dim3((unsigned)(ceil_div(tiles, rt) * ny))
                              : dim3(ceil_div(tiles, rt), (unsigned)batch);
-  if (t == GgmlType::Q6_K) launch_cg<kQ6_K>(tcg, a, grid, cta.xs);
-  else launch_cg<kQ4_K>(tcg, a, grid, cta.xs);
+  // x staged per warp with its weights (v17, gemv_mma_xwarp): a pass of one live slot, i.e. an entry that is not a
+  // shared pass (the experts by id) or one matrix at one x. Those warps loaded x's fragments inside each block (16
+  // LDG.64 per lane, from L2 at one matrix's 1 CTA per SM), and a shared pass at one x also its 3 slots of padding.
+  const bool xw = tcg == 1 && !grouped && !cta.xs && (!shared || batch == 1) && gemv_mma_xwarp();
+  if (t == GgmlType::Q6_K) launch_cg<kQ6_K>(tcg, a, grid, cta.xs, xw);
+  else launch_cg<kQ4_K>(tcg, a, grid, cta.xs, xw);
   return true;
 }
 

@@ -981,7 +981,8 @@ Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt)
   env_option("MLACONF_CUDA_BATCH_INVARIANT", m.opt.batch_invariant);
   m.group_forced = env_switch("MLACONF_GROUP_EXPERTS");
   // The tensor-core GEMV's switches (MLACONF_MMA_*, read once per process) are read now too, not in a first step.
-  (void)gemv_mma_chain(), (void)gemv_mma_balance(), (void)gemv_mma_wide(), (void)gemv_mma_grouped_small(), (void)gemv_mma_xsmem(), (void)gemv_mma_xsmem_grouped();
+  (void)gemv_mma_chain(), (void)gemv_mma_balance(), (void)gemv_mma_wide(), (void)gemv_mma_grouped_small(), (void)gemv_mma_xsmem(), (void)gemv_mma_xsmem_grouped(),
+      (void)gemv_mma_xwarp();
   if (opt.max_seqs < 0 || opt.max_seqs > 65535 || opt.page_rows < 1 || opt.pool_pages < 0 || opt.pass_arena_bytes < 0)
     throw InputError("PipelineOptions: max_seqs in [0, 65535], page_rows >= 1, pool_pages >= 0 and pass_arena_bytes >= 0");
   m.ctx = std::min<int64_t>(opt.max_ctx, c.n_ctx_train > 0 ? c.n_ctx_train : opt.max_ctx);

@@ -3,7 +3,7 @@
 
 Two family files (the second repeats the copy and matmul rows, which must not be duplicated) and a third that
 does not exist (a family whose process died: skipped). Torch has peers for two cases. Checked: each row's
-peer time and ratio torch_us / mlaconf_us; a ",hpc=16" variant and an ",xsmem=0" row matched to their base case; the decode selection's
+peer time and ratio torch_us / mlaconf_us; a ",hpc=16" variant and ",xsmem=0" and ",xwarp=0" rows matched to their base case; the decode selection's
 "indexer_select(...)" row matched to "indexer(...)"; a row without a peer
 left empty; the markdown table; without the torch file the ratios stay empty and the exit is 0; without any
 mlaconf file the exit is 1 and nothing is written.
@@ -34,7 +34,8 @@ def main():
                 "rows": head + [row("gemv(type=Q4_K,rows=2048,cols=6144)", 11.0),
                                 row("gemv(type=Q4_K,rows=576,cols=6144)", 7.5),
                                 row("gemv(type=Q6_K,rows=154880,cols=6144,b=64,passes=16x)", 3076.5),
-                                row("gemv(type=Q6_K,rows=154880,cols=6144,b=64,xsmem=0)", 2261.1)]}
+                                row("gemv(type=Q6_K,rows=154880,cols=6144,b=64,xsmem=0)", 2261.1),
+                                row("gemv(type=Q4_K,rows=2048,cols=6144,xwarp=0)", 11.6)]}
         fam2 = {"source": "mlaconf", "device": "H200", "copy_gbs": 4250.0, "fp16_tflops": 740.0,
                 "rows": head + [row("sparse_mla(B=64,hpc=16)", 105.0), row("indexer_select(B=1,L=131072,keys=f32)", 79.0)]}
         torch = {"source": "torch", "copy_gbs": 4240.0, "fp16_tflops": 730.0,
@@ -52,7 +53,7 @@ def main():
         merged = json.load(open(p("merged.json")))
         rows = {x["name"]: x for x in merged["mlaconf"]["rows"]}
         names = [x["name"] for x in merged["mlaconf"]["rows"]]
-        check(names.count("copy_bandwidth(1GiB d2d)") == 1 and len(names) == 8, f"rows: {names}")
+        check(names.count("copy_bandwidth(1GiB d2d)") == 1 and len(names) == 9, f"rows: {names}")
         g = rows.get("gemv(type=Q4_K,rows=2048,cols=6144)", {})
         check(g.get("peer_us") == 14.3 and abs(g.get("ratio_vs_peer", 0) - 14.3 / 11.0) < 1e-12, f"gemv peer: {g}")
         s = rows.get("sparse_mla(B=64,hpc=16)", {})
@@ -63,6 +64,8 @@ def main():
         check(v.get("peer_us") == 1500.0, f"an earlier version's shapes (,passes=16x) against the base case's peer: {v}")
         xs = rows.get("gemv(type=Q6_K,rows=154880,cols=6144,b=64,xsmem=0)", {})
         check(xs.get("peer_us") == 1500.0, f"a switch's row (,xsmem=0) against the base case's peer: {xs}")
+        xw = rows.get("gemv(type=Q4_K,rows=2048,cols=6144,xwarp=0)", {})
+        check(xw.get("peer_us") == 14.3, f"a switch's row (,xwarp=0) against the base case's peer: {xw}")
         n = rows.get("gemv(type=Q4_K,rows=576,cols=6144)", {})
         check(n.get("peer_us") is None and n.get("ratio_vs_peer") is None, f"no peer: {n}")
         md = open(p("table.md")).read()

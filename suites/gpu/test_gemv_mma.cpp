@@ -391,6 +391,38 @@ void xsmem_bits_case(GgmlType t, int64_t rows, int64_t cols, int B) {
   }, "x through shared memory changed the bits");
 }
 
+// x staged per warp (set_gemv_mma_xwarp, the default at a pass of one live slot: one matrix at one x) against each
+// lane loading it inside the block.
+void xwarp_bits_case(GgmlType t, int64_t rows, int64_t cols, int B) {
+  const SwitchScope keep{cuda::gemv_mma_xwarp, cuda::set_gemv_mma_xwarp};
+  same_bits_case(t, rows, cols, B, 939 + (int)t, 43 + B, [](bool xw) { cuda::set_gemv_mma_xwarp(xw); },
+                 "x staged per warp changed the bits");
+}
+
+// The experts by id (each entry a pass of one live slot, staged per warp by default) with x staged per warp and
+// without, bit for bit: one x for all (x_stride 0) or one per entry (its slot anywhere in split_x's column groups),
+// with a shared expert as id -1.
+void experts_xwarp_bits_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> ids, bool one_x) {
+  MLACONF_REQUIRE_CUDA();
+  GemvVariantScope mma(cuda::kGemvMma);
+  const SwitchScope keep{cuda::gemv_mma_xwarp, cuda::set_gemv_mma_xwarp};
+  const int64_t n = (int64_t)ids.size(), pool = 4;
+  const auto blocks = random_blocks(t, pool * rows * cols / 256, 949 + (int)t);
+  const auto alt = random_blocks(t, rows * cols / 256, 950 + (int)t);
+  const auto xs = random_x((size_t)(one_x ? 1 : n) * cols, 79);
+  auto d_w = cuda::to_device(blocks), d_alt = cuda::to_device(alt), d_x = cuda::to_device(xs), d_ids = cuda::to_device(ids);
+  cuda::DeviceBuffer d_y((size_t)n * rows * 4);
+  const int64_t stride = rows * row_bytes(t, cols);
+  auto run = [&](bool xw) {
+    cuda::set_gemv_mma_xwarp(xw);
+    cuda::gemv_experts(t, d_w.get(), stride, d_ids.as<int32_t>(), n, rows, cols, d_x.as<float>(), one_x ? 0 : cols, d_y.as<float>(),
+                       rows, d_alt.get());
+    return cuda::to_host<float>(d_y, (size_t)n * rows);
+  };
+  const std::vector<float> on = run(true), off = run(false);
+  EXPECT_EQ(std::memcmp(on.data(), off.data(), on.size() * 4), 0) << "x staged per warp changed the experts' bits";
+}
+
 const bool registered = [] {
   const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q6_K};
   const int64_t kRows[] = {1, 15, 17, 33, 257};
@@ -493,6 +525,22 @@ const bool registered = [] {
       register_case("gemv_mma", "gemv(type=" + tn + "," + shape, [=] { batch_case(t, rows, cols, B); });
       register_case("gemv_mma", "xsmem_bits(type=" + tn + "," + shape, [=] { xsmem_bits_case(t, rows, cols, B); });
     }
+    // x staged per warp at one x: one row tile (1 block: 7 of the 8 warps without blocks), q_a's 2048 x 6144 (K over 8
+    // warps), 4225 rows (2 tiles per CTA, the last CTA's second tile empty), 16897 x 2048 (8 tiles per CTA, K in one
+    // warp) and the head's 154880 rows (CTAs of 4 by balance); at 2 x a shared pass of two slots (not staged: the same
+    // kernel both ways). The experts by id: 9 entries on one x with id -1 (the one-token step), 6 entries of their
+    // own x (slots 0-5: columns of two column groups).
+    for (const auto& [rows, cols, B] : {std::tuple<int64_t, int64_t, int>{17, 256, 1}, {2048, 6144, 1}, {4225, 512, 1},
+                                        {16897, 2048, 1}, {154880, 512, 1}, {2048, 6144, 2}})
+      register_case("gemv_mma", "xwarp_bits(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
+                                    ",b=" + std::to_string(B) + ")",
+                    [=] { xwarp_bits_case(t, rows, cols, B); });
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{2048, 6144}, {6144, 2048}})
+      register_case("gemv_mma", "experts_xwarp_bits(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
+                                    ",ids=3.0.2.1.3.2.0.1.m1,one_x)",
+                    [=] { experts_xwarp_bits_case(t, rows, cols, {3, 0, 2, 1, 3, 2, 0, 1, -1}, true); });
+    register_case("gemv_mma", "experts_xwarp_bits(type=" + tn + ",rows=40,cols=512,ids=1.m1.2.3.0.2)",
+                  [=] { experts_xwarp_bits_case(t, 40, 512, {1, -1, 2, 3, 0, 2}, false); });
     for (const auto& [rows, cols, want] : {std::tuple<int64_t, int64_t, bool>{1024, 2048, true}, {1023, 2048, false},
                                            {1024, 1792, false}})
       register_case("gemv_mma", "default_dispatch(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) + ")",
