@@ -535,12 +535,15 @@ const bool registered = [] {
       register_case("gemv_mma", "xwarp_bits(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
                                     ",b=" + std::to_string(B) + ")",
                     [=] { xwarp_bits_case(t, rows, cols, B); });
-    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{2048, 6144}, {6144, 2048}})
+    // ... and at 136 x 2304 (9 row tiles, the last with 8 rows; 9 blocks per row: uneven chunks of 1-2 blocks) and 40
+    // x 256 (one block: 7 of the 8 chunks empty, their warps copying nothing).
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{2048, 6144}, {6144, 2048}, {136, 2304}})
       register_case("gemv_mma", "experts_xwarp_bits(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
                                     ",ids=3.0.2.1.3.2.0.1.m1,one_x)",
                     [=] { experts_xwarp_bits_case(t, rows, cols, {3, 0, 2, 1, 3, 2, 0, 1, -1}, true); });
-    register_case("gemv_mma", "experts_xwarp_bits(type=" + tn + ",rows=40,cols=512,ids=1.m1.2.3.0.2)",
-                  [=] { experts_xwarp_bits_case(t, 40, 512, {1, -1, 2, 3, 0, 2}, false); });
+    for (const int64_t cols : {512, 256})
+      register_case("gemv_mma", "experts_xwarp_bits(type=" + tn + ",rows=40,cols=" + std::to_string(cols) + ",ids=1.m1.2.3.0.2)",
+                    [=] { experts_xwarp_bits_case(t, 40, cols, {1, -1, 2, 3, 0, 2}, false); });
     for (const auto& [rows, cols, want] : {std::tuple<int64_t, int64_t, bool>{1024, 2048, true}, {1023, 2048, false},
                                            {1024, 1792, false}})
       register_case("gemv_mma", "default_dispatch(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) + ")",
