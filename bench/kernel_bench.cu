@@ -347,10 +347,10 @@ void time_xsmem_off(GgmlType t, int64_t rows, int64_t cols, int B, const std::st
 }
 
 // The default kernels once more with each lane loading x inside the block (set_gemv_mma_xwarp(false): v16), where
-// the default stages it per warp (one x on a tensor-core shape): ",xwarp=0" rows beside the default's, in one run.
+// the default stages it per warp (one x on a Q4_K tensor-core shape): ",xwarp=0" rows beside the default's, in one run.
 template <class F>
 void time_xwarp_off(GgmlType t, int64_t rows, int64_t cols, int B, const std::string& stem, F&& row) {
-  if (!gemv_mma_by_default(t, rows, cols) || B != 1) return;
+  if (t != GgmlType::Q4_K || !gemv_mma_by_default(t, rows, cols) || B != 1) return;
   const bool was = gemv_mma_xwarp();
   set_gemv_mma_xwarp(false);
   row(stem + ",xwarp=0)");

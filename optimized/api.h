@@ -279,7 +279,7 @@ bool gemv_mma_xsmem();
 // times both.
 void set_gemv_mma_xsmem_grouped(bool on);
 bool gemv_mma_xsmem_grouped();
-// A pass of one live x slot (the experts by id; one matrix at one x) has each warp copy its blocks' x (that slot's
+// A Q4_K pass of one live x slot (the experts by id; one matrix at one x) has each warp copy its blocks' x (that slot's
 // two columns) by cp.async with the weights and read it from shared memory (default since v17 in
 // docs/PERF_H200.md); false (MLACONF_MMA_XWARP=0): each lane loads its fragments from L1 / L2 inside the block (a
 // shared pass at one x with its 3 slots of zero padding). The same bits either way (suites/gpu gemv_mma.xwarp_bits);

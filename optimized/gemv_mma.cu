@@ -196,9 +196,9 @@ constexpr size_t smem_bytes(int warps) {
 constexpr size_t kXsBlockBytes = 16 * 32 * sizeof(uint2);  // one column group's B fragments of one block: 4 KB
 // The x stages: 2 per K part, NCG column groups each: the head's one part of kMaxCg groups, or grouped experts' ks
 // parts (ks <= W / 2: their row tiles come in pairs) of one group.
-// x staged per warp (XW, v17; gemv_mma_xwarp): a pass of one live x slot (the experts by id, one matrix at one x) has
+// x staged per warp (XW, v17; gemv_mma_xwarp): a Q4_K pass of one live x slot (the experts by id, one matrix at one x) has
 // each warp copy its block's x with the weights by cp.async, the slot's two columns only: per stage 16 k-steps x 8
-// uint2, then (Q4_K) the block's 8 uint2 of the dmin term. After the warps' weight stages.
+// uint2, then the block's 8 uint2 of the dmin term. After the warps' weight stages.
 constexpr int kXwStage = 16 * 8 + 8;  // uint2
 template <int TYPE, int NCG, int W, bool XS, bool XW = false>
 constexpr size_t kernel_smem() {
@@ -275,8 +275,8 @@ __device__ __forceinline__ uint2 ld_x(const uint2* p) {
 // (1, 3) that split_x stored x in. xb: the lane's B fragment of the block's first k-step in column group 0
 // (k-step u at xb[32 u], group c at + c * xg_stride; XS: in the CTA's stage); xf: the 2^-e of the lane's slot for
 // this block in group 0 (group c at + c * xf_stride). Per sub-block and row: the fp32 sum of its hi and lo columns
-// times the integer scale; per block times d 2^-e. XU: uint2 between k-steps of xb (32; 8 in a warp's x stage, XW).
-template <int NCG, bool XS = false, int XU = 32>
+// times the integer scale; per block times d 2^-e.
+template <int NCG, bool XS = false>
 __device__ __forceinline__ void block_q6k(const uint8_t* s0, const uint8_t* s1, int t, const uint2* xb,
                                           int64_t xg_stride, const float* xf, int64_t xf_stride, float (&acc)[NCG][2]) {
   float bacc[NCG][2];
@@ -308,7 +308,7 @@ __device__ __forceinline__ void block_q6k(const uint8_t* s0, const uint8_t* s1, 
 #pragma unroll
         for (int c = 0; c < NCG; ++c) {  // every group: padded with zero x (no branch around the mma)
           float C[4] = {0.f, 0.f, 0.f, 0.f};
-          mma_f16(C, a, ld_x<XS>(xb + c * xg_stride + XU * u));
+          mma_f16(C, a, ld_x<XS>(xb + c * xg_stride + 32 * u));
           bacc[c][0] = fmaf(sc0, __fadd_rn(C[0], C[1]), bacc[c][0]);
           bacc[c][1] = fmaf(sc1, __fadd_rn(C[2], C[3]), bacc[c][1]);
         }
@@ -462,7 +462,7 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
   using S = MmaShape<TYPE>;
   static_assert(!XS || (((NCG == kMaxCg && W == kWarps) || NCG == 1) && S::stages == 2),
                 "x through shared memory: passes of 16 x in CTAs of 8 (K not split), or one column group (grouped experts)");
-  static_assert(!XW || (!XS && NCG == 1 && S::stages == 2), "x staged per warp: one column group, two stages");
+  static_assert(!XW || (TYPE == kQ4_K && !XS && NCG == 1 && S::stages == 2), "x staged per warp: Q4_K, one column group, two stages");
   constexpr int kSlot = stage_slot<TYPE, XS>();
   extern __shared__ __align__(16) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -686,10 +686,7 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
         const uint8_t* s1 = stg + ((size_t)st * 16 + g + 8) * kSlot + o1;
         if constexpr (XW) {
           const uint2* xb = xw + st * kXwStage + (g & 1) * 4 + t;
-          if constexpr (TYPE == kQ6_K)
-            block_q6k<NCG, true, 8>(s0, s1, t, xb, 0, xfg + (int64_t)b * kSlots, (int64_t)a.nb * kSlots, acc);
-          else
-            block_q4k<NCG, true, 8, true>(s0, s1, b, t, xb, 0, xfg, (int64_t)a.nb * kSlots, xb + 128, 0, acc);
+          block_q4k<NCG, true, 8, true>(s0, s1, b, t, xb, 0, xfg, (int64_t)a.nb * kSlots, xb + 128, 0, acc);
         } else if constexpr (TYPE == kQ6_K) {
           block_q6k<NCG>(s0, s1, t, xg + (int64_t)b * 16 * 32, K16 * 32, xfg + (int64_t)b * kSlots, (int64_t)a.nb * kSlots, acc);
         } else {
@@ -774,10 +771,12 @@ void launch(const MmaArgs& a, dim3 grid, bool xs, bool xw) {
     }
   }
   if constexpr (NCG == 1) {
-    if (xw) {  // a pass of one live slot: x staged per warp
-      if (a.rt * a.ks == kWarpsSmall) launch_w<TYPE, 1, kWarpsSmall, false, true>(a, grid);
-      else launch_w<TYPE, 1, kWarps, false, true>(a, grid);
-      return;
+    if constexpr (TYPE == kQ4_K) {
+      if (xw) {  // a pass of one live slot: x staged per warp
+        if (a.rt * a.ks == kWarpsSmall) launch_w<TYPE, 1, kWarpsSmall, false, true>(a, grid);
+        else launch_w<TYPE, 1, kWarps, false, true>(a, grid);
+        return;
+      }
     }
     if (xs) {  // gemv_mma_cta: grouped experts, CTAs of 2 row tiles
       if (a.rt * a.ks == kWarpsSmall) launch_w<TYPE, 1, kWarpsSmall, true>(a, grid);
@@ -955,10 +954,12 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   const dim3 grid = grouped ? dim3(ceil_div(tiles, rt), (unsigned)batch)
                     : shared ? dim3((unsigned)(ceil_div(tiles, rt) * ny))
                              : dim3(ceil_div(tiles, rt), (unsigned)batch);
-  // x staged per warp with its weights (v17, gemv_mma_xwarp): a pass of one live slot, i.e. an entry that is not a
-  // shared pass (the experts by id) or one matrix at one x. Those warps loaded x's fragments inside each block (16
+  // x staged per warp with its weights (v17, gemv_mma_xwarp): a Q4_K pass of one live slot, i.e. an entry that is not
+  // a shared pass (the experts by id) or one matrix at one x. Those warps loaded x's fragments inside each block (16
   // LDG.64 per lane, from L2 at one matrix's 1 CTA per SM), and a shared pass at one x also its 3 slots of padding.
-  const bool xw = tcg == 1 && !grouped && !cta.xs && (!shared || batch == 1) && gemv_mma_xwarp();
+  // Not Q6_K: its staged loop took 43 more instructions per block (656 -> 699, sm_90) and attn_output's 6144 x 16384
+  // ran 38.6-39.3 -> 41.1-42.0 us in the B = 1 step, the head level (H200, docs/PERF_H200.md v17).
+  const bool xw = t == GgmlType::Q4_K && tcg == 1 && !grouped && !cta.xs && (!shared || batch == 1) && gemv_mma_xwarp();
   if (t == GgmlType::Q6_K) launch_cg<kQ6_K>(tcg, a, grid, cta.xs, xw);
   else launch_cg<kQ4_K>(tcg, a, grid, cta.xs, xw);
   return true;

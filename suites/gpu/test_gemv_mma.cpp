@@ -391,15 +391,15 @@ void xsmem_bits_case(GgmlType t, int64_t rows, int64_t cols, int B) {
   }, "x through shared memory changed the bits");
 }
 
-// x staged per warp (set_gemv_mma_xwarp, the default at a pass of one live slot: one matrix at one x) against each
-// lane loading it inside the block.
+// x staged per warp (set_gemv_mma_xwarp, the default at a Q4_K pass of one live slot: one matrix at one x) against
+// each lane loading it inside the block. Q4_K only: Q6_K never stages x per warp.
 void xwarp_bits_case(GgmlType t, int64_t rows, int64_t cols, int B) {
   const SwitchScope keep{cuda::gemv_mma_xwarp, cuda::set_gemv_mma_xwarp};
   same_bits_case(t, rows, cols, B, 939 + (int)t, 43 + B, [](bool xw) { cuda::set_gemv_mma_xwarp(xw); },
                  "x staged per warp changed the bits");
 }
 
-// The experts by id (each entry a pass of one live slot, staged per warp by default) with x staged per warp and
+// The Q4_K experts by id (each entry a pass of one live slot, staged per warp by default) with x staged per warp and
 // without, bit for bit: one x for all (x_stride 0) or one per entry (its slot anywhere in split_x's column groups),
 // with a shared expert as id -1.
 void experts_xwarp_bits_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> ids, bool one_x) {
@@ -530,20 +530,22 @@ const bool registered = [] {
     // warp) and the head's 154880 rows (CTAs of 4 by balance); at 2 x a shared pass of two slots (not staged: the same
     // kernel both ways). The experts by id: 9 entries on one x with id -1 (the one-token step), 6 entries of their
     // own x (slots 0-5: columns of two column groups).
-    for (const auto& [rows, cols, B] : {std::tuple<int64_t, int64_t, int>{17, 256, 1}, {2048, 6144, 1}, {4225, 512, 1},
-                                        {16897, 2048, 1}, {154880, 512, 1}, {2048, 6144, 2}})
-      register_case("gemv_mma", "xwarp_bits(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
-                                    ",b=" + std::to_string(B) + ")",
-                    [=] { xwarp_bits_case(t, rows, cols, B); });
-    // ... and at 136 x 2304 (9 row tiles, the last with 8 rows; 9 blocks per row: uneven chunks of 1-2 blocks) and 40
-    // x 256 (one block: 7 of the 8 chunks empty, their warps copying nothing).
-    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{2048, 6144}, {6144, 2048}, {136, 2304}})
-      register_case("gemv_mma", "experts_xwarp_bits(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
-                                    ",ids=3.0.2.1.3.2.0.1.m1,one_x)",
-                    [=] { experts_xwarp_bits_case(t, rows, cols, {3, 0, 2, 1, 3, 2, 0, 1, -1}, true); });
-    for (const int64_t cols : {512, 256})
-      register_case("gemv_mma", "experts_xwarp_bits(type=" + tn + ",rows=40,cols=" + std::to_string(cols) + ",ids=1.m1.2.3.0.2)",
-                    [=] { experts_xwarp_bits_case(t, 40, cols, {1, -1, 2, 3, 0, 2}, false); });
+    if (t == GgmlType::Q4_K) {
+      for (const auto& [rows, cols, B] : {std::tuple<int64_t, int64_t, int>{17, 256, 1}, {2048, 6144, 1}, {4225, 512, 1},
+                                          {16897, 2048, 1}, {154880, 512, 1}, {2048, 6144, 2}})
+        register_case("gemv_mma", "xwarp_bits(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
+                                      ",b=" + std::to_string(B) + ")",
+                      [=] { xwarp_bits_case(t, rows, cols, B); });
+      // ... and at 136 x 2304 (9 row tiles, the last with 8 rows; 9 blocks per row: uneven chunks of 1-2 blocks) and
+      // 40 x 256 (one block: 7 of the 8 chunks empty, their warps copying nothing).
+      for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{2048, 6144}, {6144, 2048}, {136, 2304}})
+        register_case("gemv_mma", "experts_xwarp_bits(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
+                                      ",ids=3.0.2.1.3.2.0.1.m1,one_x)",
+                      [=] { experts_xwarp_bits_case(t, rows, cols, {3, 0, 2, 1, 3, 2, 0, 1, -1}, true); });
+      for (const int64_t cols : {512, 256})
+        register_case("gemv_mma", "experts_xwarp_bits(type=" + tn + ",rows=40,cols=" + std::to_string(cols) + ",ids=1.m1.2.3.0.2)",
+                      [=] { experts_xwarp_bits_case(t, 40, cols, {1, -1, 2, 3, 0, 2}, false); });
+    }
     for (const auto& [rows, cols, want] : {std::tuple<int64_t, int64_t, bool>{1024, 2048, true}, {1023, 2048, false},
                                            {1024, 1792, false}})
       register_case("gemv_mma", "default_dispatch(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) + ")",
