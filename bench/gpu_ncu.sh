@@ -7,7 +7,9 @@
 #   e.g. OUT=/tmp/ncu bash bench/gpu_ncu.sh gemv_mma_kernel build/optimized/mlaconf_kernel_bench --reps 1 \
 #          --only 'gemv_experts(type=Q4_K,experts=8,of=256,b=64'
 #
-# KERNEL_REGEX: ncu's --kernel-name regex; COUNT (default 40) launches at most; NCU the ncu binary (default: on the PATH
+# KERNEL_REGEX: ncu's --kernel-name regex; SKIP (default 0) matching launches skipped first (kernel_bench runs a case's
+# other variants before it: e.g. the grouped experts after 8 launches of the experts by id); COUNT (default 40)
+# launches at most; NCU the ncu binary (default: on the PATH
 # or under /usr/local/cuda*/bin, /opt/nvidia/nsight-compute); CLOCKS=base locks the clocks at base (ncu's default;
 # here `--clock-control none`, so that the figures are those of the clocks the other measurements run at).
 # Writes $OUT/prof.ncu-rep, details.csv, raw.csv, summary.md and summary.json; prints the summary. Each profiled
@@ -22,7 +24,7 @@ NCU=${NCU:-$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-co
 mkdir -p "$OUT"
 clock=(--clock-control none)
 [ "${CLOCKS:-}" = base ] && clock=()
-"$NCU" "${clock[@]}" --kernel-name "regex:$regex" --launch-count "${COUNT:-40}" \
+"$NCU" "${clock[@]}" --kernel-name "regex:$regex" --launch-skip "${SKIP:-0}" --launch-count "${COUNT:-40}" \
   --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
   --section LaunchStats --section Occupancy \
   --metrics "regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$" \
