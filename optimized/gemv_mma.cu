@@ -456,7 +456,7 @@ constexpr int min_ctas() {
 // XS: x through shared memory (kernel_smem): a shared pass of kMaxCg column groups with K not split (every warp of the
 // CTA streams the same blocks), or grouped experts' passes in CTAs of 2 row tiles (the warps of a K part stream the
 // same blocks); the warps sharing x wait for each other at each block.
-// XW: x staged per warp (kXwStage), a pass of one live slot.
+// XW: x staged per warp (kXwStage), a Q4_K pass of one live slot.
 template <int TYPE, int NCG, int W, bool XS, bool XW = false>
 __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(MmaArgs a) {
   using S = MmaShape<TYPE>;
@@ -640,14 +640,14 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
     const int64_t xs1 = a.shared ? e0 : slot;
     // Piece l + 32 is piece l's k-step + 8: 256 uint2 on in split_x's layout, 64 in the stage.
     const uint2* xsrc = a.xi + (xs1 / kSlots) * K16 * 32 + 2 * (xs1 % kSlots) * 4 + (lane >> 2) * 32 + (lane & 3) * 2;
-    const uint2* msrc = TYPE == kQ4_K ? a.xm + (xs1 / kSlots) * (int64_t)a.nb * 32 + 2 * (xs1 % kSlots) * 4 + lane * 2 : nullptr;
+    const uint2* msrc = XW ? a.xm + (xs1 / kSlots) * (int64_t)a.nb * 32 + 2 * (xs1 % kSlots) * 4 + lane * 2 : nullptr;
     const uint32_t xdst = XW ? smem_addr(xw + (lane >> 2) * 8 + (lane & 3) * 2) : 0, mdst = XW ? smem_addr(xw + 128 + lane * 2) : 0;
     auto issue_xw = [&](int b, int st) {
       const uint32_t so = (uint32_t)(st * kXwStage * sizeof(uint2));
       const uint2* src = xsrc + (int64_t)b * 512;
       cp_async_16(xdst + so, src, 16);
       cp_async_16(xdst + so + 64 * sizeof(uint2), src + 256, 16);
-      if (TYPE == kQ4_K && lane < 4) cp_async_16(mdst + so, msrc + (int64_t)b * 32, 16);
+      if (lane < 4) cp_async_16(mdst + so, msrc + (int64_t)b * 32, 16);
     };
 #pragma unroll
     for (int s = 0; s < S::stages - 1; ++s) {
