@@ -334,27 +334,29 @@ void time_passes_16x(GgmlType t, int64_t rows, int64_t cols, int B, const std::s
   set_gemv_mma_wide(was);
 }
 
-// The default kernels once more without x through shared memory (set_gemv_mma_xsmem(false): v15's passes of 8 x,
-// each warp loading x), where the default stages it (K not split, more than 8 x): ",xsmem=0" rows beside the
-// default's, in one run.
+// The default kernels once more with one of the tensor-core GEMV's switches off, where the default takes its path
+// (`takes`): a row named stem + tag beside the default's, in one run; the switch as it was afterwards.
+template <class F>
+void time_switch_off(bool takes, const char* tag, bool (*get)(), void (*set)(bool), const std::string& stem, F&& row) {
+  if (!takes) return;
+  const bool was = get();
+  set(false);
+  row(stem + tag);
+  set(was);
+}
+// Without x through shared memory (set_gemv_mma_xsmem(false): v15's passes of 8 x, each warp loading x), where the
+// default stages it (K not split, more than 8 x): ",xsmem=0" rows.
 template <class F>
 void time_xsmem_off(GgmlType t, int64_t rows, int64_t cols, int B, const std::string& stem, F&& row) {
-  if (!gemv_mma_by_default(t, rows, cols) || !gemv_mma_cta(rows, cols, B, true, false).xs) return;
-  const bool was = gemv_mma_xsmem();
-  set_gemv_mma_xsmem(false);
-  row(stem + ",xsmem=0)");
-  set_gemv_mma_xsmem(was);
+  time_switch_off(gemv_mma_by_default(t, rows, cols) && gemv_mma_cta(rows, cols, B, true, false).xs, ",xsmem=0)", gemv_mma_xsmem,
+                  set_gemv_mma_xsmem, stem, row);
 }
-
-// The default kernels once more with each lane loading x inside the block (set_gemv_mma_xwarp(false): v16), where
-// the default stages it per warp (one x on a Q4_K tensor-core shape): ",xwarp=0" rows beside the default's, in one run.
+// With each lane loading x inside the block (set_gemv_mma_xwarp(false): v16), where the default stages it per warp
+// (gemv_mma_xwarp_pass: one x on a Q4_K matrix): ",xwarp=0" rows.
 template <class F>
 void time_xwarp_off(GgmlType t, int64_t rows, int64_t cols, int B, const std::string& stem, F&& row) {
-  if (t != GgmlType::Q4_K || !gemv_mma_by_default(t, rows, cols) || B != 1) return;
-  const bool was = gemv_mma_xwarp();
-  set_gemv_mma_xwarp(false);
-  row(stem + ",xwarp=0)");
-  set_gemv_mma_xwarp(was);
+  time_switch_off(gemv_mma_by_default(t, rows, cols) && gemv_mma_xwarp_pass(t, B, true, false), ",xwarp=0)", gemv_mma_xwarp,
+                  set_gemv_mma_xwarp, stem, row);
 }
 
 // B x vectors on one rows x cols Q4_K matrix (batched decode: every sequence's token through the same

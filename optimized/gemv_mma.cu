@@ -892,6 +892,15 @@ MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, b
   return {rt, ks, cg, xs || xs_grouped};
 }
 
+// Those warps loaded x's fragments inside each block (16 LDG.64 per lane, from L2 at one matrix's 1 CTA per SM), and a
+// shared pass at one x also its 3 slots of padding. Such a pass has one column group and no x through shared memory
+// per CTA (that needs more than 8 x, or grouped experts). Not Q6_K: its staged loop took 43 more instructions per
+// block (656 -> 699, sm_90) and attn_output's 6144 x 16384 ran 38.6-39.3 -> 41.1-42.0 us in the B = 1 step, the head
+// level (H200, docs/PERF_H200.md v17).
+bool gemv_mma_xwarp_pass(GgmlType t, int64_t batch, bool shared, bool grouped) {
+  return t == GgmlType::Q4_K && !grouped && (!shared || batch == 1) && gemv_mma_xwarp();
+}
+
 bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_ids, int64_t w_count,
               int64_t w_stride, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride, int64_t batch,
               const void* d_w_alt, const ExpertGroupsArg* grouped) {
@@ -954,12 +963,9 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   const dim3 grid = grouped ? dim3(ceil_div(tiles, rt), (unsigned)batch)
                     : shared ? dim3((unsigned)(ceil_div(tiles, rt) * ny))
                              : dim3(ceil_div(tiles, rt), (unsigned)batch);
-  // x staged per warp with its weights (v17, gemv_mma_xwarp): a Q4_K pass of one live slot, i.e. an entry that is not
-  // a shared pass (the experts by id) or one matrix at one x. Those warps loaded x's fragments inside each block (16
-  // LDG.64 per lane, from L2 at one matrix's 1 CTA per SM), and a shared pass at one x also its 3 slots of padding.
-  // Not Q6_K: its staged loop took 43 more instructions per block (656 -> 699, sm_90) and attn_output's 6144 x 16384
-  // ran 38.6-39.3 -> 41.1-42.0 us in the B = 1 step, the head level (H200, docs/PERF_H200.md v17).
-  const bool xw = t == GgmlType::Q4_K && tcg == 1 && !grouped && !cta.xs && (!shared || batch == 1) && gemv_mma_xwarp();
+  // x staged per warp with its weights (gemv_mma_xwarp_pass).
+  const bool xw = gemv_mma_xwarp_pass(t, batch, shared, grouped != nullptr);
+  if (xw && (tcg != 1 || cta.xs)) throw CudaError("gemv_mma: x staged per warp in a pass of " + std::to_string(tcg) + " column groups");
   if (t == GgmlType::Q6_K) launch_cg<kQ6_K>(tcg, a, grid, cta.xs, xw);
   else launch_cg<kQ4_K>(tcg, a, grid, cta.xs, xw);
   return true;

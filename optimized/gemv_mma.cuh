@@ -39,6 +39,9 @@ struct MmaCta {
             // experts in CTAs of 2 row tiles, gemv_mma_xsmem_grouped)
 };
 MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, bool grouped);
+// Whether a launch stages x per warp (v17, gemv_mma_xwarp): a Q4_K pass of one live x slot, i.e. an entry that is not a
+// shared pass (the experts by id; not grouped) or one matrix at one x. Exposed for kernel_bench.
+bool gemv_mma_xwarp_pass(GgmlType t, int64_t batch, bool shared, bool grouped);
 
 bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_ids, int64_t w_count,
               int64_t w_stride, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride, int64_t batch,

@@ -395,8 +395,10 @@ void xsmem_bits_case(GgmlType t, int64_t rows, int64_t cols, int B) {
 // each lane loading it inside the block. Q4_K only: Q6_K never stages x per warp.
 void xwarp_bits_case(GgmlType t, int64_t rows, int64_t cols, int B) {
   const SwitchScope keep{cuda::gemv_mma_xwarp, cuda::set_gemv_mma_xwarp};
-  same_bits_case(t, rows, cols, B, 939 + (int)t, 43 + B, [](bool xw) { cuda::set_gemv_mma_xwarp(xw); },
-                 "x staged per warp changed the bits");
+  same_bits_case(t, rows, cols, B, 939 + (int)t, 43 + B, [&](bool xw) {
+    cuda::set_gemv_mma_xwarp(xw);
+    EXPECT_EQ(cuda::gemv_mma_xwarp_pass(t, B, true, false), xw && B == 1) << "the case must take the path it names (staged at one x only)";
+  }, "x staged per warp changed the bits");
 }
 
 // The Q4_K experts by id (each entry a pass of one live slot, staged per warp by default) with x staged per warp and
@@ -415,6 +417,7 @@ void experts_xwarp_bits_case(GgmlType t, int64_t rows, int64_t cols, std::vector
   const int64_t stride = rows * row_bytes(t, cols);
   auto run = [&](bool xw) {
     cuda::set_gemv_mma_xwarp(xw);
+    EXPECT_EQ(cuda::gemv_mma_xwarp_pass(t, n, false, false), xw) << "the case must take the path it names";
     cuda::gemv_experts(t, d_w.get(), stride, d_ids.as<int32_t>(), n, rows, cols, d_x.as<float>(), one_x ? 0 : cols, d_y.as<float>(),
                        rows, d_alt.get());
     return cuda::to_host<float>(d_y, (size_t)n * rows);
