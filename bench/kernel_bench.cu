@@ -888,7 +888,8 @@ void checks() {
   check_sparse_mla(4, 64, 512);   // 4 splits: merged by the last CTA
   check_sparse_mla(2, 16, 2048);  // sparse_mla_rows: no split, and 4 splits merged by the last CTA
   check_sparse_mla(4, 16, 512);
-  check_sparse_mla(36, 0, 0);     // automatic: 16 heads per CTA, no split
+  check_sparse_mla(36, 0, 0);     // automatic: 32 heads per CTA, no split
+  for (int64_t split : {0, 48, 512, 2048}) check_sparse_mla(3, 32, split);  // 32 heads per CTA: each merge path
 }
 
 std::string json_escape(const std::string& s) {
@@ -938,6 +939,12 @@ int main(int argc, char** argv) {
     sparse_mla_case(8, 32768, 64);
     sparse_mla_case(32, 32768);
     sparse_mla_case(32, 32768, 64);
+    // The other of 16 and 32 heads per CTA (automatic: 32 from 8 queries) at each batch; and the stack's plan of
+    // one query (16 splits of 128 rows at any batch: bit-identical to the query alone) at B = 64 with both.
+    sparse_mla_case(1, 32768, 32);
+    for (int64_t B : {8, 32, 64}) sparse_mla_case(B, 32768, 16);
+    for (int64_t split : {64, 128}) sparse_mla_case(1, 32768, 32, split);
+    for (int hpc : {16, 32}) sparse_mla_case(64, 32768, hpc, 128);
     indexer_case<uint16_t>(1, 131072, true);
     indexer_case<uint16_t>(16, 131072, true);
     // fp32 keys (the pipeline's indexer): one query and B = 16, at the 32K context of the GLM-5 stack and 128K

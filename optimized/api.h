@@ -371,9 +371,10 @@ int64_t count_nonfinite(const float* d_x, int64_t n);
 // row_base[t] .. row_base[t] + q_pos[t] (a contiguous region; the fault is a test device, not paging-aware).
 //
 // d_qk = 576, d_v = 512 (GLM-5, DeepSeek V3.2) run a tensor-core kernel (mma.sync, ldmatrix): a CTA
-// takes 16 heads of one query (heads_per_cta 0 or 16: rows by bulk copies, each warp scoring 8 rows of a
-// tile over all dims) or 64 (rows by cp.async, each read once for all 64 heads, the dims split over 4
-// warps; slower at every batch measured, kept as a variant) and a split of its list; up to 4 split-K
+// takes 16 or 32 heads of one query (heads_per_cta 16 or 32; 0: 32 from plans of 8 queries, else 16; rows by
+// bulk copies, each warp scoring 8 rows of a tile over all dims for 16 heads, the same bits either way) or
+// 64 (rows by cp.async, each read once for all 64 heads, the dims split over 4 warps; slower at every batch
+// measured, kept as a variant) and a split of its list; up to 4 split-K
 // partials are merged by the last CTA of each (query, head block), more by a merge kernel. Other sizes
 // run a SIMT kernel.
 struct SparseMlaArgs {

@@ -228,7 +228,7 @@ __global__ void sparse_mla_merge(const float* o_part, const float* m_part, const
 }
 
 // ---- tensor-core kernels for d_qk = 576, d_v = 512 ------------------------------------------------
-// Two kernels share the pieces below: sparse_mla_rows (16 heads per CTA, the default) and
+// Two kernels share the pieces below: sparse_mla_rows (16 or 32 heads per CTA, the default) and
 // sparse_mla_mma<4> (64 heads per CTA). Both read the split's rows (validated; -1 = none) into shared
 // memory once, up front, so that no gather waits on an index load; both take P rounded to fp16 for the
 // P . V product, the normaliser summing the rounded P so that the weights stay consistent, with fp32
@@ -547,67 +547,87 @@ __global__ void __launch_bounds__(HG * 128, HG == 4 ? 1 : 2) sparse_mla_mma(MmaP
   finish_split<kThreadsM, 16 * HG>(p, acc, mA, mB, lA, lB, hA, hB, part * kNPart + 2 * tq, part == 0 && tq == 0, t, split, head_block, sp_s);
 }
 
-// ---- 16 heads per CTA, rows split over the warps (d_qk = 576, d_v = 512) ------------------------------
-// Warp w computes S for all 16 heads over all 576 dims, for rows 8w..8w+7 of each 32-row tile (Q's A
-// fragments for the whole 576 dims stay in registers), so no warp repeats another's softmax and no
-// partial scores are exchanged: the warps share only the tile's max per head (64 floats) and P in fp16
-// (1 KB), which every warp then multiplies with its quarter of the values,
-// O[16 heads, 128w..128w+127] += P[16, 32] . V[32, 128w..]. Two stages: tile i + 1 is gathered while
-// tile i is computed, one bulk copy per row completing on the stage's mbarrier (each warp copies the 8
-// rows it scores), instead of 2304 16-byte cp.async per tile that crowd the memory pipeline ahead of
-// the ldmatrix loads. A bulk copy takes uniform operands, so a warp's copies issue one lane at a time:
-// spread over the 4 warps, that is 8 each.
+// ---- 16 or 32 heads per CTA, rows split over the warps (d_qk = 576, d_v = 512) ------------------------
+// A CTA holds G groups of 16 heads of one query (G = 1: 16 heads, 4 warps; G = 2: 32 heads, 8 warps) and
+// one split of its list. Warp w of a group computes S for the group's 16 heads over all 576 dims, for
+// rows 8w..8w+7 of each 32-row tile (Q's A fragments for the whole 576 dims stay in registers), so no
+// warp repeats another's softmax and no partial scores are exchanged: a group's warps share only the
+// tile's max per head (64 floats) and P in fp16 (1 KB), which every warp then multiplies with its
+// quarter of the values, O[16 heads, 128w..128w+127] += P[16, 32] . V[32, 128w..]. Two stages: tile
+// i + 1 is gathered while tile i is computed, one bulk copy per row completing on the stage's mbarrier,
+// instead of 2304 16-byte cp.async per tile that crowd the memory pipeline ahead of the ldmatrix loads.
+// A bulk copy takes uniform operands, so a warp's copies issue one lane at a time: spread over the
+// CTA's 4 G warps, that is 8 / G each. G = 2 gathers each row once for 32 heads: a query's rows cross
+// L2 twice instead of 4 times (64 heads), with half the copies per warp.
 constexpr int kRowsTile = 32;
 constexpr int kRowsStages = 2;
 constexpr int kPLd = kRowsTile + 8;  // halves per P row: 80 bytes, ldmatrix rows hit distinct banks
 
+template <int G>
 constexpr size_t rows_smem_bytes(int split) {
-  return (size_t)kRowsStages * kRowsTile * kLdk * 2 + (size_t)16 * kPLd * 2 + 64 * 4 + round_up(split, kRowsTile) * 4;
+  return (size_t)kRowsStages * kRowsTile * kLdk * 2 + (size_t)G * 16 * kPLd * 2 + G * 64 * 4 + round_up(split, kRowsTile) * 4;
 }
 
-__global__ void __launch_bounds__(128, 2) sparse_mla_rows(MmaParams p) {
+// A barrier of group gi's 4 warps (G = 1: the CTA's). Immediate ids, so that ptxas counts the barriers the
+// kernel uses (a register id reserves all 16).
+template <int G>
+__device__ __forceinline__ void group_sync(int gi) {
+  if constexpr (G == 1) __syncthreads();
+  else if (gi == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+  else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+}
+
+template <int G>
+__global__ void __launch_bounds__(128 * G, 2 / G) sparse_mla_rows(MmaParams p) {
+  static_assert(G == 1 || G == 2, "16 or 32 heads per CTA");
+  constexpr int kThreadsG = 128 * G, kCopyRows = 8 / G;  // rows a warp copies per tile
   pdl_trigger();  // the merge kernel may launch now (it waits for us)
   extern __shared__ __align__(16) unsigned char smem[];
   __half* k_s = reinterpret_cast<__half*>(smem);               // [kRowsStages][kRowsTile][kLdk]
-  __half* p_s = k_s + kRowsStages * kRowsTile * kLdk;           // [16 heads][kPLd]: P of the tile, fp16
-  float* mx_s = reinterpret_cast<float*>(p_s + 16 * kPLd);      // [4 warps][16 heads]: tile max, then sums
-  int* rows_s = reinterpret_cast<int*>(mx_s + 64);              // [split rounded to tiles]: row or -1
+  __half* p_s = k_s + kRowsStages * kRowsTile * kLdk;           // [G][16 heads][kPLd]: P of the tile, fp16
+  float* mx_s = reinterpret_cast<float*>(p_s + G * 16 * kPLd);  // [G][4 warps][16 heads]: tile max, then sums
+  int* rows_s = reinterpret_cast<int*>(mx_s + G * 64);          // [split rounded to tiles]: row or -1
 
   const int split = blockIdx.x, t = blockIdx.z;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x, lane = tid & 31, cw = tid >> 5;  // cw: the warp in the CTA
+  const int gi = cw >> 2, warp = cw & 3;                        // its head group, and its place in the group
   const int g = lane >> 2, tq = lane & 3;
-  const int head_block = blockIdx.y * 16;
-  const int hA = head_block + g, hB = hA + 8;  // this thread's two heads (fragment rows g, g+8)
+  const int head_block = blockIdx.y * 16 * G;
+  const int hA = head_block + 16 * gi + g, hB = hA + 8;  // this thread's two heads (fragment rows g, g+8)
+  p_s += gi * 16 * kPLd;
+  float* mx_g = mx_s + gi * 64;
 
   const int begin = split * p.split, n_rows = min(p.split, p.entries - begin);
   const int n_tiles = (n_rows + kRowsTile - 1) / kRowsTile;
   __shared__ uint64_t full[kRowsStages];  // stage s holds tile i (i % kRowsStages == s) after phase i / kRowsStages
   if (tid == 0) {
-    for (int st = 0; st < kRowsStages; ++st) mbar_init(&full[st], 4);  // one arrival per warp
+    for (int st = 0; st < kRowsStages; ++st) mbar_init(&full[st], 4 * G);  // one arrival per warp
     fence_mbar_init();  // the initialised barriers, visible to the bulk copies (async proxy) too
   }
-  // Q of the 16 heads (zeros past H) into the last stage, which tile 1 overwrites only after the loop's
+  // Q of the 16 G heads (zeros past H) into the last stage, which tile 1 overwrites only after the loop's
   // first barrier: 16-byte copies here and ldmatrix below instead of 144 scattered 4-byte loads per thread.
-  __half* q_s = k_s + (kRowsStages - 1) * kRowsTile * kLdk;  // [16][kLdk]
-  for (int c = tid; c < 16 * kChunks; c += 128) {
+  static_assert(16 * G <= kRowsTile, "Q fits a stage");
+  __half* q_s = k_s + (kRowsStages - 1) * kRowsTile * kLdk;  // [16 G][kLdk]
+  for (int c = tid; c < 16 * G * kChunks; c += kThreadsG) {
     const int h = c / kChunks, w = c - h * kChunks;
     const bool ok = head_block + h < p.H;
     cp_async_16(smem_addr(q_s + h * kLdk + w * 8), p.q + ((int64_t)t * p.H + (ok ? head_block + h : 0)) * kMmaDqk + w * 8, ok ? 16 : 0);
   }
   cp_async_commit();
-  load_split_rows<128>(p, t, begin, n_rows, n_tiles * kRowsTile, rows_s);
+  load_split_rows<kThreadsG>(p, t, begin, n_rows, n_tiles * kRowsTile, rows_s);
   __syncthreads();
 
-  // Gather tile i: lane r < 8 of warp w copies row slot 8w + r. A missing row is zeroed instead (P is
-  // 0 there, and 0 times stale bits could be NaN); the fence (a full memory barrier of the thread, so
-  // only where it zeroed) orders those writes before the lane's later bulk copies into the same slot.
-  // The step's reads of a stage are ordered before its refill by the CTA barrier, as in TMA pipelines.
+  // Gather tile i: lane r < kCopyRows of CTA warp cw copies row slot kCopyRows cw + r. A missing row is
+  // zeroed instead (P is 0 there, and 0 times stale bits could be NaN); the fence (a full memory barrier
+  // of the thread, so only where it zeroed) orders those writes before the lane's later bulk copies into
+  // the same slot. The step's reads of a stage are ordered before its refill by the CTA barrier, as in
+  // TMA pipelines.
   auto issue = [&](int i) {
     if (i >= n_tiles) return;
     const int stage = i % kRowsStages;
-    const bool mine = lane < 8;
-    __half* dst = k_s + (stage * kRowsTile + warp * 8 + (lane & 7)) * kLdk;
-    const int row = mine ? rows_s[i * kRowsTile + warp * 8 + lane] : -1;
+    const bool mine = lane < kCopyRows;
+    __half* dst = k_s + (stage * kRowsTile + cw * kCopyRows + (lane & (kCopyRows - 1))) * kLdk;
+    const int row = mine ? rows_s[i * kRowsTile + cw * kCopyRows + lane] : -1;
     if (mine && row < 0) {
       for (int w = 0; w < kChunks; ++w) reinterpret_cast<uint4*>(dst)[w] = make_uint4(0, 0, 0, 0);
       fence_proxy_async();
@@ -627,7 +647,7 @@ __global__ void __launch_bounds__(128, 2) sparse_mla_rows(MmaParams p) {
   fence_proxy_async();  // this thread's copies of Q (generic proxy) before tile 1's bulk copies into the same stage
   __syncthreads();      // Q is in shared memory
   {
-    const uint32_t q_addr = smem_addr(q_s + (mr + (mi & 1) * 8) * kLdk + (mi >> 1) * 8);
+    const uint32_t q_addr = smem_addr(q_s + (16 * gi + mr + (mi & 1) * 8) * kLdk + (mi >> 1) * 8);
 #pragma unroll
     for (int ks = 0; ks < kMmaDqk / 16; ++ks) ldmatrix_x4(qa[ks], q_addr + ks * 32);
   }
@@ -674,10 +694,10 @@ __global__ void __launch_bounds__(128, 2) sparse_mla_rows(MmaParams p) {
       mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, o));
       mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, o));
     }
-    if (tq == 0) mx_s[warp * 16 + g] = mxA, mx_s[warp * 16 + g + 8] = mxB;
-    __syncthreads();  // every warp's maxima are written
-    mxA = fmaxf(fmaxf(mx_s[g], mx_s[16 + g]), fmaxf(mx_s[32 + g], mx_s[48 + g]));
-    mxB = fmaxf(fmaxf(mx_s[8 + g], mx_s[24 + g]), fmaxf(mx_s[40 + g], mx_s[56 + g]));
+    if (tq == 0) mx_g[warp * 16 + g] = mxA, mx_g[warp * 16 + g + 8] = mxB;
+    group_sync<G>(gi);  // every warp's maxima are written
+    mxA = fmaxf(fmaxf(mx_g[g], mx_g[16 + g]), fmaxf(mx_g[32 + g], mx_g[48 + g]));
+    mxB = fmaxf(fmaxf(mx_g[8 + g], mx_g[24 + g]), fmaxf(mx_g[40 + g], mx_g[56 + g]));
     lazy_rescale(mxA, mxB, mA, mB, lA, lB, acc);  // every warp sees the same tile maxima: all decide alike
     const float uA = mA == -INFINITY ? 0.f : mA, uB = mB == -INFINITY ? 0.f : mB;
     const uint32_t pA = pack_half2(exp2f(s[0] - uA), exp2f(s[1] - uA)), pB = pack_half2(exp2f(s[2] - uB), exp2f(s[3] - uB));
@@ -686,7 +706,7 @@ __global__ void __launch_bounds__(128, 2) sparse_mla_rows(MmaParams p) {
     lB += rb.x + rb.y;
     *reinterpret_cast<uint32_t*>(p_s + g * kPLd + warp * 8 + 2 * tq) = pA;
     *reinterpret_cast<uint32_t*>(p_s + (g + 8) * kPLd + warp * 8 + 2 * tq) = pB;
-    __syncthreads();  // P of the whole tile is written
+    group_sync<G>(gi);  // P of the whole tile is written
 #pragma unroll
     for (int kk = 0; kk < kRowsTile / 16; ++kk) {
       uint32_t pa[4];
@@ -700,19 +720,20 @@ __global__ void __launch_bounds__(128, 2) sparse_mla_rows(MmaParams p) {
       }
     }
   }
-  // The sums: over the quad's rows, then over the 4 warps in a fixed order (all warps hold the same).
+  // The sums: over the quad's rows, then over the group's 4 warps in a fixed order (all warps hold the same).
 #pragma unroll
   for (int o = 1; o < 4; o <<= 1) {
     lA += __shfl_xor_sync(0xffffffffu, lA, o);
     lB += __shfl_xor_sync(0xffffffffu, lB, o);
   }
   __syncthreads();  // the last tile's maxima are read
-  if (tq == 0) mx_s[warp * 16 + g] = lA, mx_s[warp * 16 + g + 8] = lB;
+  if (tq == 0) mx_g[warp * 16 + g] = lA, mx_g[warp * 16 + g + 8] = lB;
   __syncthreads();
-  lA = (mx_s[g] + mx_s[16 + g]) + (mx_s[32 + g] + mx_s[48 + g]);
-  lB = (mx_s[8 + g] + mx_s[24 + g]) + (mx_s[40 + g] + mx_s[56 + g]);
+  lA = (mx_g[g] + mx_g[16 + g]) + (mx_g[32 + g] + mx_g[48 + g]);
+  lB = (mx_g[8 + g] + mx_g[24 + g]) + (mx_g[40 + g] + mx_g[56 + g]);
   __syncthreads();  // mx_s is the merge's scratch below
-  finish_split<128, 16>(p, acc, mA, mB, lA, lB, hA, hB, warp * kNPart + 2 * tq, warp == 0 && tq == 0, t, split, head_block, mx_s);
+  finish_split<kThreadsG, 16 * G>(p, acc, mA, mB, lA, lB, hA, hB, warp * kNPart + 2 * tq, warp == 0 && tq == 0, t, split,
+                                  head_block, mx_s);
 }
 
 // The merge for many splits, where one CTA per (query, head block) would read too much: one CTA of
@@ -761,7 +782,7 @@ void launch_mma(const SparseMlaArgs& a, bool dense, int64_t entries) {
   const int sms = device_sm_count();
   const int64_t head_blocks = (a.H + 16 * HG - 1) / (16 * HG);
   const int64_t ctas = head_blocks * (a.plan_queries > 0 ? a.plan_queries : a.T);  // the plan's query count
-  const int64_t resident = (int64_t)sms * (HG == 4 ? 1 : 2);
+  const int64_t resident = (int64_t)sms * (HG == 1 ? 2 : 1);
   // Split only where the queries alone leave the device idle, never into more than one wave, and into
   // at most kMaxAutoSplits: each split writes a 2 KB fp32 partial per head, as many bytes as 1.8 rows.
   int64_t split;
@@ -781,12 +802,13 @@ void launch_mma(const SparseMlaArgs& a, bool dense, int64_t entries) {
     p.fused_merge = n_splits <= kFusedMaxSplits;
     if (p.fused_merge) p.tickets = tickets((size_t)(head_blocks * a.T));  // one per (query, head block) launched
   }
-  // 16 heads per CTA: sparse_mla_rows; 64: sparse_mla_mma<4>.
-  constexpr size_t smem_max = HG == 1 ? rows_smem_bytes(kMaxSplitRows) : mma_smem_bytes<HG>(kMaxSplitRows);
+  // 16 or 32 heads per CTA: sparse_mla_rows<HG>; 64: sparse_mla_mma<4>.
+  constexpr bool rows = HG <= 2;
+  constexpr size_t smem_max = rows ? rows_smem_bytes<rows ? HG : 1>(kMaxSplitRows) : mma_smem_bytes<HG>(kMaxSplitRows);
   static_assert(smem_max <= 99 * 1024, "sparse MLA tile must fit sm_120's 99 KB");
-  const size_t smem = HG == 1 ? rows_smem_bytes((int)split) : mma_smem_bytes<HG>((int)split);
+  const size_t smem = rows ? rows_smem_bytes<rows ? HG : 1>((int)split) : mma_smem_bytes<HG>((int)split);
   void (*kernel)(MmaParams);
-  if constexpr (HG == 1) kernel = sparse_mla_rows;
+  if constexpr (rows) kernel = sparse_mla_rows<HG>;
   else kernel = sparse_mla_mma<HG>;
   static bool attr_set[64] = {};  // one attribute call per device and instantiation (the attribute is per device)
   if (!attr_set[current_device() & 63]) {
@@ -795,7 +817,7 @@ void launch_mma(const SparseMlaArgs& a, bool dense, int64_t entries) {
   }
   const dim3 grid((unsigned)n_splits, (unsigned)head_blocks, (unsigned)a.T);
   kernel<<<grid, HG * 128, smem, cur_stream()>>>(p);
-  MLACONF_CUDA_LAUNCH_CHECK(HG == 1 ? "sparse_mla_rows" : "sparse_mla_mma");
+  MLACONF_CUDA_LAUNCH_CHECK(rows ? "sparse_mla_rows" : "sparse_mla_mma");
   if (n_splits > 1 && !p.fused_merge) {
     // Programmatic dependent launch: the merge's launch overlaps the split kernel (sm_90 and later).
     launch_dependent(sparse_mla_mma_merge, dim3((unsigned)a.H, (unsigned)a.T), dim3(kMmaDv / 4), 0, (const float*)p.o_part,
@@ -817,15 +839,19 @@ void sparse_mla(const SparseMlaArgs& a) {
   if (a.L > INT32_MAX && dense) throw InputError("cuda::sparse_mla: dense fault needs L < 2^31");
   const int64_t entries = dense ? a.L : a.top_k;
   if (a.T > 65535) throw InputError("cuda::sparse_mla: not supported: more than 65535 queries in one call");
-  if (a.heads_per_cta != 0 && a.heads_per_cta != 16 && a.heads_per_cta != 64)
-    throw InputError("cuda::sparse_mla: heads_per_cta must be 0, 16 or 64");
+  if (a.heads_per_cta != 0 && a.heads_per_cta != 16 && a.heads_per_cta != 32 && a.heads_per_cta != 64)
+    throw InputError("cuda::sparse_mla: heads_per_cta must be 0, 16, 32 or 64");
   // The tensor-core kernel copies 16-byte pieces of rows: it needs a 16-byte aligned cache.
   if (a.d_qk == kMmaDqk && a.d_v == kMmaDv && reinterpret_cast<uintptr_t>(a.cache) % 16 == 0) {
-    // 16 heads per CTA (sparse_mla_rows) by default: faster than 64 (sparse_mla_mma<4>, each row read
-    // once per query) at every batch measured, 1 to 64 (docs/PERF_H200.md v6), the re-reads of a row by
-    // a query's 4 CTAs coming from L2.
-    const int hpc = a.heads_per_cta == 0 ? 16 : a.heads_per_cta;
+    // sparse_mla_rows by default, faster than 64 heads per CTA (sparse_mla_mma<4>) at every batch measured
+    // (docs/PERF_H200.md v6): 32 heads per CTA from plans of 8 queries (a row gathered once for two head
+    // groups: B = 8 / 32 / 64 -8 / -13 / -17 %), 16 below (B = 1: 15.9 against 17.7 us; v18). The two give
+    // the same bits at the same split, and the automatic split is the same for both (half the CTAs, half
+    // the resident places), so the choice never changes a result.
+    const int64_t plan = a.plan_queries > 0 ? a.plan_queries : a.T;
+    const int hpc = a.heads_per_cta != 0 ? a.heads_per_cta : plan >= 8 ? 32 : 16;
     if (hpc == 64) launch_mma<4>(a, dense, entries);
+    else if (hpc == 32) launch_mma<2>(a, dense, entries);
     else launch_mma<1>(a, dense, entries);
     return;
   }

@@ -5,8 +5,8 @@
 // rows gathered into a small cache (the attention of a query depends on its listed rows only), so a
 // multi-GB cache needs no host copy.
 //
-// Tiles: the tensor-core kernels take 16 heads of one query per CTA (sparse_mla_rows, the default: 32
-// listed rows per tile, 8 per warp) or 64 (sparse_mla_mma: 16 rows per tile), split-K chunks of a
+// Tiles: the tensor-core kernels take 16 or 32 heads of one query per CTA (sparse_mla_rows, 16 the default: 32
+// listed rows per tile, 8 per warp of a head group) or 64 (sparse_mla_mma: 16 rows per tile), split-K chunks of a
 // multiple of 16 (up to 4 merged by the last CTA, more by a merge kernel); the SIMT kernel 16 heads and
 // 32 rows per step. Off-alignment cases run heads, top_k, L, T and splits just below and above those
 // multiples, plus primes.
@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -151,7 +152,7 @@ void conformance_case(MlaCase c) {
 // Batched decode as a server runs it: B queries of B sequences, each sequence's rows on pages of 64
 // rows scattered over one shared cache (a page table per sequence), index lists of absolute rows
 // (positions chosen from the sequence's own context, 10% -1). Every configuration of the tensor-core
-// kernel (16 or 64 heads per CTA, split or not) must give the reference's answer.
+// kernel (16, 32 or 64 heads per CTA, split or not) must give the reference's answer.
 void batched_paged_case(int64_t B, int hpc, int64_t split) {
   MLACONF_REQUIRE_CUDA();
   constexpr int64_t kPage = 64;
@@ -230,6 +231,34 @@ void huge_cache_case(const std::string& kind) {
   expect_pass(chk);
 }
 
+// 32 heads per CTA gives the bits of 16 at the same split: a head group's 4 warps run the 16-head CTA's
+// code on the same rows in the same order, so a rule may pick either by batch without a query's bits
+// depending on its batch. Judged by memcmp, at each merge path (none, by the last CTA, the merge kernel),
+// heads off both CTA sizes, 30 % of the slots -1.
+void rows32_bits_case(int64_t T, int64_t H, int64_t split) {
+  MLACONF_REQUIRE_CUDA();
+  MlaCase c;
+  c.T = T, c.H = H, c.topk = 2048, c.L = 4099, c.invalid_frac = 0.3, c.seed = 700 + H + split;
+  std::mt19937_64 rng(c.seed);
+  std::vector<uint16_t> qb, kb;
+  std::vector<float> q, k;
+  random_half(rng, c.T * c.H * c.dqk, 1.0f, &qb, &q);
+  random_half(rng, c.L * c.dqk, 1.0f, &kb, &k);
+  const auto idx = make_indices(c, rng);
+  auto d_q = cuda::to_device(qb), d_k = cuda::to_device(kb), d_idx = cuda::to_device(idx);
+  std::vector<float> out[2];
+  for (int v = 0; v < 2; ++v) {
+    cuda::DeviceBuffer d_out(c.T * c.H * c.dv * 4);
+    cuda::SparseMlaArgs a;
+    a.q = d_q.as<uint16_t>(), a.cache = d_k.as<uint16_t>(), a.L = c.L, a.idx = d_idx.as<int32_t>();
+    a.T = c.T, a.H = c.H, a.d_qk = c.dqk, a.d_v = c.dv, a.top_k = c.topk, a.scale = 1.0f / 16, a.out = d_out.as<float>();
+    a.heads_per_cta = v ? 32 : 16, a.split = split;
+    cuda::sparse_mla(a);
+    out[v] = cuda::to_host<float>(d_out, c.T * c.H * c.dv);
+  }
+  ASSERT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4), 0) << "32 heads per CTA changed bits";
+}
+
 // Negative control: dense attention in place of sparse fails the check once the context is longer than
 // top_k, and passes when it is shorter (then the index list holds every row: sparse == dense).
 void dense_control_case(bool longer) {
@@ -297,11 +326,11 @@ const bool registered = [] {
     d.T = 2, d.H = 17, d.dqk = 98, d.dv = 64, d.topk = 33, d.L = 70;  // other latent dims
     reg("sparse_mla_prefill", d);
   }
-  // Off alignment, tensor-core kernels: heads around their 16 / 64 per CTA (both CTA sizes forced), top_k
+  // Off alignment, tensor-core kernels: heads around their 16 / 32 / 64 per CTA (each CTA size forced), top_k
   // around their 16- and 32-row tiles up to 16 x 16, L around top_k and tiles, T around a wave of CTAs,
   // split chunks around 16-row multiples (partial 32-row tiles) and the fused merge, for both kernels.
-  for (int64_t H : {1, 15, 17, 63, 65, 127})
-    for (int hpc : {16, 64}) {
+  for (int64_t H : {1, 15, 17, 31, 33, 63, 65, 127})
+    for (int hpc : {16, 32, 64}) {
       MlaCase c;
       c.H = H, c.topk = 257, c.L = 1031, c.hpc = hpc, c.seed = 100 + H;
       reg("sparse_mla_decode", c);
@@ -321,7 +350,7 @@ const bool registered = [] {
     c.T = T, c.topk = 129, c.L = 4099, c.seed = 400 + T;
     reg("sparse_mla_prefill", c);
   }
-  for (int hpc : {16, 64})
+  for (int hpc : {16, 32, 64})
     for (int64_t split : {15, 17, 47, 49, 500, 520}) {
       MlaCase c;
       c.H = 64, c.topk = 2048, c.L = 4099, c.split = split, c.hpc = hpc, c.seed = 500 + split;
@@ -337,12 +366,17 @@ const bool registered = [] {
     reg(T == 1 ? "sparse_mla_decode" : "sparse_mla_prefill", c);
   }
   for (auto [B, hpc, split] : {std::tuple<int64_t, int, int64_t>{8, 0, 0}, {8, 16, 0}, {8, 64, 0}, {8, 64, 4096}, {8, 64, 512},
-                                {3, 16, 48}, {64, 0, 0}}) {
+                                {3, 16, 48}, {64, 0, 0}, {8, 32, 0}, {3, 32, 48}, {64, 32, 0}}) {
     CaseName n("sparse_mla_batched_paged");
     n.p("b", B).p("h", 64).p("d", 576).p("dv", 512).p("topk", 2048).p("ctx", 3000).p("page", 64);
     if (hpc) n.p("hpc", hpc);
     if (split) n.p("split", split);
     register_case("sparse_mla", n.p("dtype", "f16"), [B = B, hpc = hpc, split = split] { batched_paged_case(B, hpc, split); });
+  }
+  for (auto [T, H, split] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 128}, {2, 64, 512}, {3, 33, 2048}, {1, 17, 96}, {5, 64, 48}}) {
+    CaseName n("sparse_mla_rows32_bits");
+    n.p("t", T).p("h", H).p("d", 576).p("dv", 512).p("topk", 2048).p("L", 4099).p("split", split);
+    register_case("sparse_mla", n.p("dtype", "f16"), [T = T, H = H, split = split] { rows32_bits_case(T, H, split); });
   }
   // A cache over 2^31 elements through three kernels' paths (independent cases of one invariant).
   register_case("sparse_mla", "sparse_mla_decode(h=64,d=576,dv=512,topk=2048,L=3800000,cache=gt2^31elems,dtype=f16)",
