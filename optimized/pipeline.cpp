@@ -903,8 +903,8 @@ void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out, float
     RouteArgs ra = route_args(l, true);
     ra.logits = logits.as<float>(), ra.T = T;
     ra.ids = d_ids.as<int32_t>(), ra.wts = d_wts.as<float>(), ra.tok = d_tok.as<int32_t>();
+    ra.shared_tail = fold;  // id -1 after the routed ones
     route_experts(ra);
-    if (fold) DeviceBuffer::borrowed(d_ids.as<int32_t>() + T * k, 4).fill(0xFF);  // id -1
     auto eo = fbuf(n * E);
     expert_pairs(l, y, T, d_ids.as<int32_t>(), d_tok.as<int32_t>(), eo.as<float>(), fold);
     done(l, op::kExpertOut, eo.as<float>(), {T, k, E});

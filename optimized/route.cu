@@ -145,6 +145,7 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(RouteArgs a) {
     a.wts[t * k + j] = __fmul_rn(wv, a.scale);
     a.tok[t * k + j] = (int32_t)t;
   }
+  if (a.shared_tail && t == 0 && tid == 0) a.ids[a.T * k] = -1;
 }
 
 // group_pairs (api.h), one CTA. Pair j's slot is its place in a stable sort by expert id: the pairs of lower

@@ -103,13 +103,16 @@ Routed host_route(const RouteCase& rc, const std::vector<float>& z, const std::v
   cuda::route_experts_host(a);
   return r;
 }
+// shared_tail: ids gets one more slot, returned as the last of r.ids.
 Routed device_route(const RouteCase& rc, const std::vector<float>& z, const std::vector<float>& bias, int64_t T,
-                    double* us_per_call = nullptr) {
+                    double* us_per_call = nullptr, bool shared_tail = false) {
   auto d_z = cuda::to_device(z), d_b = cuda::to_device(bias);
-  cuda::DeviceBuffer d_ids((size_t)(T * rc.k) * 4), d_wts((size_t)(T * rc.k) * 4), d_tok((size_t)(T * rc.k) * 4);
+  const int64_t n_ids = T * rc.k + (shared_tail ? 1 : 0);
+  cuda::DeviceBuffer d_ids((size_t)n_ids * 4), d_wts((size_t)(T * rc.k) * 4), d_tok((size_t)(T * rc.k) * 4);
   cuda::RouteArgs a = args_of(rc, T);
   a.logits = d_z.as<float>(), a.bias = rc.bias ? d_b.as<float>() : nullptr;
   a.ids = d_ids.as<int32_t>(), a.wts = d_wts.as<float>(), a.tok = d_tok.as<int32_t>();
+  a.shared_tail = shared_tail;
   cuda::route_experts(a);
   cuda::synchronize();
   if (us_per_call) {  // launch + kernel, back to back (informational: the kernel was 155 us at 256 experts)
@@ -120,7 +123,7 @@ Routed device_route(const RouteCase& rc, const std::vector<float>& z, const std:
     *us_per_call = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kReps;
   }
   Routed r;
-  r.ids = cuda::to_host<int32_t>(d_ids, (size_t)(T * rc.k));
+  r.ids = cuda::to_host<int32_t>(d_ids, (size_t)n_ids);
   r.wts = cuda::to_host<float>(d_wts, (size_t)(T * rc.k));
   r.tok = cuda::to_host<int32_t>(d_tok, (size_t)(T * rc.k));
   return r;
@@ -194,6 +197,19 @@ void route_case(const RouteCase& rc, int64_t T) {
   }
 }
 
+// The shared expert's id -1 after the routed ids (RouteArgs::shared_tail, a one-token step's experts launch), written
+// by the routing's launch over the buffer's poison; the routed ids as without it.
+void shared_tail_case(const RouteCase& rc, int64_t T) {
+  MLACONF_REQUIRE_CUDA();
+  std::mt19937_64 rng(99 + (uint64_t)T);
+  const std::vector<float> z = make_logits(rc, T, rng), bias = make_bias(rc, rng);
+  const Routed plain = device_route(rc, z, bias, T), tail = device_route(rc, z, bias, T, nullptr, true);
+  ASSERT_EQ(tail.ids.size(), plain.ids.size() + 1);
+  EXPECT_EQ(tail.ids.back(), -1) << "the shared expert's id";
+  EXPECT_EQ(std::memcmp(tail.ids.data(), plain.ids.data(), plain.ids.size() * 4), 0) << "the routed ids changed";
+  EXPECT_EQ(weights_differ(tail.wts, plain.wts), 0);
+}
+
 // The shape checks of both entry points.
 void route_misuse() {
   MLACONF_REQUIRE_CUDA();
@@ -239,6 +255,9 @@ const bool registered = [] {
       register_case("route", name, [rc, T] { route_case(rc, T); });
     }
   register_case("route", CaseName("route_experts_misuse").str(), [] { route_misuse(); });
+  for (int64_t T : {1, 3})
+    register_case("route", CaseName("route_experts_shared_tail").p("config", "glm5").p("rows", T).str(),
+                  [T] { shared_tail_case(kCases[0], T); });
   return true;
 }();
 
