@@ -89,6 +89,26 @@ void experts_shared_x_case(GgmlType t, int64_t rows, int64_t cols) {
   EXPECT_EQ(differ, 0) << differ << " of " << n << " experts differ from the matrix run alone";
 }
 
+// The inputs of a launch of experts by id with a shared expert as id -1: a pool of 4 experts and the shared matrix (a
+// buffer of its own), x (one for all, or one per entry), ids, on the host and the device. seed: the pool's (the
+// shared matrix's is seed + 1).
+struct AltExperts {
+  std::vector<uint8_t> blocks, alt;
+  std::vector<float> xs;
+  cuda::DeviceBuffer d_w, d_alt, d_x, d_ids;
+  int64_t stride;
+};
+AltExperts alt_experts(GgmlType t, int64_t rows, int64_t cols, const std::vector<int32_t>& ids, bool one_x, uint64_t seed,
+                       uint64_t x_seed) {
+  AltExperts e;
+  e.blocks = random_blocks(t, 4 * rows * cols / 256, seed);
+  e.alt = random_blocks(t, rows * cols / 256, seed + 1);
+  e.xs = random_x((size_t)(one_x ? 1 : ids.size()) * cols, x_seed);
+  e.d_w = cuda::to_device(e.blocks), e.d_alt = cuda::to_device(e.alt), e.d_x = cuda::to_device(e.xs), e.d_ids = cuda::to_device(ids);
+  e.stride = rows * row_bytes(t, cols);
+  return e;
+}
+
 // A shared expert as one more entry (id -1 takes the matrix at d_w_alt, a buffer of its own): every entry
 // against float64 and bit-identical to its matrix run alone by gemv (the shared matrix's own path), with one x
 // for all (the pipeline's one-token step) or one per entry (20 entries, two of them -1).
@@ -97,17 +117,16 @@ void experts_alt_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_
   GemvVariantScope mma(cuda::kGemvMma);
   ASSERT_TRUE(cuda::gemv_experts_mma_ok(t, rows, cols));
   const int64_t n = (int64_t)ids.size(), pool = 4;
-  const auto blocks = random_blocks(t, pool * rows * cols / 256, 909 + (int)t);
-  const auto alt = random_blocks(t, rows * cols / 256, 910 + (int)t);
-  auto all = blocks;
-  all.insert(all.end(), alt.begin(), alt.end());
+  AltExperts in = alt_experts(t, rows, cols, ids, one_x, 909 + (int)t, 78);
+  auto all = in.blocks;
+  all.insert(all.end(), in.alt.begin(), in.alt.end());
   const auto W = ref_dequant(t, all, (pool + 1) * rows * cols);  // the judge's matrix `pool` is the alt one
-  const auto xs = random_x((size_t)(one_x ? 1 : n) * cols, 78);
+  const auto& xs = in.xs;
   std::vector<float> x;  // the judge's layout: one x per entry
   for (int64_t j = 0; j < n; ++j) x.insert(x.end(), xs.begin() + (one_x ? 0 : j * cols), xs.begin() + (one_x ? 1 : j + 1) * cols);
-  auto d_w = cuda::to_device(blocks), d_alt = cuda::to_device(alt), d_x = cuda::to_device(xs), d_ids = cuda::to_device(ids);
+  const auto &d_w = in.d_w, &d_alt = in.d_alt, &d_x = in.d_x, &d_ids = in.d_ids;
   cuda::DeviceBuffer d_y((size_t)n * rows * 4);
-  const int64_t stride = rows * row_bytes(t, cols);
+  const int64_t stride = in.stride;
   cuda::gemv_experts(t, d_w.get(), stride, d_ids.as<int32_t>(), n, rows, cols, d_x.as<float>(), one_x ? 0 : cols, d_y.as<float>(),
                      rows, d_alt.get());
   const auto got = cuda::to_host<float>(d_y, (size_t)n * rows);
@@ -408,13 +427,11 @@ void experts_xwarp_bits_case(GgmlType t, int64_t rows, int64_t cols, std::vector
   MLACONF_REQUIRE_CUDA();
   GemvVariantScope mma(cuda::kGemvMma);
   const SwitchScope keep{cuda::gemv_mma_xwarp, cuda::set_gemv_mma_xwarp};
-  const int64_t n = (int64_t)ids.size(), pool = 4;
-  const auto blocks = random_blocks(t, pool * rows * cols / 256, 949 + (int)t);
-  const auto alt = random_blocks(t, rows * cols / 256, 950 + (int)t);
-  const auto xs = random_x((size_t)(one_x ? 1 : n) * cols, 79);
-  auto d_w = cuda::to_device(blocks), d_alt = cuda::to_device(alt), d_x = cuda::to_device(xs), d_ids = cuda::to_device(ids);
+  const int64_t n = (int64_t)ids.size();
+  AltExperts in = alt_experts(t, rows, cols, ids, one_x, 949 + (int)t, 79);
+  const auto &d_w = in.d_w, &d_alt = in.d_alt, &d_x = in.d_x, &d_ids = in.d_ids;
   cuda::DeviceBuffer d_y((size_t)n * rows * 4);
-  const int64_t stride = rows * row_bytes(t, cols);
+  const int64_t stride = in.stride;
   auto run = [&](bool xw) {
     cuda::set_gemv_mma_xwarp(xw);
     EXPECT_EQ(cuda::gemv_mma_xwarp_pass(t, n, false, false), xw) << "the case must take the path it names";
