@@ -5,8 +5,8 @@
 // rows gathered into a small cache (the attention of a query depends on its listed rows only), so a
 // multi-GB cache needs no host copy.
 //
-// Tiles: the tensor-core kernels take 16 or 32 heads of one query per CTA (sparse_mla_rows, 16 the default: 32
-// listed rows per tile, 8 per warp of a head group) or 64 (sparse_mla_mma: 16 rows per tile), split-K chunks of a
+// Tiles: the tensor-core kernels take 16 or 32 heads of one query per CTA (sparse_mla_rows, the default: 32 from
+// plans of 8 queries, else 16; 32 listed rows per tile, 8 per warp of a head group) or 64 (sparse_mla_mma: 16 rows per tile), split-K chunks of a
 // multiple of 16 (up to 4 merged by the last CTA, more by a merge kernel); the SIMT kernel 16 heads and
 // 32 rows per step. Off-alignment cases run heads, top_k, L, T and splits just below and above those
 // multiples, plus primes.
@@ -97,30 +97,47 @@ std::vector<double> expected_out(const MlaCase& c, const std::vector<uint16_t>& 
   return out;
 }
 
-// Runs the kernel on a case (random f16 q and cache, or the given index lists) and judges it.
-OpCheck mla_check(const MlaCase& c, const std::vector<int32_t>* idx_override = nullptr, const std::string& dir = "") {
-  std::mt19937_64 rng(c.seed);
+// A case's inputs (random f16 q and cache from c.seed, the case's index lists or the given ones) on the host and the
+// device, and the kernel's arguments for them (heads per CTA and split as the case says; out: d_out).
+struct MlaInputs {
   std::vector<uint16_t> qb, kb;
   std::vector<float> q, k;
-  random_half(rng, c.T * c.H * c.dqk, 1.0f, &qb, &q);
-  random_half(rng, c.L * c.dqk, 1.0f, &kb, &k);
-  const auto idx = idx_override ? *idx_override : make_indices(c, rng);
+  std::vector<int32_t> idx;
+  cuda::DeviceBuffer d_q, d_k, d_idx, d_pos, d_out;
+  cuda::SparseMlaArgs a;
+};
+MlaInputs mla_inputs(const MlaCase& c, const std::vector<int32_t>* idx_override = nullptr) {
+  MlaInputs in;
+  std::mt19937_64 rng(c.seed);
+  random_half(rng, c.T * c.H * c.dqk, 1.0f, &in.qb, &in.q);
+  random_half(rng, c.L * c.dqk, 1.0f, &in.kb, &in.k);
+  in.idx = idx_override ? *idx_override : make_indices(c, rng);
   std::vector<int32_t> pos(c.T);
   for (int64_t t = 0; t < c.T; ++t) pos[t] = (int32_t)(c.L - c.T + t);
-  const float scale = 1.0f / std::sqrt(256.0f);
-  auto d_q = cuda::to_device(qb), d_k = cuda::to_device(kb), d_idx = cuda::to_device(idx), d_pos = cuda::to_device(pos);
-  cuda::DeviceBuffer d_out(c.T * c.H * c.dv * 4);
-  cuda::SparseMlaArgs a;
-  a.q = d_q.as<uint16_t>();
-  a.cache = c.L ? d_k.as<uint16_t>() : nullptr;
+  in.d_q = cuda::to_device(in.qb), in.d_k = cuda::to_device(in.kb), in.d_idx = cuda::to_device(in.idx), in.d_pos = cuda::to_device(pos);
+  in.d_out = cuda::DeviceBuffer(c.T * c.H * c.dv * 4);
+  cuda::SparseMlaArgs& a = in.a;
+  a.q = in.d_q.as<uint16_t>();
+  a.cache = c.L ? in.d_k.as<uint16_t>() : nullptr;
   a.L = c.L;
-  a.idx = d_idx.as<int32_t>();
-  a.q_pos = d_pos.as<int32_t>();
+  a.idx = in.d_idx.as<int32_t>();
+  a.q_pos = in.d_pos.as<int32_t>();
   a.T = c.T, a.H = c.H, a.d_qk = c.dqk, a.d_v = c.dv, a.top_k = c.topk;
-  a.scale = scale;
-  a.out = d_out.as<float>();
+  a.scale = 1.0f / std::sqrt(256.0f);
+  a.out = in.d_out.as<float>();
   a.heads_per_cta = c.hpc;
   a.split = c.split;
+  return in;
+}
+
+// Runs the kernel on a case (random f16 q and cache, or the given index lists) and judges it.
+OpCheck mla_check(const MlaCase& c, const std::vector<int32_t>* idx_override = nullptr, const std::string& dir = "") {
+  MlaInputs in = mla_inputs(c, idx_override);
+  const cuda::SparseMlaArgs& a = in.a;
+  const auto& qb = in.qb;
+  const auto& idx = in.idx;
+  const auto& k = in.k;
+  const float scale = a.scale;
   cuda::sparse_mla(a);
   cuda::synchronize();
   auto t0 = std::chrono::steady_clock::now();
@@ -128,12 +145,12 @@ OpCheck mla_check(const MlaCase& c, const std::vector<int32_t>* idx_override = n
   for (int i = 0; i < reps; ++i) cuda::sparse_mla(a);
   cuda::synchronize();
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
-  const auto got = cuda::to_host<float>(d_out, c.T * c.H * c.dv);
+  const auto got = cuda::to_host<float>(in.d_out, c.T * c.H * c.dv);
   const auto want = expected_out(c, qb, idx, scale, [&](int64_t r, double* dst) {
     for (int64_t x = 0; x < c.dqk; ++x) dst[x] = k[r * c.dqk + x];
   });
   OpCheck chk(dir);
-  const auto kb_kept = std::make_shared<const std::vector<uint16_t>>(std::move(kb));  // the check outlives this scope
+  const auto kb_kept = std::make_shared<const std::vector<uint16_t>>(std::move(in.kb));  // the check outlives this scope
   chk.input("q", [qb, c] { return f16_array({c.T, c.H, c.dqk}, qb); });
   chk.input("cache", [kb_kept, c] { return f16_array({c.L, c.dqk}, *kb_kept); });
   chk.input("idx", [idx, c] { return i32_array({c.T, c.topk}, idx); });
@@ -238,23 +255,14 @@ void huge_cache_case(const std::string& kind) {
 void rows32_bits_case(int64_t T, int64_t H, int64_t split) {
   MLACONF_REQUIRE_CUDA();
   MlaCase c;
-  c.T = T, c.H = H, c.topk = 2048, c.L = 4099, c.invalid_frac = 0.3, c.seed = 700 + H + split;
-  std::mt19937_64 rng(c.seed);
-  std::vector<uint16_t> qb, kb;
-  std::vector<float> q, k;
-  random_half(rng, c.T * c.H * c.dqk, 1.0f, &qb, &q);
-  random_half(rng, c.L * c.dqk, 1.0f, &kb, &k);
-  const auto idx = make_indices(c, rng);
-  auto d_q = cuda::to_device(qb), d_k = cuda::to_device(kb), d_idx = cuda::to_device(idx);
+  c.T = T, c.H = H, c.topk = 2048, c.L = 4099, c.invalid_frac = 0.3, c.seed = 700 + H + split, c.split = split;
+  MlaInputs in = mla_inputs(c);
   std::vector<float> out[2];
   for (int v = 0; v < 2; ++v) {
-    cuda::DeviceBuffer d_out(c.T * c.H * c.dv * 4);
-    cuda::SparseMlaArgs a;
-    a.q = d_q.as<uint16_t>(), a.cache = d_k.as<uint16_t>(), a.L = c.L, a.idx = d_idx.as<int32_t>();
-    a.T = c.T, a.H = c.H, a.d_qk = c.dqk, a.d_v = c.dv, a.top_k = c.topk, a.scale = 1.0f / 16, a.out = d_out.as<float>();
-    a.heads_per_cta = v ? 32 : 16, a.split = split;
-    cuda::sparse_mla(a);
-    out[v] = cuda::to_host<float>(d_out, c.T * c.H * c.dv);
+    in.d_out.fill(0xFF);
+    in.a.heads_per_cta = v ? 32 : 16;
+    cuda::sparse_mla(in.a);
+    out[v] = cuda::to_host<float>(in.d_out, c.T * c.H * c.dv);
   }
   ASSERT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4), 0) << "32 heads per CTA changed bits";
 }
