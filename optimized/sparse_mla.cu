@@ -737,26 +737,50 @@ __global__ void __launch_bounds__(128 * G, 2 / G) sparse_mla_rows(MmaParams p) {
 }
 
 // The merge for many splits, where one CTA per (query, head block) would read too much: one CTA of
-// 128 threads per (head, query), a float4 column each, the splits' loads unrolled to be in flight (16:
-// the automatic split's most). Launched as a programmatic dependent of the split kernel, which lets it
-// launch at once: it waits here for that kernel's completion and memory, not for its own launch.
+// 128 threads per (head, query), a float4 column each. Launched as a programmatic dependent of the split
+// kernel, which lets it launch at once: it waits here for that kernel's completion and memory, not for its
+// own launch. Up to kMaxAutoSplits splits (the automatic split's most) every load of the thread is issued
+// before any is used, one latency from L2: the v6 loop's weighted sums sat behind a per-split branch that kept
+// the partials' loads in it (sm_90 SASS: 4-5 dependent rounds of LDG.128 for 16 splits), and in the B = 1 decode
+// step the merge ended ~4.4 us after the split kernel (H200 trace, PERF_H200 v19). The same sums in the same
+// order either way.
 __global__ void __launch_bounds__(128) sparse_mla_mma_merge(const float* __restrict__ o_part, const float* __restrict__ m_part,
                                                             const float* __restrict__ l_part, int n_splits, int H,
                                                             bool plain_sum, float* __restrict__ out) {
   pdl_wait();  // a no-op when launched without the dependency
   const int h = blockIdx.x, t = blockIdx.y, c = threadIdx.x * 4;
-  float M = -INFINITY;
-  for (int s = 0; s < n_splits; ++s) M = fmaxf(M, m_part[((int64_t)t * n_splits + s) * H + h]);
-  float Ls = 0.f;
+  const int64_t k0 = (int64_t)t * n_splits * H + h;  // split s at k0 + s H
+  float M = -INFINITY, Ls = 0.f;
   float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 16
-  for (int s = 0; s < n_splits; ++s) {
-    const int64_t k = ((int64_t)t * n_splits + s) * H + h;
-    const float m = m_part[k];
+  // Split s's weight and its terms, in split order.
+  auto add = [&](float m, float l, float4 v) {
     const float w = plain_sum ? 1.f : (m == -INFINITY ? 0.f : exp2f(m - M));
-    const float4 v = *reinterpret_cast<const float4*>(o_part + k * kMmaDv + c);
-    Ls += w * l_part[k];
+    Ls += w * l;
     if (w != 0.f) o.x += w * v.x, o.y += w * v.y, o.z += w * v.z, o.w += w * v.w;
+  };
+  if (n_splits <= kMaxAutoSplits) {
+    float m[kMaxAutoSplits], l[kMaxAutoSplits];
+    float4 v[kMaxAutoSplits];
+#pragma unroll
+    for (int s = 0; s < kMaxAutoSplits; ++s) {
+      if (s >= n_splits) break;
+      const int64_t k = k0 + (int64_t)s * H;
+      m[s] = m_part[k], l[s] = l_part[k];
+      v[s] = *reinterpret_cast<const float4*>(o_part + k * kMmaDv + c);
+    }
+#pragma unroll
+    for (int s = 0; s < kMaxAutoSplits; ++s)
+      if (s < n_splits) M = fmaxf(M, m[s]);
+#pragma unroll
+    for (int s = 0; s < kMaxAutoSplits; ++s)
+      if (s < n_splits) add(m[s], l[s], v[s]);
+  } else {
+    for (int s = 0; s < n_splits; ++s) M = fmaxf(M, m_part[k0 + (int64_t)s * H]);
+#pragma unroll 16
+    for (int s = 0; s < n_splits; ++s) {
+      const int64_t k = k0 + (int64_t)s * H;
+      add(m_part[k], l_part[k], *reinterpret_cast<const float4*>(o_part + k * kMmaDv + c));
+    }
   }
   const float inv = (M == -INFINITY || Ls == 0.f) ? 0.f : 1.f / Ls;
   *reinterpret_cast<float4*>(out + ((int64_t)t * H + h) * kMmaDv + c) = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
