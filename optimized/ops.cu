@@ -24,9 +24,10 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 // then normalized: the same bits as add_inplace then rmsnorm). Why not 256 threads over scalars: a
 // decode step normalizes one row, and a CTA looping 24 times over dependent scalar loads waited ~13 us
 // on memory latency. Here each thread takes whole 4-value chunks (16-byte loads where VEC), about one
-// per thread, so a row costs two round trips. The sum of squares runs per thread over its chunks in
-// order, then block_sum: an order fixed by D alone (norm_threads), never by T or the alignment (the
-// scalar variant reads the same chunks element by element, zero-padding the last one).
+// per thread, all loaded at once (kNormHeld), so a row costs one round trip. The sum of squares runs per
+// thread over its chunks in order, then block_sum: an order fixed by D alone (norm_threads), never by T
+// or the alignment (the scalar variant reads the same chunks element by element, zero-padding the last
+// one).
 template <bool VEC>
 __device__ __forceinline__ float4 ld_chunk(const float* p, int64_t c0, int64_t D) {
   if constexpr (VEC) return *reinterpret_cast<const float4*>(p + c0);
