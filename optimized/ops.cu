@@ -51,6 +51,15 @@ __device__ __forceinline__ void st_chunk(float* p, int64_t c0, int64_t D, float4
 // chunks: 16384 values at 1024 threads): x and w are read once, all before the sum, instead of x read again and w
 // after it (a second L2 round trip in a one-CTA kernel on the decode step's critical path, 13 times a step).
 constexpr int kNormHeld = 4;
+// rmsnorm_kernel's arithmetic per chunk, one piece of code for both of its paths (their bits must agree): the residual
+// add, the sum of squares in value order, the output g (v r).
+__device__ __forceinline__ float4 add_chunk(float4 v, float4 d) { return make_float4(v.x + d.x, v.y + d.y, v.z + d.z, v.w + d.w); }
+__device__ __forceinline__ float sum_sq(float4 v, float ss) {
+  return fmaf(v.w, v.w, fmaf(v.z, v.z, fmaf(v.y, v.y, fmaf(v.x, v.x, ss))));
+}
+__device__ __forceinline__ float4 norm_chunk(float4 g, float4 v, float r) {
+  return make_float4(g.x * (v.x * r), g.y * (v.y * r), g.z * (v.z * r), g.w * (v.w * r));
+}
 template <bool VEC>
 __global__ void rmsnorm_kernel(float* x, const float* delta, const float* w, int64_t D, int64_t ld, float eps, float* y) {
   __shared__ float red[32];
@@ -75,17 +84,17 @@ __global__ void rmsnorm_kernel(float* x, const float* delta, const float* w, int
       const int64_t j = threadIdx.x + (int64_t)i * blockDim.x;
       if (j >= chunks) break;
       if (delta) {
-        v[i].x += d[i].x, v[i].y += d[i].y, v[i].z += d[i].z, v[i].w += d[i].w;
+        v[i] = add_chunk(v[i], d[i]);
         st_chunk<VEC>(xr, 4 * j, D, v[i]);
       }
-      ss = fmaf(v[i].x, v[i].x, ss), ss = fmaf(v[i].y, v[i].y, ss), ss = fmaf(v[i].z, v[i].z, ss), ss = fmaf(v[i].w, v[i].w, ss);
+      ss = sum_sq(v[i], ss);
     }
     const float r = rsqrtf(block_sum(ss, red) / (float)D + eps);
 #pragma unroll
     for (int i = 0; i < kNormHeld; ++i) {
       const int64_t j = threadIdx.x + (int64_t)i * blockDim.x;
       if (j >= chunks) break;
-      st_chunk<VEC>(yr, 4 * j, D, make_float4(g[i].x * (v[i].x * r), g[i].y * (v[i].y * r), g[i].z * (v[i].z * r), g[i].w * (v[i].w * r)));
+      st_chunk<VEC>(yr, 4 * j, D, norm_chunk(g[i], v[i], r));
     }
     return;
   }
@@ -93,18 +102,16 @@ __global__ void rmsnorm_kernel(float* x, const float* delta, const float* w, int
   for (int64_t j = threadIdx.x; j < chunks; j += blockDim.x) {
     float4 v = ld_chunk<VEC>(xr, 4 * j, D);
     if (delta) {
-      const float4 d = ld_chunk<VEC>(delta + blockIdx.x * ld, 4 * j, D);
-      v.x += d.x, v.y += d.y, v.z += d.z, v.w += d.w;
+      v = add_chunk(v, ld_chunk<VEC>(delta + blockIdx.x * ld, 4 * j, D));
       st_chunk<VEC>(xr, 4 * j, D, v);
     }
-    ss = fmaf(v.x, v.x, ss), ss = fmaf(v.y, v.y, ss), ss = fmaf(v.z, v.z, ss), ss = fmaf(v.w, v.w, ss);
+    ss = sum_sq(v, ss);
   }
-  const float tot = block_sum(ss, red);
-  const float r = rsqrtf(tot / (float)D + eps);
+  const float r = rsqrtf(block_sum(ss, red) / (float)D + eps);
 #pragma unroll 4
   for (int64_t j = threadIdx.x; j < chunks; j += blockDim.x) {
     const float4 v = ld_chunk<VEC>(xr, 4 * j, D), g = ld_chunk<VEC>(w, 4 * j, D);
-    st_chunk<VEC>(yr, 4 * j, D, make_float4(g.x * (v.x * r), g.y * (v.y * r), g.z * (v.z * r), g.w * (v.w * r)));
+    st_chunk<VEC>(yr, 4 * j, D, norm_chunk(g, v, r));
   }
 }
 // Threads of a norm CTA, from the row length alone (it fixes the summation order): one 4-value chunk
