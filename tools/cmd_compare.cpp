@@ -1,4 +1,5 @@
 // mlaconf compare EXPECTED.h5 ACTUAL.h5 [--json R.json] [--plot R.png] [--filter CASE] [--precision P]
+//                 [--bounds B.json]
 //
 // Exit 0: every judged dataset within its tolerance; 1: at least one fails (or, with --require-all,
 // EXPECTED holds a dataset ACTUAL lacks); 2: unusable input (unreadable or truncated file, another
@@ -6,8 +7,10 @@
 // or mis-typed dataset, no case or dataset in common, an output that is an input).
 // Datasets EXPECTED holds and ACTUAL lacks are never silently skipped: they are listed as "not judged"
 // and counted in the summary line and the JSON.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 #include <memory>
 
 #include "core/error.h"
@@ -15,13 +18,14 @@
 #include "fixtures/compare.h"
 #include "fixtures/first_failure.h"
 #include "tools/command.h"
+#include "tools/text_file.h"
 #include "tools/validate.h"
 
 namespace mlaconf::cli {
 namespace {
 
 struct CompareArgs {
-  std::string expected, actual, json, plot, filter, precision;
+  std::string expected, actual, json, plot, filter, precision, bounds;
   bool brief = false, require_all = false;
   bool no_attribution = false;
 };
@@ -34,8 +38,10 @@ CommandRegistration reg(50, [](CLI::App& root) {
   c->add_option("--json", a->json, "write the report as JSON here");
   c->add_option("--plot", a->plot, "write a PNG here: log10(NMSE) per layer, one panel per op class, the bound, the first failing op named");
   c->add_option("--filter", a->filter, "judge only this case (canonical name, expected or actual)");
-  c->add_option("--precision", a->precision, "tolerances for this precision (f64|f32|f16|bf16) instead of ACTUAL's")
-      ->check(CLI::IsMember({"f64", "f32", "f16", "bf16"}));
+  c->add_option("--precision", a->precision,
+                 "tolerances for this precision (f64|f32|f16|bf16|fp8, or a class --bounds declares) instead of ACTUAL's");
+  c->add_option("--bounds", a->bounds,
+                "declared bounds (JSON, docs/TOLERANCES.md): precision classes of your own, and a precision per dataset");
   c->add_flag("--brief", a->brief, "print only failing datasets and the summary");
   c->add_flag("--no-attribution", a->no_attribution,
               "judge every row, also those a differing decision (a near-tie flip) reached (default: decision-aware)");
@@ -47,6 +53,11 @@ CommandRegistration reg(50, [](CLI::App& root) {
     if (!a->plot.empty()) require_output_path(a->plot, "--plot", {a->expected, a->actual});
     require_distinct_outputs(a->json, "--json", a->plot, "--plot");
     fx::CompareOptions o;
+    if (!a->bounds.empty()) o.bounds = fx::DeclaredBounds::parse(read_text_file(a->bounds, "--bounds"), a->bounds);
+    static const char* builtin[] = {"f64", "f32", "f16", "bf16", "fp8"};
+    if (!a->precision.empty() && !o.bounds.classes.count(a->precision) &&
+        std::find(std::begin(builtin), std::end(builtin), a->precision) == std::end(builtin))
+      throw InputError("--precision " + a->precision + ": not a built-in precision (f64, f32, f16, bf16, fp8) nor a class of --bounds");
     o.filter = a->filter;
     o.precision = a->precision;
     o.attribution = !a->no_attribution;
