@@ -26,7 +26,29 @@ struct CaptureArgs {
   be::CaptureOptions o;
   std::string layers = "all", prompt_ids, backend = "reference", op_layers, devices;
   bool quiet = false, progress = false, no_op_level = false;
+  int64_t decode_steps = -1;  // -1: the default (kDefaultDecodeSteps)
 };
+
+// Decode steps a capture takes unless told otherwise. A decode step's row attends the whole cache, so on
+// a prompt longer than top_k it is where the indexer's selection matters most; a second step reads the
+// cache row the first one appended (the cache update path). With --force-decisions the steps follow the
+// forcing fixture, so the default is then none (give --decode-steps to match its decode cases).
+constexpr int64_t kDefaultDecodeSteps = 2;
+
+// One line on stderr: how many rows of the fixture can show a sparse-attention bug (row verdicts name
+// failing rows; rows with at most top_k keys attend every key whatever the indexer chose).
+void say_rows_past_top_k(int64_t prompt, int64_t decode_steps, int64_t top_k) {
+  if (top_k <= 0) return;
+  const int64_t past = std::max<int64_t>(0, prompt - top_k), steps_past = std::max<int64_t>(0, std::min(decode_steps, prompt + decode_steps - top_k));
+  if (past + steps_past > 0)
+    std::fprintf(stderr, "capture: %lld of %lld prompt rows and %lld of %lld decode steps have more keys than top_k (%lld): "
+                         "a sparse-attention bug shows there\n",
+                 (long long)past, (long long)prompt, (long long)steps_past, (long long)decode_steps, (long long)top_k);
+  else
+    std::fprintf(stderr, "capture: note: no row has more keys than top_k (%lld): dense attention would pass this fixture; "
+                         "capture at least %lld tokens to judge the indexer's selection\n",
+                 (long long)top_k, (long long)(top_k + 32));
+}
 
 
 long long parse_int(const std::string& s, const char* what) {
@@ -52,7 +74,9 @@ CommandRegistration reg(40, [](CLI::App& root) {
   c->add_option("--seed", a->o.seed, "seed for --random-tokens (and decode tokens without a head)")
       ->check(CLI::Range(int64_t{0}, INT64_MAX))  // the case name carries it as a signed 64-bit number
       ->capture_default_str();
-  c->add_option("--decode-steps", a->o.decode_steps, "decode steps after the prompt, one case each")->check(CLI::Range(0, 1 << 20));
+  c->add_option("--decode-steps", a->decode_steps,
+                 "decode steps after the prompt, one case each (default: 2 where they fit in the context, 0 with --force-decisions)")
+      ->check(CLI::Range(0, 1 << 20));
   c->add_option("--generate", a->o.generate, "greedy generation of N tokens (oracle greedy layout)")->check(CLI::Range(0, 1 << 20));
   c->add_option("--precision", a->o.precision, "reference precision")->check(CLI::IsMember({"f64", "f32"}))->capture_default_str();
   c->add_option("--case-name", a->o.case_name, "name of the forward case group (default: canonical from the parameters)");
@@ -96,6 +120,9 @@ CommandRegistration reg(40, [](CLI::App& root) {
     require_output_path(o.out, "--out", inputs);
     const ModelConfig cfg = ModelConfig::from_gguf(model);
     const int64_t prompt = o.prompt_ids.empty() ? o.random_tokens : static_cast<int64_t>(o.prompt_ids.size());
+    o.decode_steps = a->decode_steps >= 0             ? a->decode_steps
+                     : !o.force_decisions.empty()     ? 0
+                                                      : std::clamp<int64_t>(cfg.n_ctx_train - prompt, 0, kDefaultDecodeSteps);
     const int64_t need = prompt + std::max(o.decode_steps, o.generate);
     if (prompt > cfg.n_ctx_train || need > cfg.n_ctx_train)
       throw InputError(o.model + ": " + std::to_string(prompt) + " prompt tokens + " + std::to_string(std::max(o.decode_steps, o.generate)) +
@@ -120,6 +147,7 @@ CommandRegistration reg(40, [](CLI::App& root) {
     o.backend = a->backend;
     o.devices = parse_devices(a->devices);
     if (!o.devices.empty() && o.backend != "cuda") throw InputError("--devices needs --backend cuda");
+    if (!a->quiet) say_rows_past_top_k(prompt, o.decode_steps, cfg.indexer_top_k);
     be::capture(o);  // NotSupported: main() prints it and exits 3
     set_exit_code(kExitOk);
   });
