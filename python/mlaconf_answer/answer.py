@@ -13,7 +13,7 @@ from .fixture import Fixture
 from .ops import OPS
 
 # Precision names the judge knows (docs/TOLERANCES.md), from the least to the most precise.
-PRECISIONS = ["bf16", "f16", "f32", "f64"]
+PRECISIONS = ["fp8", "bf16", "f16", "f32", "f64"]
 
 # bfloat16 has no HDF5 predefined type: a 16-bit HDF5 float type with bfloat16's bit fields
 # (sign 15, exponent 7..14 with bias 127, mantissa 0..6). HDF5 (and so mlaconf and h5py) converts it to
