@@ -133,6 +133,19 @@ struct RunState {
 void convert(Collector& col, int64_t T, int64_t pos0, const ModelConfig& c, const fx::ModelDims& dims, RunState& run,
              std::map<std::string, fx::Array>& out, std::vector<std::string>& bad) {
   const int64_t S = pos0 + T;
+  // Shared indexer layers (GLM-5.2) reuse the top-k of the full layer before them, and llama.cpp names
+  // that one node again for each of them: the node of full layer F ends up named top_k-S, S the last
+  // shared layer after F. So a layer's top-k is the top_k node of the smallest layer >= it.
+  {
+    const Record* next = nullptr;
+    for (int l = static_cast<int>(c.n_layer_run()) - 1; l >= 0; --l) {
+      auto it = col.got.find(layer_path(l, "indexer_topk"));
+      if (it != col.got.end())
+        next = &it->second;
+      else if (next)
+        col.got[layer_path(l, "indexer_topk")] = *next;
+    }
+  }
   std::map<int, std::vector<std::vector<int>>> perm;  // layer -> per row, llama.cpp's index of the j-th ascending id
   // Router ids first: the order of router_weights and expert_out.
   std::vector<std::string> order;
