@@ -89,6 +89,9 @@ inline constexpr ContextLayout kContextLayouts[] = {
     // llama.cpp of llama-cpp-python 0.3.36 (llama.cpp 0c1e570, 2026-10): n_rs_seq, n_outputs_max,
     // n_outputs_max_per_seq and ctx_type between n_seq_max and the rope fields.
     {"llama.cpp 2026-10 (llama-cpp-python 0.3.36)", 160, 0, 4, 8, 12, 20, 24, 28, 32, 52, 64, 88, 96, 104, 108, 129, 130},
+    // llama-cpp-python 0.3.34 (ggml 0.16.0): no n_outputs_max_per_seq, so the rest sits 4 bytes earlier
+    // up to the callback (read off the package's own ctypes declaration of the struct).
+    {"llama-cpp-python 0.3.34 (ggml 0.16.0)", 160, 0, 4, 8, 12, 20, -1, 24, 28, 48, 60, 88, 96, 104, 108, 129, 130},
 };
 
 }  // namespace mlaconf::llamacpp::abi

@@ -118,7 +118,7 @@ Library::Library(const std::string& dir) : dir_(dir) {
   B(ggml_permute_, "ggml_permute");
   B(ggml_set_name_, "ggml_set_name");
   B(ggml_get_data_, "ggml_get_data");
-  L(llama_version_, "llama_version");
+  llama_version_ = reinterpret_cast<const char* (*)()>(::dlsym(h_llama_, "llama_version"));  // absent before 2026
   L(llama_backend_init_, "llama_backend_init");
   L(llama_log_set_, "llama_log_set");
   L(llama_model_default_params_, "llama_model_default_params");
@@ -128,7 +128,7 @@ Library::Library(const std::string& dir) : dir_(dir) {
   L(llama_decode_, "llama_decode");
   L(llama_free_, "llama_free");
   L(llama_model_free_, "llama_model_free");
-  version_ = llama_version_();
+  version_ = llama_version_ ? llama_version_() : "(no llama_version)";
   {
     const char* (*gv)() = reinterpret_cast<const char* (*)()>(::dlsym(h_base_, "ggml_version"));
     const char* (*gc)() = reinterpret_cast<const char* (*)()>(::dlsym(h_base_, "ggml_commit"));
