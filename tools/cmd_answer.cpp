@@ -1,6 +1,7 @@
 // mlaconf answer EXPECTED.h5 --model M.gguf --backend reference|cuda [--precision f32|f64] [--layers 0,2]
 //                [--ops q_a,attn_latent_out] [--filter CASE] [--fault NAME] --out ANSWER.h5
-// mlaconf answer EXPECTED.h5 --model M.gguf --backend llama.cpp [--llama-lib DIR] [--threads N] [--filter CASE] --out ANSWER.h5
+// mlaconf answer EXPECTED.h5 --model M.gguf --backend llama.cpp [--llama-lib DIR] [--threads N] [--flash-attn auto|on|off]
+//                [--filter CASE] --out ANSWER.h5
 //
 // --backend llama.cpp is not a replay: llama.cpp runs the fixture's own token ids from an empty cache
 // (tools/llama_cpp/llama_answer.h) and every node of its graph that maps onto a dataset
@@ -41,6 +42,7 @@ namespace {
 struct AnswerArgs {
   std::string expected, model, out, backend = "reference", precision = "f32", layers, ops, filter, fault, llama_lib;
   int threads = 2;
+  std::string flash_attn = "auto";
   bool quiet = false;
 };
 
@@ -136,6 +138,7 @@ void run_llama_cpp(const AnswerArgs& a, const std::string& command_line, const G
   o.lib_dir = a.llama_lib;
   o.filter = a.filter;
   o.threads = a.threads;
+  o.flash_attn = a.flash_attn == "on" ? 1 : a.flash_attn == "off" ? 0 : -1;
   o.quiet = a.quiet;
   llamacpp::AnswerResult r = llamacpp::answer_fixture(E, a.model, c, o);
   if (r.n_datasets == 0) throw InputError(a.expected + ": llama.cpp exposed no dataset this fixture holds");
@@ -266,6 +269,9 @@ CommandRegistration reg(45, [](CLI::App& root) {
       ->capture_default_str();
   c->add_option("--llama-lib", a->llama_lib, "llama.cpp: folder holding libllama.so (default: the llama_cpp Python package's lib folder)");
   c->add_option("--threads", a->threads, "llama.cpp: CPU threads")->capture_default_str();
+  c->add_option("--flash-attn", a->flash_attn, "llama.cpp: flash attention auto (its default), on or off (its other attention path)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   c->add_option("--precision", a->precision, "reference precision (the CUDA pipeline is f16 storage)")
       ->check(CLI::IsMember({"f32", "f64"}))
       ->capture_default_str();
@@ -279,6 +285,7 @@ CommandRegistration reg(45, [](CLI::App& root) {
     cl << "mlaconf answer " << a->expected << " --model " << a->model << " --backend " << a->backend;
     if (a->backend == "reference") cl << " --precision " << a->precision;
     if (a->backend == "llama.cpp" && !a->llama_lib.empty()) cl << " --llama-lib " << a->llama_lib;
+    if (a->backend == "llama.cpp" && a->flash_attn != "auto") cl << " --flash-attn " << a->flash_attn;
     if (!a->layers.empty()) cl << " --layers " << a->layers;
     if (!a->ops.empty()) cl << " --ops " << a->ops;
     if (!a->filter.empty()) cl << " --filter '" << a->filter << "'";

@@ -204,8 +204,8 @@ struct Library::Session {
   void* ctx = nullptr;
 };
 
-Library::Session* Library::open(const std::string& gguf, uint32_t n_ctx, uint32_t n_batch, int threads, abi::EvalCallback cb,
-                                void* user) {
+Library::Session* Library::open(const std::string& gguf, uint32_t n_ctx, uint32_t n_batch, int threads, int flash_attn,
+                                abi::EvalCallback cb, void* user) {
   auto s = std::make_unique<Session>();
   s->model = llama_model_load_from_file_(gguf.c_str(), llama_model_default_params_());
   if (!s->model) throw NotSupported("llama.cpp " + version_ + " could not load " + gguf + " (MLACONF_LLAMA_LOG=1 shows why)");
@@ -220,6 +220,7 @@ Library::Session* Library::open(const std::string& gguf, uint32_t n_ctx, uint32_
   if (l.n_outputs_max_per_seq >= 0) put(static_cast<size_t>(l.n_outputs_max_per_seq), uint32_t{0});  // every row's logits
   put(l.n_threads, int32_t{threads});
   put(l.n_threads_batch, int32_t{threads});
+  put(l.flash_attn_type, int32_t{flash_attn});
   put(l.cb_eval, cb);
   put(l.cb_eval_user_data, user);
   s->ctx = llama_init_from_model_(s->model, p);

@@ -32,8 +32,10 @@ class Library {
 
   // One llama.cpp model and context: prefill and decode with an eval callback on every node.
   struct Session;
-  // n_ctx: cache cells; n_batch: the largest pass (one ubatch); threads: CPU threads.
-  Session* open(const std::string& gguf, uint32_t n_ctx, uint32_t n_batch, int threads, abi::EvalCallback cb, void* user);
+  // n_ctx: cache cells; n_batch: the largest pass (one ubatch); threads: CPU threads; flash_attn: -1 auto
+  // (llama.cpp's default), 0 off, 1 on.
+  Session* open(const std::string& gguf, uint32_t n_ctx, uint32_t n_batch, int threads, int flash_attn, abi::EvalCallback cb,
+                void* user);
   // Runs one pass of `ids` at positions pos0.. (every position outputs logits). Throws NotSupported with
   // llama_decode's status when it fails.
   void decode(Session* s, const std::vector<int32_t>& ids, int32_t pos0);

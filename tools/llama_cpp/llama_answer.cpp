@@ -351,7 +351,7 @@ AnswerResult answer_fixture(const fx::FixtureFile& E, const std::string& gguf, c
     const uint32_t n_ctx = static_cast<uint32_t>((total + 255) / 256 * 256);
     Collector col;
     col.lib = &lib;
-    Library::Session* s = lib.open(gguf, n_ctx, n_ctx, o.threads, on_node, &col);
+    Library::Session* s = lib.open(gguf, n_ctx, n_ctx, o.threads, o.flash_attn, on_node, &col);
     std::unique_ptr<Library::Session, std::function<void(Library::Session*)>> guard(s, [&](Library::Session* x) { lib.close(x); });
     RunState state;
     std::vector<std::string> cases = {run.forward};
@@ -406,6 +406,7 @@ AnswerResult answer_fixture(const fx::FixtureFile& E, const std::string& gguf, c
       cd.attrs[fx::attr::kPrecision] = "llamacpp-cpu";
       cd.attrs[fx::attr::kBackend] = "llama.cpp " + res.version;
       cd.attrs[fx::attr::kHiddenSource] = "llama.cpp: real forward pass from the token ids";
+      cd.attrs["llama_cpp_flash_attn"] = o.flash_attn < 0 ? "auto" : o.flash_attn ? "on" : "off";
       cd.int_attrs["pos0"] = pos0;
       cd.int_attrs["n_tokens"] = T;
       cd.int_attrs["forced_decisions"] = 0;

@@ -20,6 +20,7 @@ struct AnswerOptions {
   std::string lib_dir;   // --llama-lib ("" = the llama_cpp package's)
   std::string filter;    // only this expected case (and, for a forward case, its decode steps)
   int threads = 2;
+  int flash_attn = -1;   // -1 auto (llama.cpp's default), 0 off, 1 on: the two attention paths of its graph
   bool quiet = false;
 };
 
