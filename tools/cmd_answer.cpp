@@ -260,7 +260,7 @@ void run_answer(const AnswerArgs& a, const std::string& command_line) {
 CommandRegistration reg(45, [](CLI::App& root) {
   auto a = std::make_shared<AnswerArgs>();
   CLI::App* c = root.add_subcommand(
-      "answer", "Replay every op of a fixture on its own inputs with a backend and write the answers (then: compare EXPECTED ANSWER)");
+      "answer", "Replay every op of a fixture on its own inputs with a backend, or run llama.cpp on its token ids (--backend llama.cpp), and write the answers (then: compare EXPECTED ANSWER)");
   c->add_option("expected", a->expected, "fixture (.h5) whose op inputs are replayed: an mlaconf capture or the oracle")->required();
   c->add_option("--model", a->model, "the GGUF model the fixture was captured from")->required();
   c->add_option("--out", a->out, "answer file to write (.h5), written atomically")->required();
