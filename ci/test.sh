@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/deps.sh
+# llama.cpp for `answer --backend llama.cpp` (cached wheel; never fatal: its tests then skip)
+bash ci/llama_cpp.sh || true
 bash ci/build.sh
 preset="${MLACONF_PRESET:-default}"
 [ -x ci/fuzz.sh ] && bash ci/fuzz.sh --short

@@ -1,5 +1,12 @@
 // mlaconf answer EXPECTED.h5 --model M.gguf --backend reference|cuda [--precision f32|f64] [--layers 0,2]
 //                [--ops q_a,attn_latent_out] [--filter CASE] [--fault NAME] --out ANSWER.h5
+// mlaconf answer EXPECTED.h5 --model M.gguf --backend llama.cpp [--llama-lib DIR] [--threads N] [--flash-attn auto|on|off]
+//                [--filter CASE] --out ANSWER.h5
+//
+// --backend llama.cpp is not a replay: llama.cpp runs the fixture's own token ids from an empty cache
+// (tools/llama_cpp/llama_answer.h) and every node of its graph that maps onto a dataset
+// (tools/llama_cpp/tensor_map.h, docs/LLAMA_CPP.md) is written, in full_forward / decode_step cases of
+// the expected names: llama.cpp took its own decisions, and compare attributes those that differ.
 //
 // Op-level replay: for every forward and decode case of EXPECTED (an mlaconf capture or the oracle's
 // prompt cases), every op of tools/backend/op_table.h in every captured layer whose inputs the case holds
@@ -26,13 +33,16 @@
 #include "tools/backend/backend.h"
 #include "tools/backend/op_table.h"
 #include "tools/command.h"
+#include "tools/llama_cpp/llama_answer.h"
 #include "tools/validate.h"
 
 namespace mlaconf::cli {
 namespace {
 
 struct AnswerArgs {
-  std::string expected, model, out, backend = "reference", precision = "f32", layers, ops, filter, fault;
+  std::string expected, model, out, backend = "reference", precision = "f32", layers, ops, filter, fault, llama_lib;
+  int threads = 2;
+  std::string flash_attn = "auto";
   bool quiet = false;
 };
 
@@ -106,6 +116,56 @@ CaseAnswer answer_case(const fx::FixtureFile& E, const std::string& ec, be::Back
   return a;
 }
 
+// The root attributes that tie an answer to its model (compare refuses an answer of another model).
+void model_attrs(fx::FixtureData& fd, const std::string& model, const GgufFile& f, const ModelConfig& c, const std::vector<std::string>& used) {
+  const std::string base = model.substr(model.find_last_of('/') == std::string::npos ? 0 : model.find_last_of('/') + 1);
+  fd.attrs[fx::attr::kModelConfig] = c.to_json();
+  fd.attrs[fx::attr::kGgufFile] = base;
+  fd.int_attrs[fx::attr::kGgufSize] = static_cast<int64_t>(f.total_file_size());
+  fd.attrs[fx::attr::kGgufDigest] = fx::gguf_digest(f, used);
+  fd.attrs[fx::attr::kGgufDigestMethod] = fx::kDigestMethod;
+  fd.attrs[fx::attr::kGgufHeaderDigest] = fx::gguf_header_digest(f);
+  fd.attrs[fx::attr::kGgufTensorDigests] = fx::gguf_tensor_digests_json(f, used);
+  fd.attrs[fx::attr::kGgufTensorSha256] = fx::gguf_small_tensor_sha256_json(f, used);
+}
+
+// --backend llama.cpp: llama.cpp runs the fixture's token ids; its graph's nodes are the answer.
+void run_llama_cpp(const AnswerArgs& a, const std::string& command_line, const GgufFile& f, const ModelConfig& c, const fx::FixtureFile& E) {
+  if (!a.layers.empty() || !a.ops.empty() || !a.fault.empty())
+    throw InputError("--backend llama.cpp answers every dataset llama.cpp exposes: --layers, --ops and --fault are for the replay backends");
+  if (a.threads < 1 || a.threads > 1024) throw InputError("--threads: " + std::to_string(a.threads) + " is not in [1, 1024]");
+  llamacpp::AnswerOptions o;
+  o.lib_dir = a.llama_lib;
+  o.filter = a.filter;
+  o.threads = a.threads;
+  o.flash_attn = a.flash_attn == "on" ? 1 : a.flash_attn == "off" ? 0 : -1;
+  o.quiet = a.quiet;
+  llamacpp::AnswerResult r = llamacpp::answer_fixture(E, a.model, c, o);
+  if (r.n_datasets == 0) throw InputError(a.expected + ": llama.cpp exposed no dataset this fixture holds");
+  fx::FixtureData fd = std::move(r.data);
+  std::vector<std::string> used;
+  for (int l = 0; l < c.n_layer_run(); ++l)
+    for (const auto& s : layer_tensor_specs(c, l)) used.push_back(s.name);
+  model_attrs(fd, a.model, f, c, used);
+  fd.attrs[fx::attr::kPrecision] = "llamacpp-cpu";
+  fd.attrs[fx::attr::kBackend] = "llama.cpp";
+  fd.attrs["llama_cpp_version"] = r.version;
+  fd.attrs["llama_cpp_lib"] = r.lib_dir;
+  fd.attrs["llama_cpp_unmapped"] = json_list(r.unmapped);
+  fd.attrs["llama_cpp_missing"] = json_list(r.missing);
+  fd.attrs["answer_command"] = command_line;
+  const size_t n_cases = fd.cases.size();
+  fx::write_fixture(a.out, std::move(fd));
+  if (!a.quiet) {
+    std::fprintf(stderr, "answer: llama.cpp nodes not mapped (%zu):", r.unmapped.size());
+    for (const auto& u : r.unmapped) std::fprintf(stderr, " %s;", u.c_str());
+    std::fprintf(stderr, "\n");
+    for (const auto& m : r.missing) std::fprintf(stderr, "answer: not answered: %s\n", m.c_str());
+  }
+  std::printf("answer: %zu datasets in %zu case(s) by llama.cpp %s (%s) -> %s\n", r.n_datasets, n_cases, r.version.c_str(),
+              r.lib_dir.c_str(), a.out.c_str());
+}
+
 void run_answer(const AnswerArgs& a, const std::string& command_line) {
   // Before any work: the files (the answer is none of the inputs) and the fault's name.
   require_regular_file(a.expected, "EXPECTED");
@@ -126,6 +186,11 @@ void run_answer(const AnswerArgs& a, const std::string& command_line) {
   const std::string he = E.root_string(fx::attr::kGgufHeaderDigest);
   if (!he.empty() && he != fx::gguf_header_digest(f))
     throw InputError(a.expected + " is a fixture of another model than " + a.model + " (GGUF header digests differ)");
+
+  if (a.backend == "llama.cpp") {
+    run_llama_cpp(a, command_line, f, c, E);
+    return;
+  }
 
   std::set<int> only_layers;
   for (const auto& s : split_list(a.layers)) {
@@ -183,15 +248,7 @@ void run_answer(const AnswerArgs& a, const std::string& command_line) {
   std::vector<std::string> used;
   for (int l : used_layers)
     for (const auto& s : layer_tensor_specs(c, l)) used.push_back(s.name);
-  const std::string base = a.model.substr(a.model.find_last_of('/') == std::string::npos ? 0 : a.model.find_last_of('/') + 1);
-  fd.attrs[fx::attr::kModelConfig] = c.to_json();
-  fd.attrs[fx::attr::kGgufFile] = base;
-  fd.int_attrs[fx::attr::kGgufSize] = static_cast<int64_t>(f.total_file_size());
-  fd.attrs[fx::attr::kGgufDigest] = fx::gguf_digest(f, used);
-  fd.attrs[fx::attr::kGgufDigestMethod] = fx::kDigestMethod;
-  fd.attrs[fx::attr::kGgufHeaderDigest] = fx::gguf_header_digest(f);
-  fd.attrs[fx::attr::kGgufTensorDigests] = fx::gguf_tensor_digests_json(f, used);
-  fd.attrs[fx::attr::kGgufTensorSha256] = fx::gguf_small_tensor_sha256_json(f, used);
+  model_attrs(fd, a.model, f, c, used);
   fd.attrs[fx::attr::kPrecision] = eng->precision();
   fd.attrs[fx::attr::kBackend] = eng->name();
   fd.attrs["answer_command"] = command_line;
@@ -203,11 +260,18 @@ void run_answer(const AnswerArgs& a, const std::string& command_line) {
 CommandRegistration reg(45, [](CLI::App& root) {
   auto a = std::make_shared<AnswerArgs>();
   CLI::App* c = root.add_subcommand(
-      "answer", "Replay every op of a fixture on its own inputs with a backend and write the answers (then: compare EXPECTED ANSWER)");
+      "answer", "Replay every op of a fixture on its own inputs with a backend, or run llama.cpp on its token ids (--backend llama.cpp), and write the answers (then: compare EXPECTED ANSWER)");
   c->add_option("expected", a->expected, "fixture (.h5) whose op inputs are replayed: an mlaconf capture or the oracle")->required();
   c->add_option("--model", a->model, "the GGUF model the fixture was captured from")->required();
   c->add_option("--out", a->out, "answer file to write (.h5), written atomically")->required();
-  c->add_option("--backend", a->backend, "reference or cuda")->check(CLI::IsMember({"reference", "cuda"}))->capture_default_str();
+  c->add_option("--backend", a->backend, "reference or cuda (op replay), or llama.cpp (runs the fixture's token ids)")
+      ->check(CLI::IsMember({"reference", "cuda", "llama.cpp"}))
+      ->capture_default_str();
+  c->add_option("--llama-lib", a->llama_lib, "llama.cpp: folder holding libllama.so (default: the llama_cpp Python package's lib folder)");
+  c->add_option("--threads", a->threads, "llama.cpp: CPU threads")->capture_default_str();
+  c->add_option("--flash-attn", a->flash_attn, "llama.cpp: flash attention auto (its default), on or off (its other attention path)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   c->add_option("--precision", a->precision, "reference precision (the CUDA pipeline is f16 storage)")
       ->check(CLI::IsMember({"f32", "f64"}))
       ->capture_default_str();
@@ -220,6 +284,8 @@ CommandRegistration reg(45, [](CLI::App& root) {
     std::ostringstream cl;
     cl << "mlaconf answer " << a->expected << " --model " << a->model << " --backend " << a->backend;
     if (a->backend == "reference") cl << " --precision " << a->precision;
+    if (a->backend == "llama.cpp" && !a->llama_lib.empty()) cl << " --llama-lib " << a->llama_lib;
+    if (a->backend == "llama.cpp" && a->flash_attn != "auto") cl << " --flash-attn " << a->flash_attn;
     if (!a->layers.empty()) cl << " --layers " << a->layers;
     if (!a->ops.empty()) cl << " --ops " << a->ops;
     if (!a->filter.empty()) cl << " --filter '" << a->filter << "'";
