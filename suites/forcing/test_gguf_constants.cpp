@@ -13,13 +13,17 @@
 // Each check also computes the same op with the WRONG constant (the usual value, or the flag flipped) and
 // requires that to be far outside the bound on this very data: the test can tell the constants apart.
 // Reference f64: row NMSE <= 1e-12; CUDA (f16 storage): 1e-4 (skips "not supported" where there is none).
-// Not covered: YaRN rope scaling (factor, original context, log multiplier: the CUDA backend refuses it;
-// the reference's YaRN is tested in suites/reference), the indexer LayerNorm eps (1e-6 fixed, not in the
-// GGUF: op tests in suites/reference and suites/gpu), group-limited routing counts.
+//   a third model adds YaRN (rope.scaling factor 4, original context 16, yarn_log_multiplier 0.1): k_pe /
+//     q_pe with the YaRN frequencies (HF DeepSeek yarn, beta 32/1), the softmax scale times m²; the CUDA
+//     backend refuses YaRN, so its case skips "not supported: ... YaRN ...".
+// Not covered: the indexer LayerNorm eps (1e-6 fixed, not in the GGUF: op tests in suites/reference and
+// suites/gpu), group-limited routing counts (n_group, n_group_used), the gating function.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <map>
+#include <tuple>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,7 +72,10 @@ struct MemTrace : Trace {
 struct Variant {
   double scale;
   bool norm;
+  double yarn = 0;  // rope.scaling.factor (0: none); with it original context 16 and log multiplier 0.1
 };
+constexpr int64_t kYarnOrig = 16;
+constexpr double kYarnLogMul = 0.1;
 
 struct Model {
   GgufFile f;
@@ -76,8 +83,8 @@ struct Model {
   std::unique_ptr<ref::Weights<double>> w;
 };
 const Model& model(const Variant& v) {
-  static std::map<std::pair<double, bool>, std::unique_ptr<Model>> models;
-  auto& m = models[{v.scale, v.norm}];
+  static std::map<std::tuple<double, bool, double>, std::unique_ptr<Model>> models;
+  auto& m = models[{v.scale, v.norm, v.yarn}];
   if (!m) {
     const std::string dir = testing_gguf::scratch_dir("constants-model");
     synth::Options o;
@@ -87,8 +94,14 @@ const Model& model(const Variant& v) {
     c.rope_freq_base = kTheta;
     c.expert_weights_scale = v.scale;
     c.expert_weights_norm = v.norm;
+    if (v.yarn > 0) {
+      c.rope_scaling_factor = v.yarn;
+      c.rope_scaling_orig_ctx = kYarnOrig;
+      c.rope_yarn_log_multiplier = kYarnLogMul;
+    }
     o.config = c;
-    const std::string p = synth::write_model(o, dir + "/constants-" + std::to_string(v.norm) + ".gguf").front();
+    const std::string p =
+        synth::write_model(o, dir + "/constants-" + std::to_string(v.norm) + "-" + std::to_string(v.yarn > 0) + ".gguf").front();
     GgufFile f = GgufFile::open(p);
     ModelConfig rc = ModelConfig::from_gguf(f);
     m = std::make_unique<Model>(Model{std::move(f), rc, nullptr});
@@ -137,15 +150,32 @@ std::vector<double> rmsnorm(const std::vector<double>& x, const Eigen::VectorXd&
   }
   return y;
 }
-// Interleaved RoPE of rows of `n` values (pairs (2i, 2i+1), angle pos * theta^(-2i/n)); row r at position
+// RoPE frequencies theta^(-2i/n), i < n/2; with YaRN (HF DeepSeek "yarn", beta_fast 32, beta_slow 1): the
+// low frequencies divided by the factor, a linear ramp between the dims whose beta_fast / beta_slow
+// rotations fit in the original context.
+std::vector<double> freqs(int64_t n, double theta, double factor = 0, int64_t orig = 0) {
+  std::vector<double> f(n / 2);
+  for (int64_t i = 0; i < n / 2; ++i) f[i] = 1.0 / std::pow(theta, 2.0 * i / n);
+  if (factor > 1) {
+    auto corr = [&](double rot) { return n * std::log(orig / (rot * 2 * M_PI)) / (2 * std::log(theta)); };
+    double lo = std::max(std::floor(corr(32.0)), 0.0), hi = std::min(std::ceil(corr(1.0)), static_cast<double>(n - 1));
+    if (lo == hi) hi += 0.001;
+    for (int64_t i = 0; i < n / 2; ++i) {
+      const double ramp = std::clamp((i - lo) / (hi - lo), 0.0, 1.0), keep = 1.0 - ramp;
+      f[i] = f[i] / factor * (1.0 - keep) + f[i] * keep;
+    }
+  }
+  return f;
+}
+// Interleaved RoPE of rows of `n` values (pairs (2i, 2i+1), angle pos * f[i]); row r at position
 // r / per_pos (per_pos heads share a position).
-std::vector<double> rope(const std::vector<double>& x, int64_t n, int64_t per_pos, double theta) {
+std::vector<double> rope(const std::vector<double>& x, int64_t n, int64_t per_pos, const std::vector<double>& f) {
   std::vector<double> y(x.size());
   const int64_t rows = static_cast<int64_t>(x.size()) / n;
   for (int64_t r = 0; r < rows; ++r) {
     const double pos = static_cast<double>(r / per_pos);
     for (int64_t i = 0; i < n / 2; ++i) {
-      const double a = pos * std::pow(theta, -2.0 * i / n), c = std::cos(a), s = std::sin(a);
+      const double a = pos * f[i], c = std::cos(a), s = std::sin(a);
       const double x0 = x[r * n + 2 * i], x1 = x[r * n + 2 * i + 1];
       y[r * n + 2 * i] = x0 * c - x1 * s;
       y[r * n + 2 * i + 1] = x0 * s + x1 * c;
@@ -215,11 +245,20 @@ void check(const std::string& backend, Variant v) {
     norm_check("ffn_norm_out", a, vec(wname::kFfnNorm), tr.at(l, op::kFfnNormOut));
     // RoPE with theta: the key's rope part of kv_a, and each head's q_pe.
     const auto kpe = cols(tr.at(l, op::kKvA), dl + R, dl, R);
-    expect_constant(x, "k_pe_rope (rope theta)", tr.at(l, op::kKPeRope), rope(kpe, R, 1, kTheta), kT,
-                    {{"theta 1e4", rope(kpe, R, 1, 1e4)}, {"theta 1e6", rope(kpe, R, 1, 1e6)}}, 1);
     const auto qpe = cols(tr.at(l, op::kQB), nope + R, nope, R);  // [T*H, R]
-    expect_constant(x, "q_pe_rope (rope theta)", tr.at(l, op::kQPeRope), rope(qpe, R, H, kTheta), kT * H,
-                    {{"theta 1e4", rope(qpe, R, H, 1e4)}}, H);
+    const auto f = freqs(R, kTheta, v.yarn, kYarnOrig);
+    if (v.yarn > 0) {  // YaRN moves the low frequencies only: positions from 6 on rotate them far enough to tell
+      expect_constant(x, "k_pe_rope (rope theta, YaRN factor and original context)", tr.at(l, op::kKPeRope), rope(kpe, R, 1, f), kT,
+                      {{"no YaRN", rope(kpe, R, 1, freqs(R, kTheta))}, {"YaRN factor 2", rope(kpe, R, 1, freqs(R, kTheta, 2, kYarnOrig))},
+                       {"YaRN original context 64", rope(kpe, R, 1, freqs(R, kTheta, v.yarn, 64))}}, 6);
+      expect_constant(x, "q_pe_rope (YaRN)", tr.at(l, op::kQPeRope), rope(qpe, R, H, f), kT * H,
+                      {{"no YaRN", rope(qpe, R, H, freqs(R, kTheta))}}, 6 * H);
+    } else {
+      expect_constant(x, "k_pe_rope (rope theta)", tr.at(l, op::kKPeRope), rope(kpe, R, 1, f), kT,
+                      {{"theta 1e4", rope(kpe, R, 1, freqs(R, 1e4))}, {"theta 1e6", rope(kpe, R, 1, freqs(R, 1e6))}}, 1);
+      expect_constant(x, "q_pe_rope (rope theta)", tr.at(l, op::kQPeRope), rope(qpe, R, H, f), kT * H,
+                      {{"theta 1e4", rope(qpe, R, H, freqs(R, 1e4))}}, H);
+    }
     // Softmax scale: attention over the selected keys of this pass's cache (a prefill: rows 0..T-1).
     const auto& qa = tr.at(l, op::kQAbsorbed);       // [T, H, dlat]
     const auto& cache = tr.at(l, op::kLatentCache);  // [T, dlat]
@@ -247,10 +286,14 @@ void check(const std::string& backend, Variant v) {
         }
       return out;
     };
-    const double scale = 1.0 / std::sqrt(static_cast<double>(nope + R));
-    expect_constant(x, "attn_latent_out (softmax scale 1/sqrt(qk_nope + qk_rope))", tr.at(l, op::kAttnLatentOut), attend(scale), kT,
-                    {{"1/sqrt(kv_lora + rope)", attend(1.0 / std::sqrt(static_cast<double>(dlat)))},
-                     {"1/sqrt(qk_nope)", attend(1.0 / std::sqrt(static_cast<double>(nope)))}}, 1);
+    // With YaRN (DeepSeek): times m², m = 1 + yarn_log_multiplier · ln(factor).
+    const double m = v.yarn > 0 ? 1.0 + kYarnLogMul * std::log(v.yarn) : 1.0;
+    const double scale = m * m / std::sqrt(static_cast<double>(nope + R));
+    std::map<std::string, std::vector<double>> wrong = {{"1/sqrt(kv_lora + rope)", attend(m * m / std::sqrt(static_cast<double>(dlat)))},
+                                                        {"1/sqrt(qk_nope)", attend(m * m / std::sqrt(static_cast<double>(nope)))}};
+    if (v.yarn > 0) wrong["without the YaRN m^2"] = attend(1.0 / std::sqrt(static_cast<double>(nope + R)));
+    expect_constant(x, "attn_latent_out (softmax scale 1/sqrt(qk_nope + qk_rope), YaRN m^2)", tr.at(l, op::kAttnLatentOut),
+                    attend(scale), kT, wrong, 1);
     // Router weights: sigmoid at the chosen ids, normalized (flag) and scaled (routed_scaling_factor).
     if (c.is_moe_layer(l)) {
       const auto& lg = tr.at(l, op::kRouterLogits);
@@ -290,12 +333,13 @@ void check(const std::string& backend, Variant v) {
 
 const bool registered = [] {
   for (const char* backend : {"reference", "cuda"})
-    for (Variant v : {Variant{1.7, true}, Variant{0.6, false}})
+    for (Variant v : {Variant{1.7, true}, Variant{0.6, false}, Variant{1.7, true, 4.0}})
       test::register_case("GgufConstants",
                           test::CaseName("gguf_constants")
                               .p("backend", backend)
                               .p("rms_eps", "0.5")
                               .p("rope_theta", "50")
+                              .p("rope_scaling", v.yarn > 0 ? "yarn_factor4_orig16_logmul0.1" : "none")
                               .p("expert_weights_scale", v.scale == 1.7 ? "1.7" : "0.6")
                               .p("expert_weights_norm", v.norm ? "true" : "false")
                               .str(),
