@@ -457,5 +457,51 @@ TEST(cli_trials, p10_compare_lists_what_it_did_not_judge) {
   EXPECT_NE(r.out.find(" 0 not judged"), std::string::npos) << r.out;
 }
 
+// ---- issue 38: inputs and conditions of a hostile user -------------------------------------------------
+// i38_1: case attributes that size the judge's work are checked against each other and the shapes, before
+// anything is allocated by them (a negative pos0 crashed attribution; a number past int range was exit 4).
+TEST(cli_trials, i38_1_case_attributes_refused_before_work) {
+  NEED_CLI();
+  struct Edit {
+    std::string file, code, says;
+  };
+  const std::vector<Edit> edits = {
+      {"e.h5", "f[c].attrs[\"pos0\"]=-3", "pos0"},
+      {"e.h5", "f[c].attrs[\"pos0\"]=2**40", "pos0"},
+      {"e.h5", "f[c].attrs[\"pos0\"]=float(\"nan\")", "pos0"},
+      {"e.h5", "f[c].attrs[\"pos0\"]=2.5", "pos0"},
+      {"e.h5", "f[c].attrs[\"pos0\"]=\"7\"", "pos0"},
+      {"e.h5", "f[c].attrs[\"pos0\"]=5", "pos0"},  // a full_forward starts at 0
+      // A decode step whose pos0 disagrees with its cache rows (latent_cache holds T = 16 rows, not 5 + 16).
+      {"e.h5", "f[c].attrs[\"kind\"]=\"decode_step\"; f[c].attrs[\"pos0\"]=5", "cache rows"},
+      // No cache dataset to disagree with: the model's context bounds it (pos0 + T > 4096).
+      {"model_level.h5", "f[c].attrs[\"kind\"]=\"decode_step\"; f[c].attrs[\"pos0\"]=4090", "4096 positions"},
+      {"e.h5", "f[c].attrs[\"n_tokens\"]=17", "n_tokens"},
+      {"e.h5", "f[c].attrs[\"forced_decisions\"]=7", "forced_decisions"},
+      {"e.h5", "f[c].attrs[\"has_head\"]=-1", "has_head"},
+      {"e.h5", "f[c].attrs[\"captured_layers\"]=\"[0, 99999999999999999999]\"", "captured_layers"},
+      {"e.h5", "f[c].attrs[\"op_level_layers\"]=\"[4294967296]\"", "op_level_layers"},
+      // 2^28 input ids declared in a file of a few MB (nothing written: chunks read as fill values).
+      {"e.h5", "del f[c][\"input_ids\"]; f[c].create_dataset(\"input_ids\", shape=(1<<28,), dtype=\"i4\", chunks=(1<<16,), compression=\"gzip\")",
+       "4096 positions"},
+  };
+  for (const Edit& e : edits) {
+    SCOPED_TRACE(e.code);
+    Scratch s({e.file});
+    fs::copy_file(data_dir() + "/" + e.file, s.p("good.h5"));
+    const std::string bad = s.own(e.file);
+    if (!h5py_edit(bad, e.code)) GTEST_SKIP() << "skipped: no python3 h5py";
+    const auto before = trial::snapshot(s.dir);
+    trial::Options o;
+    o.timeout_s = 20;
+    for (const auto& argv : {std::vector<std::string>{kCli, "compare", s.p("good.h5"), bad}, std::vector<std::string>{kCli, "compare", bad, s.p("good.h5")},
+                             std::vector<std::string>{kCli, "compare", bad, bad, "--json", s.p("r.json")}}) {
+      const Result r = trial::run(argv, o);
+      expect_refused(r, 2, e.says, s.dir, before);
+      EXPECT_LT(r.seconds, 5.0) << "refused only after work";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mlaconf
