@@ -503,5 +503,44 @@ TEST(cli_trials, i38_1_case_attributes_refused_before_work) {
   }
 }
 
+// i38_2: a NaN (or inf) in a golden float dataset is a damaged golden (exit 2), never an agreement with the
+// same NaN in an answer; a non-finite answer where the golden is finite fails. Datasets that may hold
+// non-finite values by the schema (indexer_scores -inf for keys after the query, *_gap NaN where nothing
+// was selected) keep passing: the negative control compares the untouched file with itself.
+TEST(cli_trials, i38_2_non_finite_golden_is_damaged_and_non_finite_answer_fails) {
+  NEED_CLI();
+  Scratch s({"e.h5"});
+  fs::copy_file(data_dir() + "/e.h5", s.p("nan.h5"));
+  fs::copy_file(data_dir() + "/e.h5", s.p("inf.h5"));
+  fs::copy_file(data_dir() + "/e.h5", s.p("scores.h5"));
+  auto poke = [](const std::string& ds, const std::string& idx, const std::string& v) {
+    return "d=f[c][\"" + ds + "\"]; x=d[...]; x[" + idx + "]=float(\"" + v + "\"); d[...]=x";
+  };
+  if (!h5py_edit(s.p("nan.h5"), poke("layers/0/attn_out", "3,5", "nan"))) GTEST_SKIP() << "skipped: no python3 h5py";
+  ASSERT_TRUE(h5py_edit(s.p("inf.h5"), poke("logits", "0,0", "inf")));
+  ASSERT_TRUE(h5py_edit(s.p("scores.h5"), poke("layers/1/indexer_scores", "15,0", "-inf")));  // a causal key: finite in the golden
+  // The schema's own non-finite values are there (else the negative control below proves nothing).
+  ASSERT_EQ(std::system(("/usr/bin/python3 -c 'import h5py,sys,numpy as np; f=h5py.File(sys.argv[1]); c=list(f.keys())[0]; "
+                         "s=f[c][\"layers/1/indexer_scores\"][...]; g=f[c][\"layers/1/indexer_topk_gap\"][...]; "
+                         "sys.exit(0 if np.isneginf(s).any() and np.isnan(g).any() else 1)' '" + s.p("e.h5") + "'").c_str()),
+            0)
+      << "e.h5 holds no -inf indexer score and no NaN gap";
+  const auto before = trial::snapshot(s.dir);
+  // Golden damaged: refused whatever the answer holds (the same NaN used to pass).
+  for (const std::string f : {"nan.h5", "inf.h5"}) {
+    expect_refused(trial::run({kCli, "compare", s.p(f), s.p(f)}), 2, "damaged golden", s.dir, before);
+    expect_refused(trial::run({kCli, "compare", s.p(f), s.p("e.h5")}), 2, "damaged golden", s.dir, before);
+  }
+  // Answers with a non-finite value where the golden is finite: a failure (exit 1), not a pass.
+  for (const std::string f : {"nan.h5", "inf.h5", "scores.h5"}) {
+    const Result r = trial::run({kCli, "compare", s.p("e.h5"), s.p(f), "--brief"});
+    EXPECT_EQ(r.status, 1) << f << ": " << r.out << r.err;
+    EXPECT_NE(r.out.find("non-finite"), std::string::npos) << f << ": " << r.out;
+  }
+  // Negative control: -inf scores and NaN gaps of the schema pass against themselves.
+  const Result ok = trial::run({kCli, "compare", s.p("e.h5"), s.p("e.h5")});
+  EXPECT_EQ(ok.status, 0) << ok.out << ok.err;
+}
+
 }  // namespace
 }  // namespace mlaconf
