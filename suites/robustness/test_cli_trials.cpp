@@ -13,9 +13,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/json.h"
 #include "suites/robustness/cli_trial.h"
 
@@ -540,6 +542,49 @@ TEST(cli_trials, i38_2_non_finite_golden_is_damaged_and_non_finite_answer_fails)
   // Negative control: -inf scores and NaN gaps of the schema pass against themselves.
   const Result ok = trial::run({kCli, "compare", s.p("e.h5"), s.p("e.h5")});
   EXPECT_EQ(ok.status, 0) << ok.out << ok.err;
+}
+
+// i38_3: temporary files cannot be hijacked. A link planted at the old predictable name
+// "<out>.tmp.<pid>" is neither followed (its target stays as it was) nor renamed into place.
+TEST(cli_trials, i38_3_planted_link_at_a_temporary_name_is_not_followed) {
+  Scratch s(std::vector<std::string>{});
+  const std::string victim = s.p("victim.gguf"), out = s.p("r.json");
+  std::ofstream(victim) << "precious";
+  fs::create_symlink(victim, out + ".tmp." + std::to_string(::getpid()));
+  write_file_atomic(out, std::string("result\n"));
+  std::stringstream v, o;
+  v << std::ifstream(victim).rdbuf();
+  o << std::ifstream(out).rdbuf();
+  EXPECT_EQ(v.str(), "precious") << "the planted link was followed";
+  EXPECT_FALSE(fs::is_symlink(out)) << "the planted link was renamed into place";
+  EXPECT_EQ(o.str(), "result\n");
+  EXPECT_TRUE(fs::is_symlink(out + ".tmp." + std::to_string(::getpid()))) << "not ours to remove";
+  // Every temporary name is new: two writers of one output never share one.
+  fs::remove(out + ".tmp." + std::to_string(::getpid()));
+  {
+    AtomicFile a(out), b(out);
+    a.write("a", 1);
+    b.write("b", 1);
+    EXPECT_EQ(fs::path(s.dir), fs::path(out).parent_path());
+    size_t tmp = 0;
+    for (const auto& e : fs::directory_iterator(s.dir)) tmp += e.path().filename().string().find(".tmp.") != std::string::npos;
+    EXPECT_EQ(tmp, 2u) << "the temporary files are in the output's folder, one each";
+  }  // neither committed: both removed
+  for (const auto& e : fs::directory_iterator(s.dir)) EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+}
+
+// A 255-byte output name (NAME_MAX) is legal: the temporary name must fit too.
+TEST(cli_trials, i38_3_longest_output_name_works) {
+  NEED_CLI();
+  Scratch s({"e.h5"});
+  const std::string out = s.p(std::string(250, 'r') + ".json");
+  ASSERT_EQ(fs::path(out).filename().string().size(), 255u);
+  const Result r = trial::run({kCli, "compare", s.p("e.h5"), s.p("e.h5"), "--json", out});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::is_regular_file(out)) << r.err;
+  size_t n = 0;
+  for (const auto& e : fs::directory_iterator(s.dir)) n += e.path().filename().string().find(".tmp.") != std::string::npos;
+  EXPECT_EQ(n, 0u) << "a temporary file was left behind";
 }
 
 }  // namespace
