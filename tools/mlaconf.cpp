@@ -1,6 +1,8 @@
 // mlaconf: one program, many subcommands (see `mlaconf --help`).
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <vector>
 
@@ -19,6 +21,22 @@ std::vector<Entry>& registry() {
   return r;
 }
 int g_exit = kExitOk;
+
+// Whatever a command printed must have reached stdout: a full disk or a closed pipe behind `>` is a
+// failure to deliver the result (exit 2), not a pass.
+bool stdout_written() {
+  std::cout.flush();
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int e = errno;
+  const bool ok = flushed && !std::ferror(stdout) && !std::cout.fail();
+  // errno is the final flush's; an earlier failed write (the error flag) left no errno to report.
+  if (!ok) {
+    const std::string why = !flushed && e ? std::string(": ") + std::strerror(e) : "";
+    std::fprintf(stderr, "mlaconf: error: cannot write to standard output%s\n", why.c_str());
+  }
+  return ok;
+}
 }  // namespace
 
 CommandRegistration::CommandRegistration(int order, CommandSetup setup) { registry().push_back({order, std::move(setup)}); }
@@ -68,6 +86,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mlaconf: internal error: %s\n", e.what());
     return 4;
   }
-  std::fflush(stdout);
+  if (!cli::stdout_written()) return kExitBadInput;
   return cli::g_exit;
 }

@@ -39,7 +39,8 @@ Result run(const std::vector<std::string>& argv, const Options& o) {
   const pid_t pid = fork();
   if (pid == 0) {
     if (!o.cwd.empty() && chdir(o.cwd.c_str()) != 0) _exit(127);
-    const int fo = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int fo = o.stdout_path.empty() ? open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) : open(o.stdout_path.c_str(), O_WRONLY),
+              fe = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fo, 1);
     dup2(fe, 2);
     const int null = open("/dev/null", O_RDONLY);

@@ -587,5 +587,45 @@ TEST(cli_trials, i38_3_longest_output_name_works) {
   EXPECT_EQ(n, 0u) << "a temporary file was left behind";
 }
 
+// i38_4: a result that cannot be written to stdout (`> /dev/full`) is exit 2 with one line, for every
+// command that prints one.
+TEST(cli_trials, i38_4_stdout_that_cannot_be_written_is_exit_2) {
+  NEED_CLI();
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "skipped: no /dev/full";
+  Scratch s({"m.gguf", "e.h5"});
+  {
+    std::ofstream t(s.p("t.txt"));
+    for (int i = 0; i < 40; ++i) t << "The quick brown fox " << i << " jumps over the lazy dog.\n";
+  }
+  const auto before = trial::snapshot(s.dir);
+  const std::string m = s.p("m.gguf");
+  const std::vector<std::vector<std::string>> commands = {
+      {kCli, "inspect", m},
+      {kCli, "tokenize", "--model", m, "--text", "hello world"},
+      {kCli, "plan", "--model", m, "--devices", "2", "--memory-per-device", "80"},
+      {kCli, "compare", s.p("e.h5"), s.p("e.h5")},
+      {kCli, "bench", "--model", m, "--prompt-tokens", "2", "--decode-steps", "1", "--no-warmup"},
+      {kCli, "kld", "--model", m, "--backend", "reference", "--text-file", s.p("t.txt"), "--ctx", "80", "--max-windows", "1"},
+  };
+  for (const auto& argv : commands) {
+    SCOPED_TRACE(argv[1]);
+    trial::Options o;
+    o.stdout_path = "/dev/full";
+    // Negative control: the same command with a writable stdout succeeds.
+    const Result ok = trial::run(argv);
+    ASSERT_EQ(ok.status, 0) << ok.err;
+    const Result r = trial::run(argv, o);
+    if (argv[1] == "kld") {  // kld reports its progress on stderr: the error is its last line
+      EXPECT_EQ(r.status, 2) << r.err;
+      const size_t last = r.err.rfind('\n', r.err.size() >= 2 ? r.err.size() - 2 : 0);
+      const std::string tail = last == std::string::npos ? r.err : r.err.substr(last + 1);
+      EXPECT_EQ(tail.rfind("mlaconf: error: cannot write to standard output", 0), 0u) << r.err;
+      EXPECT_EQ(trial::snapshot(s.dir), before);
+      continue;
+    }
+    expect_refused(r, 2, "standard output", s.dir, before);
+  }
+}
+
 }  // namespace
 }  // namespace mlaconf
