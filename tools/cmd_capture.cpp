@@ -88,6 +88,7 @@ CommandRegistration reg(40, [](CLI::App& root) {
       o.prompt_ids.push_back(static_cast<int32_t>(v));
     }
     if (o.prompt_ids.empty() && o.random_tokens <= 0) throw InputError("give --prompt-ids or --random-tokens N (N > 0)");
+    if (o.prompt_ids.empty()) require_count(o.random_tokens, "--random-tokens", 1);  // before prompt + steps
     // Before any work: the files, and the sizes against the model's context (headers only: fast).
     require_regular_file(o.model, "--model");
     const GgufFile model = GgufFile::open(o.model);

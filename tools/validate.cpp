@@ -78,6 +78,12 @@ double require_finite_nonnegative(double v, const std::string& option) {
   return v;
 }
 
+int64_t require_count(int64_t v, const std::string& option, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi)
+    throw InputError(option + " " + std::to_string(v) + ": must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v;
+}
+
 uint64_t free_bytes_for(const std::string& path) {
   struct statvfs s {};
   const std::string dir = dir_of(path);

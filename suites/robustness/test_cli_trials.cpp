@@ -627,5 +627,28 @@ TEST(cli_trials, i38_4_stdout_that_cannot_be_written_is_exit_2) {
   }
 }
 
+// i38_5: counts checked before any sum of them: prompt + n past INT64_MAX passed the context check.
+TEST(cli_trials, i38_5_huge_counts_refused_up_front) {
+  NEED_CLI();
+  Scratch s;
+  const auto before = trial::snapshot(s.dir);
+  const std::string m = s.p("m.gguf"), big = "9223372036854775807", big2 = "9223372036854775806";
+  trial::Options o;
+  o.timeout_s = 20;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> trials = {
+      {{kCli, "generate", "--model", m, "--prompt-ids", "1,2", "-n", big2, "--ignore-eos"}, "-n"},
+      {{kCli, "bench", "--model", m, "--decode-steps", big, "--no-warmup"}, "--decode-steps"},
+      {{kCli, "bench", "--model", m, "--prompt-tokens", big, "--no-warmup"}, "--prompt-tokens"},
+      {{kCli, "bench", "--model", m, "--prompt-tokens", big, "--decode-steps", big}, "--prompt-tokens"},
+      {{kCli, "capture", "--model", m, "--random-tokens", big, "--decode-steps", "4", "--out", s.p("x.h5")}, "--random-tokens"},
+  };
+  for (const auto& [argv, says] : trials) {
+    SCOPED_TRACE(argv[1] + " " + says);
+    const Result r = trial::run(argv, o);
+    expect_refused(r, 2, says, s.dir, before);
+    EXPECT_LT(r.seconds, 5.0);
+  }
+}
+
 }  // namespace
 }  // namespace mlaconf
