@@ -650,5 +650,28 @@ TEST(cli_trials, i38_5_huge_counts_refused_up_front) {
   }
 }
 
+// i38_6: capture's inputs are all regular files checked up front (--force-decisions too: a FIFO blocked
+// forever), none is the output, and --case-name is checked before the work.
+TEST(cli_trials, i38_6_capture_force_decisions_and_case_name_checked_first) {
+  NEED_CLI();
+  Scratch s;
+  ASSERT_EQ(mkfifo(s.p("fifo").c_str(), 0644), 0);
+  const auto before = trial::snapshot(s.dir);
+  trial::Options o;
+  o.timeout_s = 20;
+  auto cap = [&](std::vector<std::string> extra) {
+    std::vector<std::string> v = {kCli, "capture", "--model", s.p("m.gguf"), "--random-tokens", "400", "--seed", "1", "--quiet"};
+    v.insert(v.end(), extra.begin(), extra.end());
+    return v;
+  };
+  expect_refused(trial::run(cap({"--force-decisions", s.p("fifo"), "--out", s.p("x.h5")}), o), 2, "FIFO", s.dir, before);
+  expect_refused(trial::run(cap({"--force-decisions", s.p("e.h5"), "--out", s.p("e.h5")}), o), 2, "is the input", s.dir, before);
+  for (const std::string name : {"a/b", "..", "a\nb"}) {
+    const Result r = trial::run(cap({"--case-name", name, "--out", s.p("x.h5")}), o);
+    expect_refused(r, 2, "--case-name", s.dir, before);
+    EXPECT_LT(r.seconds, 3.0) << "'" << name << "' refused only after the capture";
+  }
+}
+
 }  // namespace
 }  // namespace mlaconf
