@@ -19,6 +19,7 @@
 
 #include "core/atomic_file.h"
 #include "core/json.h"
+#include "suites/core/gguf_bytes.h"
 #include "suites/robustness/cli_trial.h"
 
 namespace mlaconf {
@@ -670,6 +671,35 @@ TEST(cli_trials, i38_6_capture_force_decisions_and_case_name_checked_first) {
     const Result r = trial::run(cap({"--case-name", name, "--out", s.p("x.h5")}), o);
     expect_refused(r, 2, "--case-name", s.dir, before);
     EXPECT_LT(r.seconds, 3.0) << "'" << name << "' refused only after the capture";
+  }
+}
+
+// i38_7: whatever an error line quotes (a path, an option's value, a key from a GGUF) is escaped: one
+// line, no control character, no byte that is not UTF-8 (a terminal escape would reach the terminal raw).
+TEST(cli_trials, i38_7_error_lines_are_escaped) {
+  NEED_CLI();
+  Scratch s;
+  const std::string nasty = "a\nb\r\x1b[2J\x07\xff\xc2\x9b\x7f";
+  // A GGUF whose duplicate key (quoted in the error) holds the same bytes.
+  testing_gguf::write_bytes(s.p("k.gguf"), testing_gguf::Bytes().header(3, 0, 2).kv_u32("k." + nasty, 1).kv_u32("k." + nasty, 2).b);
+  const auto before = trial::snapshot(s.dir);
+  const std::vector<std::vector<std::string>> trials = {
+      {kCli, "inspect", s.p(nasty + ".gguf")},                          // a path
+      {kCli, "inspect", s.p("m.gguf"), "--tensor", nasty},                // a name
+      {kCli, "tokenize", "--model", s.p("m.gguf"), "--ids", "1,x" + nasty.substr(4)},  // an option's value (no blank: one item)
+      {kCli, "inspect", s.p("k.gguf")},                                 // a string from the file
+      {kCli, "compare", s.p(nasty), s.p("e.h5")},
+  };
+  for (const auto& argv : trials) {
+    SCOPED_TRACE(argv[1] + " " + argv.back());
+    const Result r = trial::run(argv);
+    expect_refused(r, 2, "", s.dir, before);
+    for (size_t i = 0; i + 1 < r.err.size(); ++i) {  // the last byte is the line's '\n'
+      const unsigned char c = static_cast<unsigned char>(r.err[i]);
+      EXPECT_FALSE(c < 0x20 || c == 0x7f || c == 0xff) << "raw byte " << int(c) << " at " << i << ": " << r.err;
+    }
+    EXPECT_EQ(r.err.find("\xc2\x9b"), std::string::npos) << "a raw C1 control (CSI)";
+    EXPECT_NE(r.err.find("\\x1b"), std::string::npos) << "the escape character is shown escaped: " << r.err;
   }
 }
 
