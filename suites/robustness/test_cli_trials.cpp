@@ -487,6 +487,8 @@ TEST(cli_trials, i38_1_case_attributes_refused_before_work) {
       // 2^28 input ids declared in a file of a few MB (nothing written: chunks read as fill values).
       {"e.h5", "del f[c][\"input_ids\"]; f[c].create_dataset(\"input_ids\", shape=(1<<28,), dtype=\"i4\", chunks=(1<<16,), compression=\"gzip\")",
        "4096 positions"},
+      // A hard link from a group to its own case group: a cycle the dataset walk followed forever.
+      {"e.h5", "f[c][\"layers/0/loop\"]=f[c]", "link cycle"},
   };
   for (const Edit& e : edits) {
     SCOPED_TRACE(e.code);
