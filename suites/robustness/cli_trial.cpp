@@ -51,6 +51,10 @@ Result run(const std::vector<std::string>& argv, const Options& o) {
       struct rlimit rl {static_cast<rlim_t>(o.fsize_limit), static_cast<rlim_t>(o.fsize_limit)};
       setrlimit(RLIMIT_FSIZE, &rl);
     }
+    if (o.memory_limit >= 0) {
+      struct rlimit rl {static_cast<rlim_t>(o.memory_limit), static_cast<rlim_t>(o.memory_limit)};
+      setrlimit(RLIMIT_AS, &rl);
+    }
     std::vector<char*> a;
     for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
     a.push_back(nullptr);

@@ -508,6 +508,33 @@ TEST(cli_trials, i38_1_case_attributes_refused_before_work) {
   }
 }
 
+// A dataset whose header declares far more values than the file stores (2^28 ids in a file of a few
+// MB: chunks never written read as fill values) is refused before it is read, in bounded memory.
+TEST(cli_trials, i38_1_dataset_declaring_more_than_it_stores) {
+  NEED_CLI();
+  Scratch s;
+  const std::string g = s.p("g.h5"), bad = s.p("bad.h5");
+  Result r = trial::run({kCli, "capture", "--model", s.p("m.gguf"), "--random-tokens", "4", "--generate", "2", "--no-op-level", "--quiet",
+                         "--out", g});
+  ASSERT_EQ(r.status, 0) << r.err;
+  fs::copy_file(g, bad);
+  if (!h5py_edit(bad, "c=[k for k in f.keys() if k.startswith(\"greedy\")][0]; del f[c][\"all_ids\"]; "
+                      "f[c].create_dataset(\"all_ids\", shape=(1<<28,), dtype=\"i4\", chunks=(1<<16,))"))
+    GTEST_SKIP() << "skipped: no python3 h5py";
+  const auto before = trial::snapshot(s.dir);
+  trial::Options o;
+  o.timeout_s = 20;
+  o.memory_limit = int64_t{1} << 30;  // the declared ids alone are 3 GB as read
+  for (const auto& argv : {std::vector<std::string>{kCli, "compare", bad, g}, std::vector<std::string>{kCli, "compare", g, bad}}) {
+    r = trial::run(argv, o);
+    expect_refused(r, 2, "stores", s.dir, before);
+    EXPECT_LT(r.seconds, 5.0);
+  }
+  // Negative control: the file as captured compares under the same limit.
+  r = trial::run({kCli, "compare", g, g}, o);
+  EXPECT_EQ(r.status, 0) << r.err;
+}
+
 // i38_2: a NaN (or inf) in a golden float dataset is a damaged golden (exit 2), never an agreement with the
 // same NaN in an answer; a non-finite answer where the golden is finite fails. Datasets that may hold
 // non-finite values by the schema (indexer_scores -inf for keys after the query, *_gap NaN where nothing
