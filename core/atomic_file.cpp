@@ -21,7 +21,7 @@ namespace {
 
 // The registry the signal handler reads: fixed slots of NUL-terminated names, no allocation. A slot is
 // claimed by setting `used` after the name is in place, and given up by clearing it first.
-constexpr int kSlots = 64;
+constexpr int kSlots = 1024;  // a split GGUF holds all its shards' names until they appear together
 constexpr size_t kNameMax = 4096;
 struct Slot {
   std::atomic<bool> used{false};
@@ -167,6 +167,11 @@ void AtomicFile::extend_to(uint64_t size) {
 }
 
 void AtomicFile::commit() {
+  finish();
+  name_.rename_into_place();
+}
+
+void AtomicFile::finish() {
   const int fd = name_.release_fd();
   fd_ = -1;  // closed exactly once, here, whatever happens below
   if (::fsync(fd) != 0) {
@@ -175,7 +180,6 @@ void AtomicFile::commit() {
     fail(name_.final_path(), "cannot flush", e);
   }
   if (::close(fd) != 0) fail(name_.final_path(), "cannot close", errno);
-  name_.rename_into_place();
 }
 
 void write_file_atomic(const std::string& path, const void* data, size_t n) {

@@ -59,6 +59,11 @@ class AtomicFile {
   void extend_to(uint64_t size);
   // fsync, checked close, rename into place.
   void commit();
+  // The two halves of commit(), for outputs of several files that appear together (a split GGUF):
+  // finish() every file (fsync, checked close; the temporary name stays registered and is removed if
+  // the object dies unrenamed), then rename_into_place() each.
+  void finish();
+  void rename_into_place() { name_.rename_into_place(); }
 
  private:
   TempFileName name_;

@@ -617,6 +617,29 @@ TEST(cli_trials, i38_3_longest_output_name_works) {
   EXPECT_EQ(n, 0u) << "a temporary file was left behind";
 }
 
+// A split GGUF appears whole or not at all: synth --split 3 whose second shard hits the file-size limit
+// left the first shard behind.
+TEST(cli_trials, i38_3_split_synth_on_a_full_disk_leaves_no_shard) {
+  NEED_CLI();
+  Scratch s(std::vector<std::string>{});
+  // The shard sizes of this model, unlimited, to put the limit between the first shard and a later one.
+  fs::create_directory(s.p("free"));
+  Result r = trial::run({kCli, "synth", "--seed", "1", "--split", "3", "--out", s.p("free/x.gguf")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<uintmax_t> sizes;
+  for (int k = 1; k <= 3; ++k) sizes.push_back(fs::file_size(s.p("free/x-0000" + std::to_string(k) + "-of-00003.gguf")));
+  fs::remove_all(s.p("free"));
+  size_t j = 1;
+  while (j < sizes.size() && sizes[j] <= sizes[0]) ++j;
+  if (j == sizes.size()) GTEST_SKIP() << "skipped: no shard after the first is larger than it";
+  const auto before = trial::snapshot(s.dir);
+  trial::Options o;
+  o.fsize_limit = static_cast<long long>((sizes[0] + sizes[j]) / 2);  // shard 1 fits, shard j + 1 does not
+  r = trial::run({kCli, "synth", "--seed", "1", "--split", "3", "--out", s.p("x.gguf")}, o);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_EQ(trial::snapshot(s.dir), before) << "a shard (or a temporary file) was left behind";
+}
+
 // i38_4: a result that cannot be written to stdout (`> /dev/full`) is exit 2 with one line, for every
 // command that prints one.
 TEST(cli_trials, i38_4_stdout_that_cannot_be_written_is_exit_2) {
