@@ -1,7 +1,8 @@
 // Issue 13: careless or hostile use of every subcommand, each trial a real `mlaconf` process (MLACONF_CLI)
 // run in a folder of its own. A trial asserts the exit code, exactly one line on stderr (`mlaconf:
-// error: ...` for exit 2), that no file is left behind (no "*.tmp.<pid>") and that the files that were
-// there are unchanged. The test names carry the number of the problem in the issue (p1 ... p10).
+// error: ...` for exit 2), that no file is left behind (no temporary "*.tmp.*") and that the files that
+// were there are unchanged. The test names carry the number of the problem in the issue (p1 ... p10;
+// i38_N: issue 38, the N-th item of its work list).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/file.h>
