@@ -2,9 +2,12 @@
 #include "core/atomic_file.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -18,7 +21,7 @@ namespace {
 
 // The registry the signal handler reads: fixed slots of NUL-terminated names, no allocation. A slot is
 // claimed by setting `used` after the name is in place, and given up by clearing it first.
-constexpr int kSlots = 64;
+constexpr int kSlots = 1024;  // a split GGUF holds all its shards' names until they appear together
 constexpr size_t kNameMax = 4096;
 struct Slot {
   std::atomic<bool> used{false};
@@ -76,28 +79,61 @@ void install_interrupt_cleanup() {
   (void)done;
 }
 
-TempFileName::TempFileName(const std::string& final_path)
-    : final_(final_path), tmp_(final_path + ".tmp." + std::to_string(::getpid())) {
-  slot_ = claim(tmp_);
+namespace {
+
+// `n` characters of [0-9A-Za-z] from the kernel's random source (unpredictable: another user cannot
+// plant a link at the name before we create it; O_EXCL refuses one anyway).
+std::string random_suffix(size_t n) {
+  static const char kAlphabet[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+  unsigned char b[32];
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t k = ::getrandom(b + got, n - got, 0);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      throw InputError(std::string("cannot draw a temporary file name: getrandom: ") + std::strerror(errno));
+    }
+    got += static_cast<size_t>(k);
+  }
+  std::string s(n, '0');
+  for (size_t i = 0; i < n; ++i) s[i] = kAlphabet[b[i] % 62];
+  return s;
+}
+
+}  // namespace
+
+TempFileName::TempFileName(const std::string& final_path) : final_(final_path) {
+  const size_t slash = final_path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "" : final_path.substr(0, slash + 1);
+  const std::string base = slash == std::string::npos ? final_path : final_path.substr(slash + 1);
+  if (base.empty() || base == "." || base == "..") throw InputError(final_path + ": not a file name");
+  // "<base, cut>.tmp.<8 random>": at most NAME_MAX bytes whatever the length of base.
+  constexpr size_t kRandom = 8;
+  const std::string tail = ".tmp.";
+  const size_t keep = std::min(base.size(), static_cast<size_t>(NAME_MAX) - tail.size() - kRandom);
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const std::string candidate = dir + base.substr(0, keep) + tail + random_suffix(kRandom);
+    // Registered before it exists, so that an interrupt between create and register cannot leave it.
+    slot_ = claim(candidate);
+    fd_ = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd_ >= 0) {
+      tmp_ = candidate;
+      return;
+    }
+    const int e = errno;
+    release(slot_);
+    slot_ = -1;
+    if (e != EEXIST) fail(final_path, "cannot create a temporary file in its folder", e);
+  }
+  throw InputError(final_path + ": cannot create a temporary file in its folder: 100 names taken");
 }
 
 TempFileName::~TempFileName() {
   if (slot_ >= 0) {
+    if (fd_ >= 0) ::close(fd_);
     ::unlink(tmp_.c_str());
     release(slot_);
   }
-}
-
-void TempFileName::commit() {
-  int fd = ::open(tmp_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(final_, "cannot reopen the temporary file", errno);
-  if (::fsync(fd) != 0) {
-    int e = errno;
-    ::close(fd);
-    fail(final_, "cannot flush", e);
-  }
-  if (::close(fd) != 0) fail(final_, "cannot close", errno);
-  rename_into_place();
 }
 
 void TempFileName::rename_into_place() {
@@ -106,14 +142,9 @@ void TempFileName::rename_into_place() {
   slot_ = -1;
 }
 
-AtomicFile::AtomicFile(const std::string& path) : name_(path) {
-  fd_ = ::open(name_.path().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail(path, "cannot create", errno);
-}
+AtomicFile::AtomicFile(const std::string& path) : name_(path), fd_(name_.fd()) {}
 
-AtomicFile::~AtomicFile() {
-  if (fd_ >= 0) ::close(fd_);
-}
+AtomicFile::~AtomicFile() = default;  // name_ closes the descriptor and removes the file unless committed
 
 void AtomicFile::write(const void* data, size_t n) {
   const uint8_t* p = static_cast<const uint8_t*>(data);
@@ -136,15 +167,19 @@ void AtomicFile::extend_to(uint64_t size) {
 }
 
 void AtomicFile::commit() {
-  const int fd = fd_;
-  fd_ = -1;  // closed exactly once, whatever happens below
+  finish();
+  name_.rename_into_place();
+}
+
+void AtomicFile::finish() {
+  const int fd = name_.release_fd();
+  fd_ = -1;  // closed exactly once, here, whatever happens below
   if (::fsync(fd) != 0) {
     int e = errno;
     ::close(fd);
     fail(name_.final_path(), "cannot flush", e);
   }
   if (::close(fd) != 0) fail(name_.final_path(), "cannot close", errno);
-  name_.rename_into_place();
 }
 
 void write_file_atomic(const std::string& path, const void* data, size_t n) {

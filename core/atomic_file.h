@@ -1,10 +1,12 @@
 // mlaconf: every file mlaconf writes goes through here (one place for the temp-file rules).
 //
-// A file is written under "<path>.tmp.<pid>", fsync'ed, closed with its result checked, and renamed onto
-// <path>. A failure at any step (ENOSPC and EFBIG included) removes the temporary file and throws
-// InputError (exit 2). The temporary name is registered in a process-wide table that a SIGINT/SIGTERM
-// handler empties (unlink is async-signal-safe) before the process exits 130/143, so Ctrl-C never
-// leaves a half-written file behind either.
+// A file is written under "<name>.tmp.<8 random characters>" in <path>'s own folder (created with
+// O_CREAT|O_EXCL|O_NOFOLLOW: a link or file planted at that name is never followed or reused; <name> is
+// cut so the temporary name fits NAME_MAX for any legal output name), fsync'ed, closed with its result
+// checked, and renamed onto <path>: the rename is the only way a result appears. A failure at any step
+// (ENOSPC and EFBIG included) removes the temporary file and throws InputError (exit 2). The temporary
+// name is registered in a process-wide table that a SIGINT/SIGTERM handler empties (unlink is
+// async-signal-safe) before the process exits 130/143, so Ctrl-C never leaves a half-written file behind.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -16,9 +18,9 @@ namespace mlaconf {
 // Idempotent; TempFileName installs it too, so library users get it without calling this.
 void install_interrupt_cleanup();
 
-// Registers "<path>.tmp.<pid>" for removal on interrupt for as long as it lives; removes the file in its
-// destructor unless release()d (after a successful rename). For writers that create the file themselves
-// (HDF5); AtomicFile below is built on it.
+// Creates the temporary file of `final_path` (see above) and registers it for removal on interrupt for
+// as long as it lives; removes the file in its destructor unless renamed into place. AtomicFile below is
+// built on it.
 class TempFileName {
  public:
   explicit TempFileName(const std::string& final_path);
@@ -27,15 +29,21 @@ class TempFileName {
   TempFileName& operator=(const TempFileName&) = delete;
   const std::string& path() const { return tmp_; }
   const std::string& final_path() const { return final_; }
-  // fsync()s the temporary file (by name) and renames it onto the final path; the name is then released.
-  // Throws InputError (and removes the temporary file) on failure.
-  void commit();
-  // Renames onto the final path (the caller has fsync'ed and closed it); the name is then released.
+  // The descriptor of the created file (write only); the caller closes it (once) before the rename.
+  int fd() const { return fd_; }
+  // Hands the descriptor to a caller that closes it; the file is still removed unless renamed into place.
+  int release_fd() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  // Renames onto the final path (the caller has fsync'ed and closed fd()); the name is then released.
   void rename_into_place();
 
  private:
   std::string final_, tmp_;
   int slot_ = -1;
+  int fd_ = -1;
 };
 
 // A file descriptor on a TempFileName. write() and commit() throw InputError naming the final path.
@@ -51,6 +59,11 @@ class AtomicFile {
   void extend_to(uint64_t size);
   // fsync, checked close, rename into place.
   void commit();
+  // The two halves of commit(), for outputs of several files that appear together (a split GGUF):
+  // finish() every file (fsync, checked close; the temporary name stays registered and is removed if
+  // the object dies unrenamed), then rename_into_place() each.
+  void finish();
+  void rename_into_place() { name_.rename_into_place(); }
 
  private:
   TempFileName name_;

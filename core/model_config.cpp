@@ -114,7 +114,8 @@ void ModelConfig::validate(const std::string& where) const {
   pos(indexer_n_head, "attention.indexer.head_count", 65536);
   pos(indexer_head_size, "attention.indexer.key_length");
   if (indexer_head_size < n_rot) bad("attention.indexer.key_length is smaller than the rope dimension");
-  pos(indexer_top_k, "attention.indexer.top_k");
+  // Sizes every [T, top_k] selection: a sparse attention's k is small (2048 on GLM-5); 2^31 - 1 ran out of memory.
+  pos(indexer_top_k, "attention.indexer.top_k", 1 << 16);
   if (n_layer_dense_lead < 0 || n_layer_dense_lead > n_layer) bad("leading_dense_block_count out of range");
   if (n_layer_dense_lead < n_layer_run()) {
     pos(n_expert, "expert_count", 1 << 20);

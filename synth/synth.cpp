@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 
 #include "core/error.h"
 #include "core/gguf.h"
@@ -178,7 +179,9 @@ ValueDist value_dist(const TensorSpec& s, const ModelConfig& c) {
 }
 
 std::vector<PlannedTensor> plan(const Options& o) {
-  if (o.split < 1 || o.split > 99999) throw InputError("synth: --split must be between 1 and 99999");
+  // At most 1000 shards: every shard's temporary name is held until all of them are written, so that
+  // they appear together (core/atomic_file.h holds 1024 names).
+  if (o.split < 1 || o.split > 1000) throw InputError("synth: --split must be between 1 and 1000");
   if (o.alignment == 0 || (o.alignment & (o.alignment - 1)) != 0 || o.alignment > (1u << 20))
     throw InputError("synth: alignment " + std::to_string(o.alignment) + " is not a power of two <= 2^20");
   o.config.validate("synth");
@@ -219,6 +222,7 @@ std::vector<std::string> write_model(const Options& o, const std::string& out) {
   std::string prefix = out;
   if (prefix.size() > 5 && prefix.compare(prefix.size() - 5, 5, ".gguf") == 0) prefix.resize(prefix.size() - 5);
   std::vector<uint8_t> buf;
+  std::vector<std::unique_ptr<AtomicFile>> files;  // written, flushed, not yet renamed
   for (int k = 0; k < o.split; ++k) {
     const std::string path = o.split == 1 ? out : make_split_name(prefix, k + 1, o.split);
     GgufWriter w(o.alignment);
@@ -237,7 +241,8 @@ std::vector<std::string> write_model(const Options& o, const std::string& out) {
     auto pad = [a](uint64_t x) { return (x + a - 1) / a * a; };
     uint64_t size = header.size();
     for (const PlannedTensor* t : mine) size = pad(size + t->nbytes);
-    AtomicFile f(path);
+    files.push_back(std::make_unique<AtomicFile>(path));
+    AtomicFile& f = *files.back();
     f.write(header.data(), header.size());
     if (o.header_only) {
       f.extend_to(size);
@@ -252,8 +257,17 @@ std::vector<std::string> write_model(const Options& o, const std::string& out) {
         }
       }
     }
-    f.commit();
+    f.finish();  // flushed and closed; renamed below, with the others
     paths.push_back(path);
+  }
+  // The shards appear together or not at all: a failure above (a full disk at shard k) removes every
+  // temporary file; a failed rename here removes the shards this call already renamed.
+  size_t renamed = 0;
+  try {
+    for (; renamed < files.size(); ++renamed) files[renamed]->rename_into_place();
+  } catch (...) {
+    for (size_t i = 0; i < renamed; ++i) std::remove(paths[i].c_str());
+    throw;
   }
   return paths;
 }

@@ -26,7 +26,7 @@ struct Options {
   GgmlType type_default = GgmlType::Q4_K;
   // Substring of the tensor name -> type; applied in order after the default (the last match wins).
   std::vector<std::pair<std::string, GgmlType>> type_overrides;
-  int split = 1;             // number of shards (1 = one file)
+  int split = 1;             // number of shards (1 = one file; at most 1000), written all or none
   bool header_only = false;  // header and offsets exact; data region left as a sparse hole
   uint64_t alignment = 32;
   std::string name = "mlaconf-synth";

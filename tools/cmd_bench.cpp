@@ -209,7 +209,10 @@ void run_bench(const BenchArgs& a) {
   if (a.backend != "reference" && a.backend != "cuda")
     throw InputError("bench: --backend must be reference or cuda, not '" + a.backend + "'");
   if (a.precision != "f32" && a.precision != "f64") throw InputError("bench: --precision must be f32 or f64");
-  if (a.prompt_tokens < 1 || a.decode_steps < 0) throw InputError("bench: --prompt-tokens >= 1 and --decode-steps >= 0");
+  // Each count bounded before any sum of them (a sum past INT64_MAX passed the context check).
+  require_count(a.prompt_tokens, "bench: --prompt-tokens", 1);
+  require_count(a.decode_steps, "bench: --decode-steps", 0);
+  require_count(a.context, "bench: --context", 0);
   require_finite_nonnegative(a.expert_cache_gib, "--expert-cache-gib");
   require_regular_file(a.model, "--model");
   const std::vector<int> devices = parse_devices(a.devices);

@@ -112,11 +112,16 @@ CommandRegistration reg(40, [](CLI::App& root) {
       o.prompt_ids.push_back(static_cast<int32_t>(v));
     }
     if (o.prompt_ids.empty() && o.random_tokens <= 0) throw InputError("give --prompt-ids or --random-tokens N (N > 0)");
+    if (o.prompt_ids.empty()) require_count(o.random_tokens, "--random-tokens", 1);  // before prompt + steps
     // Before any work: the files, and the sizes against the model's context (headers only: fast).
     require_regular_file(o.model, "--model");
+    // Every input a regular file (stat only: a FIFO never blocks), and never the output.
+    if (!o.force_decisions.empty()) require_regular_file(o.force_decisions, "--force-decisions");
+    if (!o.case_name.empty()) require_case_name(o.case_name, "--case-name");
     const GgufFile model = GgufFile::open(o.model);
     std::vector<std::string> inputs;
     for (const GgufShard& sh : model.shards()) inputs.push_back(sh.path);
+    if (!o.force_decisions.empty()) inputs.push_back(o.force_decisions);
     require_output_path(o.out, "--out", inputs);
     const ModelConfig cfg = ModelConfig::from_gguf(model);
     const int64_t prompt = o.prompt_ids.empty() ? o.random_tokens : static_cast<int64_t>(o.prompt_ids.size());

@@ -140,7 +140,7 @@ std::string token_label(const tok::Tokenizer* t, int32_t id) {
 void run(const GenerateArgs& a) {
   if (a.prompt && !a.prompt_ids.empty()) throw InputError("generate: give --prompt (text) or --prompt-ids, not both");
   if (!a.prompt && a.prompt_ids.empty()) throw InputError("generate: give --prompt \"text\" or --prompt-ids 1,2,3");
-  if (a.n < 0) throw InputError("generate: -n must be >= 0");
+  require_count(a.n, "generate: -n", 0);  // bounded before prompt + n (a sum past INT64_MAX passed the context check)
   if (a.backend != "reference" && a.backend != "cuda" && a.backend != "both")
     throw InputError("generate: --backend must be reference, cuda or both, not '" + a.backend + "'");
   const bool use_ref = a.backend != "cuda", use_cuda = a.backend != "reference";

@@ -128,7 +128,7 @@ const CommandRegistration reg(20, [](CLI::App& root) {
   s->add_option("--indexer-types", a->dims.indexer_types, "per-layer indexer kind, e.g. FFFSSS or 1,1,0 (repeats)");
   s->add_option("--type-default", a->type_default, "type of every quantizable tensor (default: the tiny mix)");
   s->add_option("--type", a->types, "PATTERN=TYPE: tensors whose name contains PATTERN (repeatable, last wins)");
-  s->add_option("--split", a->split, "write N shards (split.no / split.count / split.tensors.count)");
+  s->add_option("--split", a->split, "write N shards, 1..1000 (split.no / split.count / split.tensors.count), all or none");
   s->add_flag("--header-only", a->header_only, "exact header and offsets; the data region is a sparse hole");
   s->add_option("--alignment", a->alignment, "general.alignment (power of two; default 32)");
   s->add_option("--name", a->name, "general.name");

@@ -1,6 +1,9 @@
 // mlaconf: one program, many subcommands (see `mlaconf --help`).
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <vector>
 
@@ -19,6 +22,74 @@ std::vector<Entry>& registry() {
   return r;
 }
 int g_exit = kExitOk;
+
+// An error line holds paths and strings from files (GGUF keys, HDF5 names): escaped so that it stays one
+// line and no byte reaches the terminal as a control sequence. Control characters (C0, DEL, and C1 in
+// UTF-8) become \n, \t, \r, \xNN or \u00NN; bytes that are not valid UTF-8 become \xNN; a backslash stays.
+std::string escape_line(const std::string& s) {
+  std::string o;
+  char b[16];
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      if (c == '\n') o += "\\n";
+      else if (c == '\r') o += "\\r";
+      else if (c == '\t') o += "\\t";
+      else if (c < 0x20 || c == 0x7f) {
+        std::snprintf(b, sizeof b, "\\x%02x", c);
+        o += b;
+      } else {
+        o += static_cast<char>(c);
+      }
+      ++i;
+      continue;
+    }
+    // A UTF-8 sequence: its length by the lead byte, continuation bytes, no overlong form or surrogate.
+    size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    uint32_t cp = len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
+    bool ok = len > 0 && i + len <= n;
+    for (size_t k = 1; ok && k < len; ++k) {
+      ok = (p[i + k] & 0xc0) == 0x80;
+      cp = (cp << 6) | (p[i + k] & 0x3f);
+    }
+    if (ok) ok = !(len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) && !(len == 4 && (cp < 0x10000 || cp > 0x10ffff));
+    if (!ok) {
+      std::snprintf(b, sizeof b, "\\x%02x", c);
+      o += b;
+      ++i;
+      continue;
+    }
+    if (cp >= 0x80 && cp <= 0x9f) {  // C1 controls (U+009B is a CSI to some terminals)
+      std::snprintf(b, sizeof b, "\\u%04x", static_cast<unsigned>(cp));
+      o += b;
+    } else {
+      o.append(s, i, len);
+    }
+    i += len;
+  }
+  return o;
+}
+
+// One error line on stderr, escaped.
+void error_line(const char* prefix, const std::string& what) {
+  std::fprintf(stderr, "mlaconf: %s%s\n", prefix, escape_line(what).c_str());
+}
+
+// Whatever a command printed must have reached stdout: a full disk or a closed pipe behind `>` is a
+// failure to deliver the result (exit 2), not a pass.
+bool stdout_written() {
+  std::cout.flush();
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int e = errno;
+  const bool ok = flushed && !std::ferror(stdout) && !std::cout.fail();
+  // errno is the final flush's; an earlier failed write (the error flag) left no errno to report.
+  if (!ok) error_line("error: ", std::string("cannot write to standard output") +
+                                     (!flushed && e ? std::string(": ") + std::strerror(e) : ""));
+  return ok;
+}
 }  // namespace
 
 CommandRegistration::CommandRegistration(int order, CommandSetup setup) { registry().push_back({order, std::move(setup)}); }
@@ -36,15 +107,13 @@ int main(int argc, char** argv) {
       "mlaconf"};
   install_interrupt_cleanup();  // SIGINT/SIGTERM: remove temporary files, exit 130/143
   app.require_subcommand(1);
-  // Usage errors: one line, the same prefix as every other error (README "Exit codes").
+  // Usage errors: one line, the same prefix as every other error (README "Exit codes"), escaped as they are.
   app.failure_message([](const CLI::App* a, const CLI::Error& e) {
-    std::string m = e.what();
-    for (char& ch : m)
-      if (ch == '\n' || ch == '\r') ch = ' ';
     // The subcommand the error belongs to, when one was recognised: "capture: --model is required".
     std::string sub;
     for (const CLI::App* s : a->get_subcommands()) sub = s->get_name();
-    return "mlaconf: error: " + (sub.empty() ? "" : sub + ": ") + m + " (see mlaconf " + (sub.empty() ? "" : sub + " ") + "--help)\n";
+    const std::string where = sub.empty() ? "" : sub + ": ";
+    return "mlaconf: error: " + cli::escape_line(where + e.what()) + " (see mlaconf " + (sub.empty() ? "" : sub + " ") + "--help)\n";
   });
   app.set_version_flag("--version", "mlaconf 0.1.0");
   auto& reg = cli::registry();
@@ -56,18 +125,18 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : kExitBadInput;
   } catch (const InputError& e) {
-    std::fprintf(stderr, "mlaconf: error: %s\n", e.what());
+    cli::error_line("error: ", e.what());
     return kExitBadInput;
   } catch (const NotSupported& e) {
-    std::fprintf(stderr, "mlaconf: not supported: %s\n", e.what());
+    cli::error_line("not supported: ", e.what());
     return kExitNotSupported;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "mlaconf: error: out of memory\n");
+    cli::error_line("error: ", "out of memory");
     return kExitBadInput;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "mlaconf: internal error: %s\n", e.what());
+    cli::error_line("internal error: ", e.what());
     return 4;
   }
-  std::fflush(stdout);
+  if (!cli::stdout_written()) return kExitBadInput;
   return cli::g_exit;
 }

@@ -78,6 +78,20 @@ double require_finite_nonnegative(double v, const std::string& option) {
   return v;
 }
 
+int64_t require_count(int64_t v, const std::string& option, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi)
+    throw InputError(option + " " + std::to_string(v) + ": must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v;
+}
+
+void require_case_name(const std::string& name, const std::string& option) {
+  if (name.empty()) throw InputError(option + ": empty name");
+  if (name == "." || name == "..") throw InputError(option + " " + name + ": not a name for a case group");
+  if (name.find('/') != std::string::npos) throw InputError(option + " " + name + ": a case name cannot hold '/' (an HDF5 group path)");
+  for (unsigned char ch : name)
+    if (ch < 0x20 || ch == 0x7f) throw InputError(option + " " + name + ": a case name cannot hold control characters");
+}
+
 uint64_t free_bytes_for(const std::string& path) {
   struct statvfs s {};
   const std::string dir = dir_of(path);

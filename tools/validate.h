@@ -23,6 +23,15 @@ void require_distinct_outputs(const std::string& a, const std::string& option_a,
 // A finite number >= 0 (a memory budget); returns it.
 double require_finite_nonnegative(double v, const std::string& option);
 
+// A count or size option in [lo, hi] (checked before any sum of counts, so that no sum can overflow:
+// hi is at most kMaxCount); returns it.
+inline constexpr int64_t kMaxCount = int64_t{1} << 31;
+int64_t require_count(int64_t v, const std::string& option, int64_t lo, int64_t hi = kMaxCount);
+
+// A name that becomes an HDF5 group (a case name): not empty, no '/', not "." or "..", no control
+// characters.
+void require_case_name(const std::string& name, const std::string& option);
+
 // Free bytes for an unprivileged writer on the filesystem holding `path`'s directory.
 uint64_t free_bytes_for(const std::string& path);
 

@@ -3,6 +3,7 @@ answer file (kind `op_answer`, fixtures/SCHEMA.md) that `mlaconf compare FIXTURE
 import inspect
 import json
 import os
+import tempfile
 
 import h5py
 import numpy as np
@@ -165,7 +166,14 @@ class Answer:
             raise FixtureError(f"{path}: the answer would overwrite the fixture")
         precision = self.declared_precision()
         src = self.fx.f
-        tmp = f"{path}.tmp.{os.getpid()}"
+        # The temporary file: in the answer's folder, an unpredictable name created with O_EXCL (a link
+        # planted at a predictable name would be followed), cut to fit NAME_MAX for any legal name.
+        base = os.path.basename(path)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=base[: 255 - 5 - 8] + ".tmp.")
+        os.close(fd)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would become the answer's mode
         n = 0
         try:
             with h5py.File(tmp, "w") as out:

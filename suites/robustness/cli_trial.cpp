@@ -39,7 +39,8 @@ Result run(const std::vector<std::string>& argv, const Options& o) {
   const pid_t pid = fork();
   if (pid == 0) {
     if (!o.cwd.empty() && chdir(o.cwd.c_str()) != 0) _exit(127);
-    const int fo = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int fo = o.stdout_path.empty() ? open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) : open(o.stdout_path.c_str(), O_WRONLY),
+              fe = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fo, 1);
     dup2(fe, 2);
     const int null = open("/dev/null", O_RDONLY);
@@ -49,6 +50,10 @@ Result run(const std::vector<std::string>& argv, const Options& o) {
     if (o.fsize_limit >= 0) {
       struct rlimit rl {static_cast<rlim_t>(o.fsize_limit), static_cast<rlim_t>(o.fsize_limit)};
       setrlimit(RLIMIT_FSIZE, &rl);
+    }
+    if (o.memory_limit >= 0) {
+      struct rlimit rl {static_cast<rlim_t>(o.memory_limit), static_cast<rlim_t>(o.memory_limit)};
+      setrlimit(RLIMIT_AS, &rl);
     }
     std::vector<char*> a;
     for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));

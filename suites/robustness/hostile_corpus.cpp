@@ -192,6 +192,12 @@ std::vector<Case> corpus(const std::vector<uint8_t>& valid, int cuts) {
                                                return true;
                                              }, nullptr}),
       "invalid model config");
+  add("absurd_top_k", rewrite(valid, {[](const std::string& k, GgufWriter& w, const GgufValue&) {
+                                        if (k != "glm-dsa.attention.indexer.top_k") return false;
+                                        w.set_u32(k, 2147483647u);  // issue 38: sized a [T, top_k] selection
+                                        return true;
+                                      }, nullptr}),
+      "attention.indexer.top_k = 2147483647 is out of range");
   add("missing_tensor", rewrite(valid, {nullptr, [](const TensorInfo& t, GgufWriter&) { return t.name == "blk.0.attn_q_b.weight"; }}),
       "missing tensor 'blk.0.attn_q_b.weight'");
   add("shape_inconsistent_with_config", rewrite(valid, {nullptr, [](const TensorInfo& t, GgufWriter& w) {

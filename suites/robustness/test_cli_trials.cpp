@@ -1,7 +1,8 @@
 // Issue 13: careless or hostile use of every subcommand, each trial a real `mlaconf` process (MLACONF_CLI)
 // run in a folder of its own. A trial asserts the exit code, exactly one line on stderr (`mlaconf:
-// error: ...` for exit 2), that no file is left behind (no "*.tmp.<pid>") and that the files that were
-// there are unchanged. The test names carry the number of the problem in the issue (p1 ... p10).
+// error: ...` for exit 2), that no file is left behind (no temporary "*.tmp.*") and that the files that
+// were there are unchanged. The test names carry the number of the problem in the issue (p1 ... p10;
+// i38_N: issue 38, the N-th item of its work list).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -13,10 +14,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/json.h"
+#include "suites/core/gguf_bytes.h"
 #include "suites/robustness/cli_trial.h"
 
 namespace mlaconf {
@@ -455,6 +459,301 @@ TEST(cli_trials, p10_compare_lists_what_it_did_not_judge) {
   r = trial::run({kCli, "compare", s.p("e.h5"), s.p("e.h5"), "--require-all", "--brief"});
   EXPECT_EQ(r.status, 0) << r.out << r.err;
   EXPECT_NE(r.out.find(" 0 not judged"), std::string::npos) << r.out;
+}
+
+// ---- issue 38: inputs and conditions of a hostile user -------------------------------------------------
+// i38_1: case attributes that size the judge's work are checked against each other and the shapes, before
+// anything is allocated by them (a negative pos0 crashed attribution; a number past int range was exit 4).
+TEST(cli_trials, i38_1_case_attributes_refused_before_work) {
+  NEED_CLI();
+  struct Edit {
+    std::string file, code, says;
+  };
+  const std::vector<Edit> edits = {
+      {"e.h5", "f[c].attrs[\"pos0\"]=-3", "pos0"},
+      {"e.h5", "f[c].attrs[\"pos0\"]=2**40", "pos0"},
+      {"e.h5", "f[c].attrs[\"pos0\"]=float(\"nan\")", "pos0"},
+      {"e.h5", "f[c].attrs[\"pos0\"]=2.5", "pos0"},
+      {"e.h5", "f[c].attrs[\"pos0\"]=\"7\"", "pos0"},
+      {"e.h5", "f[c].attrs[\"pos0\"]=5", "pos0"},  // a full_forward starts at 0
+      // A decode step whose pos0 disagrees with its cache rows (latent_cache holds T = 16 rows, not 5 + 16).
+      {"e.h5", "f[c].attrs[\"kind\"]=\"decode_step\"; f[c].attrs[\"pos0\"]=5", "cache rows"},
+      // No cache dataset to disagree with: the model's context bounds it (pos0 + T > 4096).
+      {"model_level.h5", "f[c].attrs[\"kind\"]=\"decode_step\"; f[c].attrs[\"pos0\"]=4090", "4096 positions"},
+      {"e.h5", "f[c].attrs[\"n_tokens\"]=17", "n_tokens"},
+      {"e.h5", "f[c].attrs[\"forced_decisions\"]=7", "forced_decisions"},
+      {"e.h5", "f[c].attrs[\"has_head\"]=-1", "has_head"},
+      {"e.h5", "f[c].attrs[\"captured_layers\"]=\"[0, 99999999999999999999]\"", "captured_layers"},
+      {"e.h5", "f[c].attrs[\"op_level_layers\"]=\"[4294967296]\"", "op_level_layers"},
+      // 2^28 input ids declared in a file of a few MB (nothing written: chunks read as fill values).
+      {"e.h5", "del f[c][\"input_ids\"]; f[c].create_dataset(\"input_ids\", shape=(1<<28,), dtype=\"i4\", chunks=(1<<16,), compression=\"gzip\")",
+       "4096 positions"},
+      // A hard link from a group to its own case group: a cycle the dataset walk followed forever.
+      {"e.h5", "f[c][\"layers/0/loop\"]=f[c]", "link cycle"},
+  };
+  for (const Edit& e : edits) {
+    SCOPED_TRACE(e.code);
+    Scratch s({e.file});
+    fs::copy_file(data_dir() + "/" + e.file, s.p("good.h5"));
+    const std::string bad = s.own(e.file);
+    if (!h5py_edit(bad, e.code)) GTEST_SKIP() << "skipped: no python3 h5py";
+    const auto before = trial::snapshot(s.dir);
+    trial::Options o;
+    o.timeout_s = 20;
+    for (const auto& argv : {std::vector<std::string>{kCli, "compare", s.p("good.h5"), bad}, std::vector<std::string>{kCli, "compare", bad, s.p("good.h5")},
+                             std::vector<std::string>{kCli, "compare", bad, bad, "--json", s.p("r.json")}}) {
+      const Result r = trial::run(argv, o);
+      expect_refused(r, 2, e.says, s.dir, before);
+      EXPECT_LT(r.seconds, 5.0) << "refused only after work";
+    }
+  }
+}
+
+// A dataset whose header declares far more values than the file stores (2^28 ids in a file of a few
+// MB: chunks never written read as fill values) is refused before it is read, in bounded memory.
+TEST(cli_trials, i38_1_dataset_declaring_more_than_it_stores) {
+  NEED_CLI();
+  Scratch s;
+  const std::string g = s.p("g.h5"), bad = s.p("bad.h5");
+  Result r = trial::run({kCli, "capture", "--model", s.p("m.gguf"), "--random-tokens", "4", "--generate", "2", "--no-op-level", "--quiet",
+                         "--out", g});
+  ASSERT_EQ(r.status, 0) << r.err;
+  fs::copy_file(g, bad);
+  if (!h5py_edit(bad, "c=[k for k in f.keys() if k.startswith(\"greedy\")][0]; del f[c][\"all_ids\"]; "
+                      "f[c].create_dataset(\"all_ids\", shape=(1<<28,), dtype=\"i4\", chunks=(1<<16,))"))
+    GTEST_SKIP() << "skipped: no python3 h5py";
+  const auto before = trial::snapshot(s.dir);
+  trial::Options o;
+  o.timeout_s = 20;
+  o.memory_limit = int64_t{1} << 30;  // the declared ids alone are 3 GB as read
+  for (const auto& argv : {std::vector<std::string>{kCli, "compare", bad, g}, std::vector<std::string>{kCli, "compare", g, bad}}) {
+    r = trial::run(argv, o);
+    expect_refused(r, 2, "stores", s.dir, before);
+    EXPECT_LT(r.seconds, 5.0);
+  }
+  // Negative control: the file as captured compares under the same limit.
+  r = trial::run({kCli, "compare", g, g}, o);
+  EXPECT_EQ(r.status, 0) << r.err;
+}
+
+// i38_2: a NaN (or inf) in a golden float dataset is a damaged golden (exit 2), never an agreement with the
+// same NaN in an answer; a non-finite answer where the golden is finite fails. Datasets that may hold
+// non-finite values by the schema (indexer_scores -inf for keys after the query, *_gap NaN where nothing
+// was selected) keep passing: the negative control compares the untouched file with itself.
+TEST(cli_trials, i38_2_non_finite_golden_is_damaged_and_non_finite_answer_fails) {
+  NEED_CLI();
+  Scratch s({"e.h5"});
+  fs::copy_file(data_dir() + "/e.h5", s.p("nan.h5"));
+  fs::copy_file(data_dir() + "/e.h5", s.p("inf.h5"));
+  fs::copy_file(data_dir() + "/e.h5", s.p("scores.h5"));
+  auto poke = [](const std::string& ds, const std::string& idx, const std::string& v) {
+    return "d=f[c][\"" + ds + "\"]; x=d[...]; x[" + idx + "]=float(\"" + v + "\"); d[...]=x";
+  };
+  if (!h5py_edit(s.p("nan.h5"), poke("layers/0/attn_out", "3,5", "nan"))) GTEST_SKIP() << "skipped: no python3 h5py";
+  ASSERT_TRUE(h5py_edit(s.p("inf.h5"), poke("logits", "0,0", "inf")));
+  ASSERT_TRUE(h5py_edit(s.p("scores.h5"), poke("layers/1/indexer_scores", "15,0", "-inf")));  // a causal key: finite in the golden
+  // The schema's own non-finite values are there (else the negative control below proves nothing).
+  ASSERT_EQ(std::system(("/usr/bin/python3 -c 'import h5py,sys,numpy as np; f=h5py.File(sys.argv[1]); c=list(f.keys())[0]; "
+                         "s=f[c][\"layers/1/indexer_scores\"][...]; g=f[c][\"layers/1/indexer_topk_gap\"][...]; "
+                         "sys.exit(0 if np.isneginf(s).any() and np.isnan(g).any() else 1)' '" + s.p("e.h5") + "'").c_str()),
+            0)
+      << "e.h5 holds no -inf indexer score and no NaN gap";
+  const auto before = trial::snapshot(s.dir);
+  // Golden damaged: refused whatever the answer holds (the same NaN used to pass).
+  for (const std::string f : {"nan.h5", "inf.h5"}) {
+    expect_refused(trial::run({kCli, "compare", s.p(f), s.p(f)}), 2, "damaged golden", s.dir, before);
+    expect_refused(trial::run({kCli, "compare", s.p(f), s.p("e.h5")}), 2, "damaged golden", s.dir, before);
+  }
+  // Answers with a non-finite value where the golden is finite: a failure (exit 1), not a pass.
+  for (const std::string f : {"nan.h5", "inf.h5", "scores.h5"}) {
+    const Result r = trial::run({kCli, "compare", s.p("e.h5"), s.p(f), "--brief"});
+    EXPECT_EQ(r.status, 1) << f << ": " << r.out << r.err;
+    EXPECT_NE(r.out.find("non-finite"), std::string::npos) << f << ": " << r.out;
+  }
+  // Negative control: -inf scores and NaN gaps of the schema pass against themselves.
+  const Result ok = trial::run({kCli, "compare", s.p("e.h5"), s.p("e.h5")});
+  EXPECT_EQ(ok.status, 0) << ok.out << ok.err;
+}
+
+// i38_3: temporary files cannot be hijacked. A link planted at the old predictable name
+// "<out>.tmp.<pid>" is neither followed (its target stays as it was) nor renamed into place.
+TEST(cli_trials, i38_3_planted_link_at_a_temporary_name_is_not_followed) {
+  Scratch s(std::vector<std::string>{});
+  const std::string victim = s.p("victim.gguf"), out = s.p("r.json");
+  std::ofstream(victim) << "precious";
+  fs::create_symlink(victim, out + ".tmp." + std::to_string(::getpid()));
+  write_file_atomic(out, std::string("result\n"));
+  std::stringstream v, o;
+  v << std::ifstream(victim).rdbuf();
+  o << std::ifstream(out).rdbuf();
+  EXPECT_EQ(v.str(), "precious") << "the planted link was followed";
+  EXPECT_FALSE(fs::is_symlink(out)) << "the planted link was renamed into place";
+  EXPECT_EQ(o.str(), "result\n");
+  EXPECT_TRUE(fs::is_symlink(out + ".tmp." + std::to_string(::getpid()))) << "not ours to remove";
+  // Every temporary name is new: two writers of one output never share one.
+  fs::remove(out + ".tmp." + std::to_string(::getpid()));
+  {
+    AtomicFile a(out), b(out);
+    a.write("a", 1);
+    b.write("b", 1);
+    EXPECT_EQ(fs::path(s.dir), fs::path(out).parent_path());
+    size_t tmp = 0;
+    for (const auto& e : fs::directory_iterator(s.dir)) tmp += e.path().filename().string().find(".tmp.") != std::string::npos;
+    EXPECT_EQ(tmp, 2u) << "the temporary files are in the output's folder, one each";
+  }  // neither committed: both removed
+  for (const auto& e : fs::directory_iterator(s.dir)) EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+}
+
+// A 255-byte output name (NAME_MAX) is legal: the temporary name must fit too.
+TEST(cli_trials, i38_3_longest_output_name_works) {
+  NEED_CLI();
+  Scratch s({"e.h5"});
+  const std::string out = s.p(std::string(250, 'r') + ".json");
+  ASSERT_EQ(fs::path(out).filename().string().size(), 255u);
+  const Result r = trial::run({kCli, "compare", s.p("e.h5"), s.p("e.h5"), "--json", out});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::is_regular_file(out)) << r.err;
+  size_t n = 0;
+  for (const auto& e : fs::directory_iterator(s.dir)) n += e.path().filename().string().find(".tmp.") != std::string::npos;
+  EXPECT_EQ(n, 0u) << "a temporary file was left behind";
+}
+
+// A split GGUF appears whole or not at all: synth --split 3 whose second shard hits the file-size limit
+// left the first shard behind.
+TEST(cli_trials, i38_3_split_synth_on_a_full_disk_leaves_no_shard) {
+  NEED_CLI();
+  Scratch s(std::vector<std::string>{});
+  // The shard sizes of this model, unlimited, to put the limit between the first shard and a later one.
+  fs::create_directory(s.p("free"));
+  Result r = trial::run({kCli, "synth", "--seed", "1", "--split", "3", "--out", s.p("free/x.gguf")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<uintmax_t> sizes;
+  for (int k = 1; k <= 3; ++k) sizes.push_back(fs::file_size(s.p("free/x-0000" + std::to_string(k) + "-of-00003.gguf")));
+  fs::remove_all(s.p("free"));
+  size_t j = 1;
+  while (j < sizes.size() && sizes[j] <= sizes[0]) ++j;
+  if (j == sizes.size()) GTEST_SKIP() << "skipped: no shard after the first is larger than it";
+  const auto before = trial::snapshot(s.dir);
+  trial::Options o;
+  o.fsize_limit = static_cast<long long>((sizes[0] + sizes[j]) / 2);  // shard 1 fits, shard j + 1 does not
+  r = trial::run({kCli, "synth", "--seed", "1", "--split", "3", "--out", s.p("x.gguf")}, o);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_EQ(trial::snapshot(s.dir), before) << "a shard (or a temporary file) was left behind";
+}
+
+// i38_4: a result that cannot be written to stdout (`> /dev/full`) is exit 2 with one line, for every
+// command that prints one.
+TEST(cli_trials, i38_4_stdout_that_cannot_be_written_is_exit_2) {
+  NEED_CLI();
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "skipped: no /dev/full";
+  Scratch s({"m.gguf", "e.h5"});
+  {
+    std::ofstream t(s.p("t.txt"));
+    for (int i = 0; i < 40; ++i) t << "The quick brown fox " << i << " jumps over the lazy dog.\n";
+  }
+  const auto before = trial::snapshot(s.dir);
+  const std::string m = s.p("m.gguf");
+  const std::vector<std::vector<std::string>> commands = {
+      {kCli, "inspect", m},
+      {kCli, "tokenize", "--model", m, "--text", "hello world"},
+      {kCli, "plan", "--model", m, "--devices", "2", "--memory-per-device", "80"},
+      {kCli, "compare", s.p("e.h5"), s.p("e.h5")},
+      {kCli, "bench", "--model", m, "--prompt-tokens", "2", "--decode-steps", "1", "--no-warmup"},
+      {kCli, "kld", "--model", m, "--backend", "reference", "--text-file", s.p("t.txt"), "--ctx", "80", "--max-windows", "1"},
+  };
+  for (const auto& argv : commands) {
+    SCOPED_TRACE(argv[1]);
+    trial::Options o;
+    o.stdout_path = "/dev/full";
+    // Negative control: the same command with a writable stdout succeeds.
+    const Result ok = trial::run(argv);
+    ASSERT_EQ(ok.status, 0) << ok.err;
+    const Result r = trial::run(argv, o);
+    if (argv[1] == "kld") {  // kld reports its progress on stderr: the error is its last line
+      EXPECT_EQ(r.status, 2) << r.err;
+      const size_t last = r.err.rfind('\n', r.err.size() >= 2 ? r.err.size() - 2 : 0);
+      const std::string tail = last == std::string::npos ? r.err : r.err.substr(last + 1);
+      EXPECT_EQ(tail.rfind("mlaconf: error: cannot write to standard output", 0), 0u) << r.err;
+      EXPECT_EQ(trial::snapshot(s.dir), before);
+      continue;
+    }
+    expect_refused(r, 2, "standard output", s.dir, before);
+  }
+}
+
+// i38_5: counts checked before any sum of them: prompt + n past INT64_MAX passed the context check.
+TEST(cli_trials, i38_5_huge_counts_refused_up_front) {
+  NEED_CLI();
+  Scratch s;
+  const auto before = trial::snapshot(s.dir);
+  const std::string m = s.p("m.gguf"), big = "9223372036854775807", big2 = "9223372036854775806";
+  trial::Options o;
+  o.timeout_s = 20;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> trials = {
+      {{kCli, "generate", "--model", m, "--prompt-ids", "1,2", "-n", big2, "--ignore-eos"}, "-n"},
+      {{kCli, "bench", "--model", m, "--decode-steps", big, "--no-warmup"}, "--decode-steps"},
+      {{kCli, "bench", "--model", m, "--prompt-tokens", big, "--no-warmup"}, "--prompt-tokens"},
+      {{kCli, "bench", "--model", m, "--prompt-tokens", big, "--decode-steps", big}, "--prompt-tokens"},
+      {{kCli, "capture", "--model", m, "--random-tokens", big, "--decode-steps", "4", "--out", s.p("x.h5")}, "--random-tokens"},
+  };
+  for (const auto& [argv, says] : trials) {
+    SCOPED_TRACE(argv[1] + " " + says);
+    const Result r = trial::run(argv, o);
+    expect_refused(r, 2, says, s.dir, before);
+    EXPECT_LT(r.seconds, 5.0);
+  }
+}
+
+// i38_6: capture's inputs are all regular files checked up front (--force-decisions too: a FIFO blocked
+// forever), none is the output, and --case-name is checked before the work.
+TEST(cli_trials, i38_6_capture_force_decisions_and_case_name_checked_first) {
+  NEED_CLI();
+  Scratch s;
+  ASSERT_EQ(mkfifo(s.p("fifo").c_str(), 0644), 0);
+  const auto before = trial::snapshot(s.dir);
+  trial::Options o;
+  o.timeout_s = 20;
+  auto cap = [&](std::vector<std::string> extra) {
+    std::vector<std::string> v = {kCli, "capture", "--model", s.p("m.gguf"), "--random-tokens", "400", "--seed", "1", "--quiet"};
+    v.insert(v.end(), extra.begin(), extra.end());
+    return v;
+  };
+  expect_refused(trial::run(cap({"--force-decisions", s.p("fifo"), "--out", s.p("x.h5")}), o), 2, "FIFO", s.dir, before);
+  expect_refused(trial::run(cap({"--force-decisions", s.p("e.h5"), "--out", s.p("e.h5")}), o), 2, "is the input", s.dir, before);
+  for (const std::string name : {"a/b", "..", "a\nb"}) {
+    const Result r = trial::run(cap({"--case-name", name, "--out", s.p("x.h5")}), o);
+    expect_refused(r, 2, "--case-name", s.dir, before);
+    EXPECT_LT(r.seconds, 3.0) << "'" << name << "' refused only after the capture";
+  }
+}
+
+// i38_7: whatever an error line quotes (a path, an option's value, a key from a GGUF) is escaped: one
+// line, no control character, no byte that is not UTF-8 (a terminal escape would reach the terminal raw).
+TEST(cli_trials, i38_7_error_lines_are_escaped) {
+  NEED_CLI();
+  Scratch s;
+  const std::string nasty = "a\nb\r\x1b[2J\x07\xff\xc2\x9b\x7f";
+  // A GGUF whose duplicate key (quoted in the error) holds the same bytes.
+  testing_gguf::write_bytes(s.p("k.gguf"), testing_gguf::Bytes().header(3, 0, 2).kv_u32("k." + nasty, 1).kv_u32("k." + nasty, 2).b);
+  const auto before = trial::snapshot(s.dir);
+  const std::vector<std::vector<std::string>> trials = {
+      {kCli, "inspect", s.p(nasty + ".gguf")},                          // a path
+      {kCli, "inspect", s.p("m.gguf"), "--tensor", nasty},                // a name
+      {kCli, "tokenize", "--model", s.p("m.gguf"), "--ids", "1,x" + nasty.substr(4)},  // an option's value (no blank: one item)
+      {kCli, "inspect", s.p("k.gguf")},                                 // a string from the file
+      {kCli, "compare", s.p(nasty), s.p("e.h5")},
+  };
+  for (const auto& argv : trials) {
+    SCOPED_TRACE(argv[1] + " " + argv.back());
+    const Result r = trial::run(argv);
+    expect_refused(r, 2, "", s.dir, before);
+    for (size_t i = 0; i + 1 < r.err.size(); ++i) {  // the last byte is the line's '\n'
+      const unsigned char c = static_cast<unsigned char>(r.err[i]);
+      EXPECT_FALSE(c < 0x20 || c == 0x7f || c == 0xff) << "raw byte " << int(c) << " at " << i << ": " << r.err;
+    }
+    EXPECT_EQ(r.err.find("\xc2\x9b"), std::string::npos) << "a raw C1 control (CSI)";
+    EXPECT_NE(r.err.find("\\x1b"), std::string::npos) << "the escape character is shown escaped: " << r.err;
+  }
 }
 
 }  // namespace
