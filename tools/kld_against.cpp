@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -56,13 +57,20 @@ class AgainstTrace : public Trace {
       return;
     }
     if (shape.size() != 1) return;
-    if (min_gap.size() < static_cast<size_t>(n)) min_gap.resize(static_cast<size_t>(n), kInf);
+    if (min_gap.size() < static_cast<size_t>(n)) {
+      min_gap.resize(static_cast<size_t>(n), kInf);
+      nearest.resize(static_cast<size_t>(n));
+    }
     for (int64_t t = 0; t < n; ++t)
-      if (std::isfinite(data[t]) && data[t] < min_gap[static_cast<size_t>(t)]) min_gap[static_cast<size_t>(t)] = data[t];
+      if (std::isfinite(data[t]) && data[t] < min_gap[static_cast<size_t>(t)]) {
+        min_gap[static_cast<size_t>(t)] = data[t];
+        nearest[static_cast<size_t>(t)] = {layer, std::string(name)};
+      }
   }
   void record_i32(int, std::string_view, const int32_t*, const std::vector<int64_t>&) override {}
   std::vector<int64_t> logits_shape;
   std::vector<double> logits, min_gap;
+  std::vector<std::pair<int, std::string>> nearest;  // [T] the layer and dataset of min_gap
 };
 
 struct StepResult {
@@ -70,6 +78,8 @@ struct StepResult {
   int32_t id = -1;
   TopNDivergence d;
   double truth_logprob = 0, engine_logprob = 0, min_decision_gap = kInf;
+  int nearest_layer = -1;
+  std::string nearest_kind;  // indexer_topk_gap | router_topk_gap | router_group_gap
   std::string cls;  // "" (same top-1), "near-tie", "decision-flip", "failure"
   bool beyond = false;
 };
@@ -110,6 +120,7 @@ Json step_json(const StepResult& r) {
           {"truth_logprob", r.truth_logprob},
           {"engine_logprob", r.engine_logprob},
           {"min_decision_gap", r.min_decision_gap},
+          {"nearest_decision", r.nearest_layer < 0 ? Json(nullptr) : Json({{"layer", r.nearest_layer}, {"dataset", r.nearest_kind}})},
           {"class", r.cls.empty() ? Json(nullptr) : Json(r.cls)}};
 }
 
@@ -188,7 +199,10 @@ void run_kld_against(const KldAgainstArgs& a) {
     for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - m);
     r.truth_logprob = row[s.id] - m - std::log(sum);
     r.engine_logprob = s.logprob;
-    if (static_cast<size_t>(r.position) < tr.min_gap.size()) r.min_decision_gap = tr.min_gap[static_cast<size_t>(r.position)];
+    if (static_cast<size_t>(r.position) < tr.min_gap.size()) {
+      r.min_decision_gap = tr.min_gap[static_cast<size_t>(r.position)];
+      std::tie(r.nearest_layer, r.nearest_kind) = tr.nearest[static_cast<size_t>(r.position)];
+    }
     if (!r.d.same_top)
       r.cls = r.d.truth_gap <= margin ? "near-tie" : r.min_decision_gap <= tie_gap ? "decision-flip" : "failure";
     res.push_back(r);
@@ -205,12 +219,17 @@ void run_kld_against(const KldAgainstArgs& a) {
   const Json j_all = group_json(all);
   const double mean_kld = j_all.at("kld").at("mean").is_null() ? kInf : j_all.at("kld").at("mean").get<double>();
   const double same_top = j_all.at("same_top").at("p").get<double>();
+  auto g = [](double x) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", x);
+    return std::string(b);
+  };
   std::vector<std::string> violated;
   if (failures) violated.push_back(std::to_string(failures) + " differing top-1 classed failure");
   if (a.max_mean_kld && !(mean_kld <= *a.max_mean_kld))
-    violated.push_back("Mean KLD " + std::to_string(mean_kld) + " > --max-mean-kld " + std::to_string(*a.max_mean_kld));
+    violated.push_back("Mean KLD " + g(mean_kld) + " > --max-mean-kld " + g(*a.max_mean_kld));
   if (a.min_same_top && !(100 * same_top >= *a.min_same_top))
-    violated.push_back("top-1 agreement " + std::to_string(100 * same_top) + "% < --min-same-top " + std::to_string(*a.min_same_top) + "%");
+    violated.push_back("top-1 agreement " + g(100 * same_top) + "% < --min-same-top " + g(*a.min_same_top) + "%");
   const char* verdict = violated.empty() ? "pass" : "fail";
 
   if (a.json) {
@@ -265,9 +284,11 @@ void run_kld_against(const KldAgainstArgs& a) {
                   d.at("failure").get<long long>());
     }
     if (first)
-      std::printf("first divergence: step %lld (position %lld, %s index_topk keys): truth top %d, engine top %d, truth gap %.4g: %s\n",
+      std::printf("first divergence: step %lld (position %lld, %s index_topk keys): truth top %d, engine top %d, truth gap %.4g: %s "
+                  "(the row's nearest decision tie: %.3g, layer %d %s)\n",
                   static_cast<long long>(first->step), static_cast<long long>(first->position), first->beyond ? "more than" : "at most",
-                  first->d.truth_top, first->d.engine_top, first->d.truth_gap, first->cls.c_str());
+                  first->d.truth_top, first->d.engine_top, first->d.truth_gap, first->cls.c_str(), first->min_decision_gap,
+                  first->nearest_layer, first->nearest_kind.c_str());
     else
       std::printf("first divergence: none (every top-1 agrees)\n");
     std::printf("check: %s", verdict);

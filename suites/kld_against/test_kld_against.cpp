@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -161,7 +162,9 @@ TEST(KldAgainst, WrongModelLogprobsFail) {
   EXPECT_GT(mean_kld(w.j.at("all")), 4 * kMeanKldBound);
   // At bf16 every row of this random model holds a router near-tie (tie gap 0.02), so no differing top-1 is
   // classed failure; the bounds see it, and at f16 (tie gap 5e-3) the classes do.
-  const std::string bounds = "--min-same-top 50 --max-mean-kld " + std::to_string(kMeanKldBound);
+  char bounds_text[64];
+  std::snprintf(bounds_text, sizeof bounds_text, "--min-same-top 50 --max-mean-kld %g", kMeanKldBound);
+  const std::string bounds = bounds_text;
   const Kld wb = kld(wrong, bounds);
   EXPECT_EQ(wb.rc, 1) << wb.out;
   EXPECT_EQ(wb.j.at("check").at("verdict"), "fail");
@@ -171,6 +174,33 @@ TEST(KldAgainst, WrongModelLogprobsFail) {
   // The correct run passes the same checks.
   EXPECT_EQ(kld(right, bounds).rc, 0);
   EXPECT_EQ(kld(right, "--engine-precision f16").rc, 0);
+}
+
+// The same dims with every matrix F32 (`synth --seed 1 --type-default F32`): llama.cpp computes in f32 (no q8
+// activations), and its top-5 agrees with the f64 reference to 1.6e-8 nats (max 3.5e-8). A tight bound there
+// catches a small perturbation of one logprob that the quantized model's noise would hide.
+constexpr double kF32ModelMeanKldBound = 3e-7;  // nats, ~10x the measured max
+TEST(KldAgainst, F32ModelIsTightAndCatchesAPerturbedLogprob) {
+  const std::string m = scratch() + "/tiny-f32.gguf";
+  ASSERT_EQ(run(cli() + " synth --seed 1 --type-default F32 -o " + q(m)).rc, 0);
+  const std::string f = kData + "llama_cpp_server_f32_model.json";
+  char bound_text[64];
+  std::snprintf(bound_text, sizeof bound_text, " --max-mean-kld %g --min-same-top 100", kF32ModelMeanKldBound);
+  const std::string bound = bound_text;
+  auto r = run(cli() + " kld --model " + q(m) + " --against " + q(f) + " --json" + bound + " 2>/dev/null");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const mlaconf::Json j = mlaconf::json_parse(r.out, "kld");
+  EXPECT_GT(mean_kld(j.at("all")), 0.0);
+  EXPECT_EQ(j.at("all").at("same_top").at("n"), 8);
+  // Negative control: one step's top-1 logprob moved by 0.02 (the rest as llama.cpp wrote them).
+  mlaconf::Json bad = load(f);
+  bad["completion_probabilities"][3]["top_logprobs"][0]["logprob"] = bad["completion_probabilities"][3]["top_logprobs"][0]["logprob"].get<double>() - 0.02;
+  const std::string p = write("perturbed-f32.json", mlaconf::json_text(bad, -1));
+  auto b = run(cli() + " kld --model " + q(m) + " --against " + q(p) + " --json" + bound + " 2>/dev/null");
+  EXPECT_EQ(b.rc, 1) << b.out;
+  // And the quantized model's run is not this model's: far outside the bound.
+  auto w = run(cli() + " kld --model " + q(m) + " --against " + q(kData + "llama_cpp_server.json") + bound);
+  EXPECT_EQ(w.rc, 1) << w.out;
 }
 
 TEST(KldAgainst, LiveLlamaCpp) {
