@@ -20,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/argmax.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/json.h"
@@ -80,6 +81,7 @@ struct StepResult {
   double truth_logprob = 0, engine_logprob = 0, min_decision_gap = kInf;
   int nearest_layer = -1;
   std::string nearest_kind;  // indexer_topk_gap | router_topk_gap | router_group_gap
+  double truth_margin = 0;   // the truth's top-1 minus top-2 logit
   std::string cls;  // "" (same top-1), "near-tie", "decision-flip", "failure"
   bool beyond = false;
 };
@@ -170,8 +172,9 @@ void run_kld_against(const KldAgainstArgs& a) {
   o.max_ctx = T;
   std::unique_ptr<be::Backend> truth = be::make_backend("reference", f, c, o);
   if (!a.json)
-    std::fprintf(stderr, "kld --against: %s (%s%s), %lld prompt + %lld generated tokens, top-%zu logprobs; %s, one pass of %lld tokens\n",
-                 a.against.c_str(), run.shape.c_str(), run.engine.empty() ? "" : (", " + run.engine).c_str(), static_cast<long long>(P),
+    std::fprintf(stderr, "%s --against: %s (%s%s), %lld prompt + %lld generated tokens, top-%zu logprobs; %s, one pass of %lld tokens\n",
+                 a.generate_report ? "generate" : "kld", a.against.c_str(), run.shape.c_str(),
+                 run.engine.empty() ? "" : (", " + run.engine).c_str(), static_cast<long long>(P),
                  static_cast<long long>(n), run.steps[0].top.size(), truth->describe().c_str(), static_cast<long long>(T));
   const auto t0 = std::chrono::steady_clock::now();
   truth->reset();
@@ -194,6 +197,7 @@ void run_kld_against(const KldAgainstArgs& a) {
     r.beyond = r.position >= top_k;  // the row attends to position + 1 keys; more than top_k: the indexer drops some
     const double* row = tr.logits.data() + r.position * V;
     r.d = topn_divergence(row, V, s.top);
+    argmax_lower(row, static_cast<size_t>(V), &r.truth_margin);
     double m = -kInf, sum = 0;
     for (int64_t v = 0; v < V; ++v) m = std::max(m, row[v]);
     for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - m);
@@ -232,7 +236,58 @@ void run_kld_against(const KldAgainstArgs& a) {
     violated.push_back("top-1 agreement " + g(100 * same_top) + "% < --min-same-top " + g(*a.min_same_top) + "%");
   const char* verdict = violated.empty() ? "pass" : "fail";
 
-  if (a.json) {
+  if (a.generate_report) {
+    auto cls = [](const std::string& c) {  // generate's class names
+      std::string u = c;
+      std::replace(u.begin(), u.end(), '-', '_');
+      return u;
+    };
+    std::vector<int32_t> ref_tokens, eng_tokens;
+    std::vector<double> ref_margins;
+    Json eng_margins = Json::array(), divs = Json::array();
+    for (const StepResult& r : res) {
+      const EngineStep& s = run.steps[static_cast<size_t>(r.step)];
+      ref_tokens.push_back(r.d.truth_top);
+      ref_margins.push_back(r.truth_margin);
+      eng_tokens.push_back(r.id);
+      eng_margins.push_back(s.top.size() > 1 ? Json(s.top[0].logprob - s.top[1].logprob) : Json(nullptr));
+      if (!r.d.same_top)
+        divs.push_back({{"step", r.step}, {"reference_token", r.d.truth_top}, {"engine_token", r.d.engine_top},
+                        {"reference_margin", r.truth_margin}, {"engine_margin", eng_margins.back()}, {"truth_gap", r.d.truth_gap},
+                        {"beyond_topk", r.beyond}, {"class", cls(r.cls)}});
+    }
+    std::vector<int32_t> gen;
+    for (const EngineStep& s : run.steps) gen.push_back(s.id);
+    const std::string text = tk.decode(gen, tok::DecodeOptions{.special = false});
+    if (a.json) {
+      Json j = {{"prompt_ids", run.prompt},
+                {"against", a.against},
+                {"shape", run.shape},
+                {"reference", {{"backend", truth->describe()}, {"tokens", ref_tokens}, {"margins", ref_margins}}},
+                {"engine", {{"backend", run.engine.empty() ? run.shape : run.engine}, {"tokens", eng_tokens}, {"margins", eng_margins}, {"text", text}}},
+                {"first_divergence", divs.empty() ? Json(nullptr) : divs[0]},
+                {"divergences", divs},
+                {"engine_precision", a.engine_precision},
+                {"margin", margin},
+                {"tie_gap", tie_gap},
+                {"verdict", verdict}};
+      std::printf("%s\n", json_text(j, -1).c_str());
+    } else {
+      std::printf("%s\n", text.c_str());
+      std::fflush(stdout);
+      if (!first) {
+        std::fprintf(stderr, "generate: the reference (on the engine's prefix) and the engine agree on all %lld steps\n",
+                     static_cast<long long>(n));
+      } else {
+        std::fprintf(stderr, "generate: first divergence at step %lld: reference %d (margin %.6g) vs engine %d: %s\n",
+                     static_cast<long long>(first->step), first->d.truth_top, first->truth_margin, first->d.engine_top,
+                     cls(first->cls).c_str());
+        std::fprintf(stderr, "generate: %zu divergent steps of %lld: %lld near-ties, %lld decision flips, %lld failures: %s\n",
+                     divs.size(), static_cast<long long>(n), j_all.at("differing_top").at("near_tie").get<long long>(),
+                     j_all.at("differing_top").at("decision_flip").get<long long>(), static_cast<long long>(failures), verdict);
+      }
+    }
+  } else if (a.json) {
     Json steps = Json::array();
     for (const StepResult& r : res) steps.push_back(step_json(r));
     Json j = {{"model", a.model},

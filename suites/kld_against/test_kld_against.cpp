@@ -268,6 +268,29 @@ TEST(KldAgainst, MalformedFilesAreExit2OneLine) {
              "missing field 'token'");
 }
 
+// `generate --against`: the same run in generate's report (the two token streams and their divergences).
+TEST(KldAgainst, GenerateReportsTheSameRun) {
+  auto r = run(cli() + " generate --model " + q(model()) + " --against " + q(kData + "llama_cpp_server.json") + " --json 2>/dev/null");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const mlaconf::Json j = mlaconf::json_parse(r.out, "generate --against --json");
+  for (const char* key : {"prompt_ids", "reference", "engine", "first_divergence", "divergences", "engine_precision", "verdict"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j.at("prompt_ids").size(), 96u);
+  EXPECT_EQ(j.at("engine").at("tokens").size(), 8u);
+  EXPECT_EQ(j.at("verdict"), "pass");
+  const Kld k = kld(kData + "llama_cpp_server.json");
+  ASSERT_EQ(k.rc, 0);
+  EXPECT_EQ(j.at("first_divergence").at("step"), k.j.at("first_divergence").at("step"));
+  EXPECT_EQ(j.at("first_divergence").at("class"), "decision_flip");
+  auto w = run(cli() + " generate --model " + q(model()) + " --against " + q(kData + "wrong_model_llama_cpp_server.json") +
+               " --engine-precision f16");
+  EXPECT_EQ(w.rc, 1) << w.out;
+  EXPECT_NE(w.out.find("first divergence at step 0"), std::string::npos) << w.out;
+  auto b = run(cli() + " generate --model " + q(model()) + " --against " + q(kData + "llama_cpp_server.json") + " --backend both");
+  EXPECT_EQ(b.rc, 2) << b.out;
+  EXPECT_EQ(std::count(b.out.begin(), b.out.end(), '\n'), 1) << b.out;
+}
+
 TEST(KldAgainst, ArgumentsAreChecked) {
   const std::string f = kData + "llama_cpp_server.json";
   for (const std::string& extra : std::vector<std::string>{"--backend reference", "--text-file " + f, "--ctx 128", "--engine-precision q4"}) {
