@@ -5,8 +5,14 @@
 # there afterwards (seconds); a fresh machine builds it (about 25 minutes on 2 shared cores, capped by
 # MLACONF_LLAMA_CPP_BUILD_TIMEOUT seconds). Never fatal: without llama_cpp the llama.cpp tests report
 # "not supported: llama_cpp not installed". docs/LLAMA_CPP.md says which release is tested.
+#
+# The negative control's dense release (llama-cpp-python 0.3.34, whose llama.cpp ran glm-dsa without its
+# indexer) is never built here: when its wheel is in the cache (MLACONF_LLAMA_CPP_DENSE_BUILD=1 builds it,
+# about 18 minutes), its libraries are unpacked to $WHEELS/../mlaconf-llama-dense/lib, where
+# suites/llama_cpp finds them (else those cases report not supported).
 set -uo pipefail
 VERSION="${MLACONF_LLAMA_CPP_VERSION:-0.3.36}"
+DENSE_VERSION=0.3.34
 WHEELS="${MLACONF_WHEEL_CACHE:-$HOME/.cache/mlaconf-wheels}"
 PY=/usr/bin/python3
 TIMEOUT="${MLACONF_LLAMA_CPP_BUILD_TIMEOUT:-2700}"
@@ -20,6 +26,25 @@ if ! $PY -c "import jinja2, diskcache, typing_extensions" 2>/dev/null; then
     || $PY -m pip install -q jinja2 diskcache typing_extensions 2>/dev/null \
     || note "could not install jinja2/diskcache; the live kld --against case will report not supported"
 fi
+
+# The dense release's libraries, from a cached wheel (unzip of its llama_cpp/lib only; nothing installed).
+dense_libs() {
+  local w dir
+  dir="$(dirname "$WHEELS")/mlaconf-llama-dense"
+  w=$(ls "$WHEELS"/llama_cpp_python-"$DENSE_VERSION"-*.whl 2>/dev/null | head -1)
+  if [ -z "$w" ] && [ "${MLACONF_LLAMA_CPP_DENSE_BUILD:-0}" = 1 ]; then
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAVA_BUILD=OFF" \
+      CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" timeout "$TIMEOUT" $PY -m pip wheel -q --no-deps -w "$WHEELS" \
+      "llama-cpp-python==$DENSE_VERSION" || true
+    w=$(ls "$WHEELS"/llama_cpp_python-"$DENSE_VERSION"-*.whl 2>/dev/null | head -1)
+  fi
+  [ -n "$w" ] || return 0
+  [ -s "$dir/lib/libllama.so" ] && return 0
+  rm -rf "$dir.tmp" && mkdir -p "$dir.tmp" && $PY -m zipfile -e "$w" "$dir.tmp" >/dev/null 2>&1 \
+    && rm -rf "$dir" && mkdir -p "$dir" && mv "$dir.tmp/llama_cpp/lib" "$dir/lib" && rm -rf "$dir.tmp" \
+    && note "the dense llama.cpp ($DENSE_VERSION) unpacked to $dir/lib"
+}
+dense_libs
 
 installed=$($PY -c 'import importlib.metadata as m; print(m.version("llama_cpp_python"))' 2>/dev/null || true)
 if [ "$installed" = "$VERSION" ]; then

@@ -73,6 +73,7 @@ Route<S> moe_route(const Mat<S>& logits, const Vec<S>& bias, const RouterParams&
   r.ids.resize(T, K);
   r.weights.resize(T, K);
   r.gap.assign(static_cast<size_t>(T), std::numeric_limits<double>::infinity());
+  if (p.n_group > 1) r.group_gap.assign(static_cast<size_t>(T), std::numeric_limits<double>::infinity());
   const S ninf = -std::numeric_limits<S>::infinity();
   for (int64_t t = 0; t < T; ++t) {
     // Gating probabilities, in S.
@@ -90,7 +91,11 @@ Route<S> moe_route(const Mat<S>& logits, const Vec<S>& bias, const RouterParams&
         for (int32_t i : best) sum += in[i];
         gscore[g] = sum;
       }
-      std::vector<int32_t> keep = top_indices(gscore, p.n_group_used);
+      std::vector<int32_t> keep = top_indices(gscore, p.n_group_used + (p.n_group_used < p.n_group ? 1 : 0));
+      if (static_cast<int64_t>(keep.size()) > p.n_group_used) {
+        r.group_gap[t] = static_cast<double>(gscore[keep[p.n_group_used - 1]]) - static_cast<double>(gscore[keep[p.n_group_used]]);
+        keep.resize(static_cast<size_t>(p.n_group_used));
+      }
       std::vector<bool> kept(static_cast<size_t>(p.n_group), false);
       for (int32_t g : keep) kept[g] = true;
       for (int64_t e = 0; e < E; ++e)

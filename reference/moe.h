@@ -33,6 +33,9 @@ struct Route {
   MatI ids;                  // [T, n_used] ascending expert ids
   Mat<S> weights;            // [T, n_used] same order, normalized and scaled
   std::vector<double> gap;   // [T] k-th minus (k+1)-th selection score (after the group mask; +inf if none)
+  // [T] group limit only (n_group > 1): the n_group_used-th minus the (n_group_used+1)-th group score. A
+  // near-tie there changes every expert of the two groups at once, whatever `gap` says.
+  std::vector<double> group_gap;
 };
 
 // logits [T, n_expert], bias [n_expert] (exp_probs_b; empty = none) -> the route.

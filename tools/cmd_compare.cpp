@@ -7,10 +7,8 @@
 // or mis-typed dataset, no case or dataset in common, an output that is an input).
 // Datasets EXPECTED holds and ACTUAL lacks are never silently skipped: they are listed as "not judged"
 // and counted in the summary line and the JSON.
-#include <algorithm>
 #include <cstdio>
 #include <iostream>
-#include <iterator>
 #include <memory>
 
 #include "core/error.h"
@@ -39,7 +37,7 @@ CommandRegistration reg(50, [](CLI::App& root) {
   c->add_option("--plot", a->plot, "write a PNG here: log10(NMSE) per layer, one panel per op class, the bound, the first failing op named");
   c->add_option("--filter", a->filter, "judge only this case (canonical name, expected or actual)");
   c->add_option("--precision", a->precision,
-                 "tolerances for this precision (f64|f32|f16|bf16|fp8, or a class --bounds declares) instead of ACTUAL's");
+                 "tolerances for this precision (a built-in one: f64, f32, f16, bf16, fp8, llamacpp-cpu; or a class --bounds declares) instead of ACTUAL's");
   c->add_option("--bounds", a->bounds,
                 "declared bounds (JSON, docs/TOLERANCES.md): precision classes of your own, and a precision per dataset");
   c->add_flag("--brief", a->brief, "print only failing datasets and the summary");
@@ -54,10 +52,9 @@ CommandRegistration reg(50, [](CLI::App& root) {
     require_distinct_outputs(a->json, "--json", a->plot, "--plot");
     fx::CompareOptions o;
     if (!a->bounds.empty()) o.bounds = fx::DeclaredBounds::parse(read_text_file(a->bounds, "--bounds"), a->bounds);
-    static const char* builtin[] = {"f64", "f32", "f16", "bf16", "fp8"};
-    if (!a->precision.empty() && !o.bounds.classes.count(a->precision) &&
-        std::find(std::begin(builtin), std::end(builtin), a->precision) == std::end(builtin))
-      throw InputError("--precision " + a->precision + ": not a built-in precision (f64, f32, f16, bf16, fp8) nor a class of --bounds");
+    if (!a->precision.empty() && !o.bounds.classes.count(a->precision) && !fx::is_builtin_precision(a->precision))
+      throw InputError("--precision " + a->precision + ": not a built-in precision (" + fx::builtin_precisions_text() +
+                       ") nor a class of --bounds");
     o.filter = a->filter;
     o.precision = a->precision;
     o.attribution = !a->no_attribution;

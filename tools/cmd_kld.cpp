@@ -279,7 +279,7 @@ const CommandRegistration reg(55, [](CLI::App& root) {
                                        "llama-cpp-python or llama.cpp server JSON; docs/KLD.md), judged against the reference f64 "
                                        "teacher-forced on the same ids; replaces --backend and --text-file");
   CLI::Option* eprec = s->add_option("--engine-precision", a->engine_precision,
-                                     "--against: the engine's precision class (f64 f32 f16 bf16 fp8, default bf16): its margin "
+                                     "--against: the engine's precision class (a built-in one of docs/TOLERANCES.md, default bf16): its margin "
                                      "and tie gap (docs/TOLERANCES.md) classify a differing top-1");
   s->callback([a, s, prec, backend, text, against, eprec] {
     a->precision_given = prec->count() > 0;

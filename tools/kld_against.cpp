@@ -130,9 +130,8 @@ Json step_json(const StepResult& r) {
 
 void run_kld_against(const KldAgainstArgs& a) {
   // ---- arguments and input, before any work ----
-  static const char* const kPrecisions[] = {"f64", "f32", "f16", "bf16", "fp8"};
-  if (std::find(std::begin(kPrecisions), std::end(kPrecisions), a.engine_precision) == std::end(kPrecisions))
-    throw InputError("kld: --engine-precision must be one of f64, f32, f16, bf16, fp8, not '" + a.engine_precision + "'");
+  if (!fx::is_builtin_precision(a.engine_precision))
+    throw InputError("kld: --engine-precision must be one of " + fx::builtin_precisions_text() + ", not '" + a.engine_precision + "'");
   if (a.max_mean_kld) require_finite_nonnegative(*a.max_mean_kld, "--max-mean-kld");
   if (a.min_same_top && !(*a.min_same_top >= 0 && *a.min_same_top <= 100))
     throw InputError("kld: --min-same-top is a percentage in [0, 100]");

@@ -89,6 +89,80 @@ void norms() {
   EXPECT_NEAR(l(1, 0), 1 * (-2 - 1) / std::sqrt(5 + 1e-6) + 0.1, 1e-15);
 }
 
+// Norms at input magnitudes where eps matters (issue 37, "scale"): rows of amplitude 1e-3..1e-4, so that
+// mean(x²) (3e-7..1e-8 here) is comparable to or below eps (1e-5 RMSNorm as the tiny model's GGUF says,
+// 1e-6 the indexer k LayerNorm's fixed eps, 1e-6 GLM-5's rms eps). Each norm the model runs, in f64 and
+// f32, against the formula written out here in long double with the eps it must use; and that formula
+// with the OTHER eps must differ by far more than the bound, so a norm using a wrong eps (or none) fails.
+// Covered: rmsnorm (attn / q_a / ffn / output norms), mla_latent (the kv_a norm, eps passed in),
+// layernorm, indexer_keys (the indexer k LayerNorm, eps 1e-6 fixed inside).
+template <class S>
+void norms_small_magnitude() {
+  const int64_t T = 4, D = 48, dl = 32, R = 8;
+  const double bound = sizeof(S) == 8 ? 1e-13 : 2e-6;  // max relative error of an element (over the row's max)
+  // y[t] = w ⊙ (x[t] - mean?) / sqrt(mean(...²) + eps) (+ b), long double, from the definition.
+  auto norm_ld = [](const Mat<double>& x, const Vec<double>& w, const Vec<double>* b, double eps, bool center) {
+    Mat<double> y(x.rows(), x.cols());
+    for (int64_t t = 0; t < x.rows(); ++t) {
+      long double mu = 0, ss = 0;
+      if (center) {
+        for (int64_t i = 0; i < x.cols(); ++i) mu += x(t, i);
+        mu /= x.cols();
+      }
+      for (int64_t i = 0; i < x.cols(); ++i) ss += (x(t, i) - mu) * (x(t, i) - mu);
+      const long double inv = 1.0L / std::sqrt(ss / x.cols() + static_cast<long double>(eps));
+      for (int64_t i = 0; i < x.cols(); ++i)
+        y(t, i) = static_cast<double>(w[i] * (x(t, i) - mu) * inv + (b ? (*b)[i] : 0.0L));
+    }
+    return y;
+  };
+  // Worst element error relative to its row's largest value.
+  auto rel = [](const Mat<double>& got, const Mat<double>& want) {
+    double worst = 0;
+    for (int64_t t = 0; t < want.rows(); ++t) {
+      const double m = want.row(t).cwiseAbs().maxCoeff();
+      worst = std::max(worst, (got.row(t) - want.row(t)).cwiseAbs().maxCoeff() / m);
+    }
+    return worst;
+  };
+  const ref::RopeParams rp{.dim = R};
+  const Eigen::VectorXd f = ref::rope_inv_freq(rp);
+  const int64_t zeros[T] = {0, 0, 0, 0};
+  for (double amp : {1e-3, 3e-4, 1e-4}) {
+    const std::string at = std::string(sizeof(S) == 8 ? "f64" : "f32") + " amplitude " + std::to_string(amp);
+    // Rounded to S first, so that the S path and the long double formula see the same inputs.
+    const Mat<double> x = (randn(T, D, 91) * amp).cast<S>().template cast<double>();
+    const Vec<double> w = (Vec<double>::Ones(D) + 0.2 * Vec<double>(randn(D, 1, 92))).cast<S>().template cast<double>();
+    const Vec<double> b = (0.1 * Vec<double>(randn(D, 1, 93))).cast<S>().template cast<double>();
+    for (double eps : {1e-5, 1e-6}) {
+      const double other = eps == 1e-5 ? 1e-6 : 1e-5;
+      const Mat<double> got = ref::rmsnorm<S>(x.cast<S>(), w.cast<S>(), eps).template cast<double>();
+      EXPECT_LE(rel(got, norm_ld(x, w, nullptr, eps, false)), bound) << "rmsnorm, eps " << eps << ", " << at;
+      EXPECT_GE(rel(norm_ld(x, w, nullptr, other, false), norm_ld(x, w, nullptr, eps, false)), 1e4 * bound)
+          << "control: at " << at << " eps " << other << " instead of " << eps << " must show";
+      EXPECT_GE(rel(norm_ld(x, w, nullptr, 0.0, false), norm_ld(x, w, nullptr, eps, false)), 1e4 * bound) << "control: no eps";
+      const Mat<double> ln = ref::layernorm<S>(x.cast<S>(), w.cast<S>(), b.cast<S>(), eps).template cast<double>();
+      EXPECT_LE(rel(ln, norm_ld(x, w, &b, eps, true)), bound) << "layernorm, eps " << eps << ", " << at;
+      EXPECT_GE(rel(norm_ld(x, w, &b, other, true), norm_ld(x, w, &b, eps, true)), 1e4 * bound) << "control: layernorm eps";
+    }
+    // The latent norm (kv_a's first kv_lora values; position 0: the rope part is kept as is).
+    const Mat<double> kva = (randn(T, dl + R, 94) * amp).cast<S>().template cast<double>();
+    const Vec<double> kw = w.head(dl);
+    const double leps = 1e-6;
+    const Mat<double> lat = ref::mla_latent<S>(kva.cast<S>(), kw.cast<S>(), leps, zeros, f).template cast<double>();
+    EXPECT_LE(rel(Mat<double>(lat.leftCols(dl)), norm_ld(kva.leftCols(dl), kw, nullptr, leps, false)), bound)
+        << "mla_latent's kv norm, eps " << leps << ", " << at;
+    // The indexer keys: LayerNorm(w_k x) with its fixed eps 1e-6 (position 0: no rotation). w_k x has the
+    // amplitude of x (w_k = identity-scaled rows), so its variance sits near eps.
+    Mat<double> wk = Mat<double>::Zero(D, D);
+    for (int64_t i = 0; i < D; ++i) wk(i, i) = 1.0;
+    const Mat<double> ki = ref::indexer_keys<S>(x.cast<S>(), wk.cast<S>(), w.cast<S>(), b.cast<S>(), zeros, f,
+                                                ref::RopeStyle::Interleaved).template cast<double>();
+    EXPECT_LE(rel(ki, norm_ld(x, w, &b, 1e-6, true)), bound) << "indexer_keys' k LayerNorm (eps 1e-6), " << at;
+    EXPECT_GE(rel(norm_ld(x, w, &b, 1e-5, true), norm_ld(x, w, &b, 1e-6, true)), 1e4 * bound) << "control: indexer eps";
+  }
+}
+
 // Top-k: the k highest; equal scores go to the lower index; fewer causal keys than k: all of them.
 void topk_rule() {
   const double ninf = -INFINITY;
@@ -622,6 +696,10 @@ struct Registrar {
   Registrar() {
     register_case("reference", "op_rope(styles=interleaved+neox,d=8,theta=100)", rope_layouts);
     register_case("reference", "op_norms(rmsnorm+layernorm)", norms);
+    register_case("reference", "op_norms_small(rmsnorm+mla_latent+layernorm+indexer_keys,amp=0.001+0.0003+0.0001,eps=0.00001+0.000001,dtype=f64)",
+                  norms_small_magnitude<double>);
+    register_case("reference", "op_norms_small(rmsnorm+mla_latent+layernorm+indexer_keys,amp=0.001+0.0003+0.0001,eps=0.00001+0.000001,dtype=f32)",
+                  norms_small_magnitude<float>);
     register_case("reference", "op_topk(rule=lower_index,k=2+3)", topk_rule);
     register_case("reference", "op_indexer_scores(Hi=3,Di=4,T=2,L=5,pos0=2)", indexer_score_formula);
     register_case("reference", "op_router(experts=8,used=2,groups=4/2)", router_groups);
