@@ -203,6 +203,25 @@ TEST(KldAgainst, F32ModelIsTightAndCatchesAPerturbedLogprob) {
   EXPECT_EQ(w.rc, 1) << w.out;
 }
 
+// The real bug: llama-cpp-python 0.3.34, whose llama.cpp ran glm-dsa dense (it loaded the indexer and ignored
+// it), on the F32 model. Its rows with at most index_topk keys are as clean as 0.3.36's (sparse = dense there);
+// beyond top_k its logprobs move by 1e-3..0.2 nats and 5 of 8 top-1s differ (96-token prompt).
+TEST(KldAgainst, DenseLlamaCppFailsBeyondTopkOnly) {
+  const std::string m = scratch() + "/tiny-f32-dense-case.gguf";
+  ASSERT_EQ(run(cli() + " synth --seed 1 --type-default F32 -o " + q(m)).rc, 0);
+  char bound_text[64];
+  std::snprintf(bound_text, sizeof bound_text, " --max-mean-kld %g", kF32ModelMeanKldBound);
+  for (const char* f : {"dense_llama_cpp_0.3.34_f32_model_prompt60.json", "dense_llama_cpp_0.3.34_f32_model.json"}) {
+    auto r = run(cli() + " kld --model " + q(m) + " --against " + q(kData + f) + " --json" + bound_text + " 2>/dev/null");
+    ASSERT_EQ(r.rc, 1) << f << ": " << r.out;
+    const mlaconf::Json j = mlaconf::json_parse(r.out, f);
+    EXPECT_GT(j.at("beyond_topk").at("kld").at("min").get<double>(), 300 * kF32ModelMeanKldBound) << f;
+    if (j.at("within_topk").at("positions").get<int>() > 0) {
+      EXPECT_LE(j.at("within_topk").at("kld").at("max").get<double>(), kF32ModelMeanKldBound) << f;  // clean below top_k
+    }
+  }
+}
+
 TEST(KldAgainst, LiveLlamaCpp) {
   const std::string out = scratch() + "/live.json";
   auto g = run("/usr/bin/python3 " + q(std::string(MLACONF_SOURCE_DIR) + "/suites/kld_against/llama_cpp_run.py") + " " + q(model()) +
