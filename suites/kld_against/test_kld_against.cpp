@@ -10,7 +10,10 @@
 //   - vllm_completion_token_ids.json / vllm_chat_token_ids.json: hand-made vLLM responses
 //     (return_tokens_as_token_ids: "token_id:N"; prompt_token_ids) holding the server file's numbers;
 //   - wrong_model_llama_cpp_server.json: the negative control, llama.cpp on `synth --seed 2` (other weights,
-//     same prompt), judged as if it were the seed-1 model.
+//     same prompt), judged as if it were the seed-1 model;
+//   - llama_cpp_server_f32_model.json: 0.3.36 on `synth --seed 1 --type-default F32` (llama.cpp in f32);
+//   - dense_llama_cpp_0.3.34_f32_model*.json: llama-cpp-python 0.3.34, whose llama.cpp ran glm-dsa dense
+//     (the real bug), on the F32 model, 96- and 60-token prompts.
 // Bounds ~5x the measured figures (docs/KLD.md): correct llama.cpp Mean KLD 0.0107 (96-token prompt),
 // 7/8 top-1; the wrong model 0.217, 0/8.
 #include <gtest/gtest.h>
