@@ -19,6 +19,14 @@ TIMEOUT="${MLACONF_LLAMA_CPP_BUILD_TIMEOUT:-2700}"
 
 note() { echo "ci/llama_cpp.sh: $*"; }
 
+# The package's Python side (suites/kld_against/llama_cpp_run.py imports llama_cpp to make a real run): its
+# runtime dependencies, installed apart since the wheel goes in with --no-deps. numpy comes from ci/deps.sh.
+if ! $PY -c "import jinja2, diskcache, typing_extensions" 2>/dev/null; then
+  $PY -m pip install -q --break-system-packages jinja2 diskcache typing_extensions 2>/dev/null \
+    || $PY -m pip install -q jinja2 diskcache typing_extensions 2>/dev/null \
+    || note "could not install jinja2/diskcache; the live kld --against case will report not supported"
+fi
+
 # The dense release's libraries, from a cached wheel (unzip of its llama_cpp/lib only; nothing installed).
 dense_libs() {
   local w dir
@@ -58,7 +66,8 @@ if [ -z "$wheel" ]; then
   note "built in $(( $(date +%s) - start )) s"
   wheel=$(ls "$WHEELS"/llama_cpp_python-"$VERSION"-*.whl 2>/dev/null | head -1)
 fi
-# --no-deps: mlaconf loads only the package's libraries, never imports its Python code.
+# --no-deps: `answer` loads only the package's libraries; its Python side (kld --against's live run) needs the
+# dependencies installed above.
 if $PY -m pip install -q --no-deps --force-reinstall --break-system-packages "$wheel" 2>/dev/null \
     || $PY -m pip install -q --no-deps --force-reinstall "$wheel"; then
   note "installed $(basename "$wheel")"

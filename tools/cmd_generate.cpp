@@ -4,6 +4,8 @@
 //                    [--precision f32|f64] [--ignore-eos] [--verbose] [--json] [--fault NAME]
 //                    [--devices 0,1,...]   (the CUDA pipeline's layer split, tools/cli_devices.h)
 //   mlaconf generate --model M.gguf --prompt-ids 1,2,3 ...        (ids instead of text)
+//   mlaconf generate --model M.gguf --against RUN.json [--engine-precision bf16] [--json]
+//                    another engine's tokens and logprobs (tools/kld_against.h: the same run as kld --against)
 //
 // The prompt text is encoded with the GGUF's own tokenizer (tokenizer.ggml.*, no bos: GLM's
 // add_bos_token is false; the GGUF's flag is honoured). The generated text goes to stdout token by
@@ -58,6 +60,7 @@
 #include "tools/backend/decision_trace.h"
 #include "tools/cli_devices.h"
 #include "tools/command.h"
+#include "tools/kld_against.h"
 #include "tools/validate.h"
 
 namespace mlaconf::cli {
@@ -361,7 +364,24 @@ const CommandRegistration reg(30, [](CLI::App& root) {
               "with both: the CUDA pipeline follows the reference's decisions at every step; its own are judged apart");
   s->add_flag("--no-attribution", a->no_attribution,
               "with both: no forced run beside the pipeline (a divergence that is not a near-tie is then a failure)");
-  s->callback([a, text, text_opt] {
+  auto against = std::make_shared<KldAgainstArgs>();
+  against->generate_report = true;
+  CLI::Option* against_opt = s->add_option("--against", against->against,
+                                            "another engine's run (RUN.json, docs/KLD.md): its tokens judged step by step against "
+                                            "the reference f64 on the same prefix; replaces --prompt and --backend");
+  CLI::Option* eprec = s->add_option("--engine-precision", against->engine_precision,
+                                     "--against: the engine's precision class (default bf16) for the classes");
+  s->callback([a, s, text, text_opt, against, against_opt, eprec] {
+    if (against_opt->count()) {
+      for (const char* o : {"--prompt", "--prompt-ids", "--n-new", "--precision", "--backend", "--fault", "--devices", "--force-decisions",
+                            "--no-attribution", "--ignore-eos"})
+        if (s->get_option(o)->count()) throw InputError(std::string("generate: ") + o + " does not apply with --against");
+      against->model = a->model;
+      against->json = a->json;
+      run_kld_against(*against);
+      return;
+    }
+    if (eprec->count()) throw InputError("generate: --engine-precision needs --against");
     if (text_opt->count()) a->prompt = *text;
     run(*a);
   });

@@ -3,6 +3,8 @@
 //   mlaconf kld --model M.gguf --backend reference|cuda --text-file corpus.txt [--ctx N] [--max-windows N]
 //               [--precision f32|f64] (reference under test) [--fault NAME] [--devices 0,1,...] (cuda)
 //               [--max-mean-kld X] [--min-same-top P] [--json]
+//   mlaconf kld --model M.gguf --against RUN.json [--engine-precision bf16] [--max-mean-kld X] [--min-same-top P] [--json]
+//               another engine's tokens and top-N logprobs (tools/kld_against.h)
 //
 // The text is encoded with the GGUF's own tokenizer (no special-token parsing: the corpus is plain text)
 // and cut into consecutive windows of --ctx tokens (a bos first when the GGUF asks for one, in place of
@@ -39,6 +41,7 @@
 #include "tools/backend/backend.h"
 #include "tools/cli_devices.h"
 #include "tools/command.h"
+#include "tools/kld_against.h"
 #include "tools/text_file.h"
 #include "tools/validate.h"
 
@@ -52,6 +55,7 @@ struct KldArgs {
   std::optional<double> max_mean_kld, min_same_top;  // the check's bounds (nats; percent)
   bool precision_given = false;
   bool json = false;
+  std::string against, engine_precision = "bf16";  // --against RUN.json: another engine's logprobs (kld_against.h)
 };
 
 // The default window: half of it beyond top-k, at least llama-perplexity's default context, within the model's.
@@ -257,10 +261,9 @@ const CommandRegistration reg(55, [](CLI::App& root) {
       "kld", "Corpus-level logits check: KL divergence, same top token and Δp of a backend against the reference f64, "
              "in llama-perplexity --kl-divergence terms");
   s->add_option("--model,-m", a->model, "GGUF model (any shard of a split model)")->required();
-  s->add_option("--backend", a->backend, "the backend under test: reference or cuda")
-      ->required()
-      ->check(CLI::IsMember({"reference", "cuda"}));
-  s->add_option("--text-file,-f", a->text_file, "the corpus: plain text, encoded with the GGUF's tokenizer")->required();
+  CLI::Option* backend = s->add_option("--backend", a->backend, "the backend under test: reference or cuda")
+                            ->check(CLI::IsMember({"reference", "cuda"}));
+  CLI::Option* text = s->add_option("--text-file,-f", a->text_file, "the corpus: plain text, encoded with the GGUF's tokenizer");
   s->add_option("--ctx,-c", a->ctx, "tokens per window (default max(512, 2 x index_topk), capped at the context length)");
   s->add_option("--max-windows", a->max_windows, "use at most N windows (default: every whole window)");
   CLI::Option* prec = s->add_option("--precision", a->precision, "reference under test: f32 (default) or f64")
@@ -271,8 +274,23 @@ const CommandRegistration reg(55, [](CLI::App& root) {
   s->add_option("--max-mean-kld", a->max_mean_kld, "a check: exit 1 when the Mean KLD (all positions, nats) exceeds X");
   s->add_option("--min-same-top", a->min_same_top, "a check: exit 1 when Same top p (all positions) is below P percent");
   s->add_flag("--json", a->json, "print one JSON object (docs/KLD.md) instead of the text report");
-  s->callback([a, prec] {
+  CLI::Option* against = s->add_option("--against", a->against,
+                                       "another engine's run: prompt ids, generated tokens and top-N logprobs (OpenAI/vLLM, "
+                                       "llama-cpp-python or llama.cpp server JSON; docs/KLD.md), judged against the reference f64 "
+                                       "teacher-forced on the same ids; replaces --backend and --text-file");
+  CLI::Option* eprec = s->add_option("--engine-precision", a->engine_precision,
+                                     "--against: the engine's precision class (a built-in one of docs/TOLERANCES.md, default bf16): its margin "
+                                     "and tie gap (docs/TOLERANCES.md) classify a differing top-1");
+  s->callback([a, s, prec, backend, text, against, eprec] {
     a->precision_given = prec->count() > 0;
+    if (against->count()) {
+      for (const char* o : {"--backend", "--text-file", "--ctx", "--max-windows", "--precision", "--fault", "--devices"})
+        if (s->get_option(o)->count()) throw InputError(std::string("kld: ") + o + " does not apply with --against (the engine's run is the test)");
+      run_kld_against({a->model, a->against, a->engine_precision, a->max_mean_kld, a->min_same_top, a->json});
+      return;
+    }
+    if (eprec->count()) throw InputError("kld: --engine-precision needs --against");
+    if (!backend->count() || !text->count()) throw InputError("kld: --backend and --text-file are required (or --against RUN.json)");
     run(*a);
   });
 });

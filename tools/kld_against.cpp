@@ -1,0 +1,355 @@
+// `mlaconf kld --against RUN.json` (kld_against.h; docs/KLD.md "Against another engine's logprobs").
+//
+// The engine's run gives the prompt ids p[0..P) and its generated ids g[0..n) with each step's top-N
+// logprobs. The reference in f64 runs ONE pass over p + g[0..n-1) (teacher-forced: the engine's own ids,
+// whatever it sampled); step i is predicted by the row at position P - 1 + i, which attends to P + i keys.
+// Per step: the top-N KLD (fixtures/logit_divergence.h topn_divergence), the same top-1, and where the top-1
+// differs a class: near-tie (the truth's gap between its top-1 and the engine's <= the engine precision's
+// margin), decision flip (not that, but the truth's row holds a discrete decision within the precision's
+// tie gap: an indexer top-k or router top-k/group boundary in some layer), else failure.
+#include "tools/kld_against.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "core/argmax.h"
+#include "core/error.h"
+#include "core/gguf.h"
+#include "core/json.h"
+#include "core/model_config.h"
+#include "core/trace.h"
+#include "fixtures/engine_run.h"
+#include "fixtures/logit_divergence.h"
+#include "fixtures/tolerances.h"
+#include "tokenizer/tokenizer.h"
+#include "tools/backend/backend.h"
+#include "tools/command.h"
+#include "tools/text_file.h"
+#include "tools/validate.h"
+
+namespace mlaconf::cli {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The logits [T, vocab] and, per row, the smallest gap of any discrete decision in any layer (indexer top-k,
+// router top-k, router group): the row's nearest tie.
+class AgainstTrace : public Trace {
+ public:
+  bool wants(int layer, std::string_view name) const override {
+    if (layer < 0) return name == op::kLogits;
+    return name == op::kIndexerTopkGap || name == op::kRouterTopkGap || name == "router_group_gap";
+  }
+  void record(int layer, std::string_view name, const double* data, const std::vector<int64_t>& shape) override {
+    if (!wants(layer, name)) return;
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    if (layer < 0) {
+      logits_shape = shape;
+      logits.assign(data, data + n);
+      return;
+    }
+    if (shape.size() != 1) return;
+    if (min_gap.size() < static_cast<size_t>(n)) {
+      min_gap.resize(static_cast<size_t>(n), kInf);
+      nearest.resize(static_cast<size_t>(n));
+    }
+    for (int64_t t = 0; t < n; ++t)
+      if (std::isfinite(data[t]) && data[t] < min_gap[static_cast<size_t>(t)]) {
+        min_gap[static_cast<size_t>(t)] = data[t];
+        nearest[static_cast<size_t>(t)] = {layer, std::string(name)};
+      }
+  }
+  void record_i32(int, std::string_view, const int32_t*, const std::vector<int64_t>&) override {}
+  std::vector<int64_t> logits_shape;
+  std::vector<double> logits, min_gap;
+  std::vector<std::pair<int, std::string>> nearest;  // [T] the layer and dataset of min_gap
+};
+
+struct StepResult {
+  int64_t step = 0, position = 0;
+  int32_t id = -1;
+  TopNDivergence d;
+  double truth_logprob = 0, engine_logprob = 0, min_decision_gap = kInf;
+  int nearest_layer = -1;
+  std::string nearest_kind;  // indexer_topk_gap | router_topk_gap | router_group_gap
+  double truth_margin = 0;   // the truth's top-1 minus top-2 logit
+  std::string cls;  // "" (same top-1), "near-tie", "decision-flip", "failure"
+  bool beyond = false;
+};
+
+Json group_json(const std::vector<const StepResult*>& rows) {
+  std::vector<double> kld, lperr;
+  int64_t same = 0;
+  std::map<std::string, int64_t> cls = {{"near-tie", 0}, {"decision-flip", 0}, {"failure", 0}};
+  for (const StepResult* r : rows) {
+    kld.push_back(r->d.kld);
+    lperr.push_back(r->engine_logprob - r->truth_logprob);
+    same += r->d.same_top;
+    if (!r->cls.empty()) ++cls[r->cls];
+  }
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const double p = n ? static_cast<double>(same) / n : std::nan("");
+  const double sem = n > 1 ? std::sqrt(p * (1 - p) / (n - 1)) : 0.0;
+  return {{"positions", n},
+          {"kld", figure_json(figure_stats(kld))},
+          {"same_top", {{"n", same}, {"p", p}, {"stderr", sem}}},
+          {"differing_top", {{"near_tie", cls["near-tie"]}, {"decision_flip", cls["decision-flip"]}, {"failure", cls["failure"]}}},
+          {"generated_logprob_error", figure_json(figure_stats(lperr))}};
+}
+
+Json step_json(const StepResult& r) {
+  return {{"step", r.step},
+          {"position", r.position},
+          {"keys", r.position + 1},
+          {"beyond_topk", r.beyond},
+          {"id", r.id},
+          {"kld", r.d.kld},
+          {"same_top", r.d.same_top},
+          {"truth_top", r.d.truth_top},
+          {"engine_top", r.d.engine_top},
+          {"truth_gap", r.d.truth_gap},
+          {"truth_topn_mass", r.d.truth_mass},
+          {"engine_topn_mass", r.d.engine_mass},
+          {"truth_logprob", r.truth_logprob},
+          {"engine_logprob", r.engine_logprob},
+          {"min_decision_gap", r.min_decision_gap},
+          {"nearest_decision", r.nearest_layer < 0 ? Json(nullptr) : Json({{"layer", r.nearest_layer}, {"dataset", r.nearest_kind}})},
+          {"class", r.cls.empty() ? Json(nullptr) : Json(r.cls)}};
+}
+
+}  // namespace
+
+void run_kld_against(const KldAgainstArgs& a) {
+  // ---- arguments and input, before any work ----
+  if (!fx::is_builtin_precision(a.engine_precision))
+    throw InputError("kld: --engine-precision must be one of " + fx::builtin_precisions_text() + ", not '" + a.engine_precision + "'");
+  if (a.max_mean_kld) require_finite_nonnegative(*a.max_mean_kld, "--max-mean-kld");
+  if (a.min_same_top && !(*a.min_same_top >= 0 && *a.min_same_top <= 100))
+    throw InputError("kld: --min-same-top is a percentage in [0, 100]");
+  require_regular_file(a.model, "--model");
+  require_regular_file(a.against, "--against");
+  GgufFile f = GgufFile::open(a.model);
+  const ModelConfig c = ModelConfig::from_gguf(f);
+  const tok::Tokenizer tk = tok::Tokenizer::from_gguf(f);
+  const int64_t V = c.n_vocab;
+
+  // Token text -> ids, built on first use (a file with ids everywhere never needs it).
+  std::multimap<std::string, int32_t> by_text;
+  auto resolve = [&](const std::string& piece) {
+    if (by_text.empty())
+      for (int32_t id = 0; id < tk.n_vocab(); ++id) by_text.emplace(tk.token_bytes(id, tok::DecodeOptions{.special = true}), id);
+    std::vector<int32_t> ids;
+    if (piece.empty()) return ids;  // an empty text names no token (byte pieces decoded with errors ignored)
+    auto [lo, hi] = by_text.equal_range(piece);
+    for (auto it = lo; it != hi; ++it) ids.push_back(it->second);
+    return ids;
+  };
+  const EngineRun run = parse_engine_run(json_parse(read_text_file(a.against, "--against"), a.against), a.against, V, resolve);
+  const int64_t P = static_cast<int64_t>(run.prompt.size()), n = static_cast<int64_t>(run.steps.size());
+  std::vector<int32_t> ids = run.prompt;
+  for (int64_t i = 0; i + 1 < n; ++i) ids.push_back(run.steps[static_cast<size_t>(i)].id);
+  const int64_t T = static_cast<int64_t>(ids.size());
+  if (c.n_ctx_train > 0 && T > c.n_ctx_train)
+    throw InputError(a.against + ": prompt and generated tokens need " + std::to_string(T) + " positions, beyond the model's context length " +
+                     std::to_string(c.n_ctx_train));
+  const fx::Tolerance tol = fx::tolerance(fx::TolClass::ExactIds, a.engine_precision);
+  const double margin = tol.margin, tie_gap = tol.tie_gap;
+  const int64_t top_k = c.indexer_top_k;
+
+  // ---- the reference in f64, one teacher-forced pass ----
+  be::BackendOptions o;
+  o.precision = "f64";
+  o.max_ctx = T;
+  std::unique_ptr<be::Backend> truth = be::make_backend("reference", f, c, o);
+  if (!a.json)
+    std::fprintf(stderr, "%s --against: %s (%s%s), %lld prompt + %lld generated tokens, top-%zu logprobs; %s, one pass of %lld tokens\n",
+                 a.generate_report ? "generate" : "kld", a.against.c_str(), run.shape.c_str(),
+                 run.engine.empty() ? "" : (", " + run.engine).c_str(), static_cast<long long>(P),
+                 static_cast<long long>(n), run.steps[0].top.size(), truth->describe().c_str(), static_cast<long long>(T));
+  const auto t0 = std::chrono::steady_clock::now();
+  truth->reset();
+  be::LayerRange whole;
+  whole.head_all_rows = true;
+  truth->set_range(whole);
+  AgainstTrace tr;
+  truth->forward(ids, &tr);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (tr.logits_shape != std::vector<int64_t>{T, V}) throw std::runtime_error("kld --against: the reference reported no logits [T, vocab]");
+
+  // ---- per step ----
+  std::vector<StepResult> res;
+  for (int64_t i = 0; i < n; ++i) {
+    const EngineStep& s = run.steps[static_cast<size_t>(i)];
+    StepResult r;
+    r.step = i;
+    r.position = P - 1 + i;
+    r.id = s.id;
+    r.beyond = r.position >= top_k;  // the row attends to position + 1 keys; more than top_k: the indexer drops some
+    const double* row = tr.logits.data() + r.position * V;
+    r.d = topn_divergence(row, V, s.top);
+    argmax_lower(row, static_cast<size_t>(V), &r.truth_margin);
+    double m = -kInf, sum = 0;
+    for (int64_t v = 0; v < V; ++v) m = std::max(m, row[v]);
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - m);
+    r.truth_logprob = row[s.id] - m - std::log(sum);
+    r.engine_logprob = s.logprob;
+    if (static_cast<size_t>(r.position) < tr.min_gap.size()) {
+      r.min_decision_gap = tr.min_gap[static_cast<size_t>(r.position)];
+      std::tie(r.nearest_layer, r.nearest_kind) = tr.nearest[static_cast<size_t>(r.position)];
+    }
+    if (!r.d.same_top)
+      r.cls = r.d.truth_gap <= margin ? "near-tie" : r.min_decision_gap <= tie_gap ? "decision-flip" : "failure";
+    res.push_back(r);
+  }
+  std::vector<const StepResult*> all, within, beyond;
+  const StepResult* first = nullptr;
+  int64_t failures = 0;
+  for (const StepResult& r : res) {
+    all.push_back(&r);
+    (r.beyond ? beyond : within).push_back(&r);
+    if (!first && !r.d.same_top) first = &r;
+    failures += r.cls == "failure";
+  }
+  const Json j_all = group_json(all);
+  const double mean_kld = j_all.at("kld").at("mean").is_null() ? kInf : j_all.at("kld").at("mean").get<double>();
+  const double same_top = j_all.at("same_top").at("p").get<double>();
+  auto g = [](double x) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", x);
+    return std::string(b);
+  };
+  std::vector<std::string> violated;
+  if (failures) violated.push_back(std::to_string(failures) + " differing top-1 classed failure");
+  if (a.max_mean_kld && !(mean_kld <= *a.max_mean_kld))
+    violated.push_back("Mean KLD " + g(mean_kld) + " > --max-mean-kld " + g(*a.max_mean_kld));
+  if (a.min_same_top && !(100 * same_top >= *a.min_same_top))
+    violated.push_back("top-1 agreement " + g(100 * same_top) + "% < --min-same-top " + g(*a.min_same_top) + "%");
+  const char* verdict = violated.empty() ? "pass" : "fail";
+
+  if (a.generate_report) {
+    auto cls = [](const std::string& c) {  // generate's class names
+      std::string u = c;
+      std::replace(u.begin(), u.end(), '-', '_');
+      return u;
+    };
+    std::vector<int32_t> ref_tokens, eng_tokens;
+    std::vector<double> ref_margins;
+    Json eng_margins = Json::array(), divs = Json::array();
+    for (const StepResult& r : res) {
+      const EngineStep& s = run.steps[static_cast<size_t>(r.step)];
+      ref_tokens.push_back(r.d.truth_top);
+      ref_margins.push_back(r.truth_margin);
+      eng_tokens.push_back(r.id);
+      eng_margins.push_back(s.top.size() > 1 ? Json(s.top[0].logprob - s.top[1].logprob) : Json(nullptr));
+      if (!r.d.same_top)
+        divs.push_back({{"step", r.step}, {"reference_token", r.d.truth_top}, {"engine_token", r.d.engine_top},
+                        {"reference_margin", r.truth_margin}, {"engine_margin", eng_margins.back()}, {"truth_gap", r.d.truth_gap},
+                        {"beyond_topk", r.beyond}, {"class", cls(r.cls)}});
+    }
+    std::vector<int32_t> gen;
+    for (const EngineStep& s : run.steps) gen.push_back(s.id);
+    const std::string text = tk.decode(gen, tok::DecodeOptions{.special = false});
+    if (a.json) {
+      Json j = {{"prompt_ids", run.prompt},
+                {"against", a.against},
+                {"shape", run.shape},
+                {"reference", {{"backend", truth->describe()}, {"tokens", ref_tokens}, {"margins", ref_margins}}},
+                {"engine", {{"backend", run.engine.empty() ? run.shape : run.engine}, {"tokens", eng_tokens}, {"margins", eng_margins}, {"text", text}}},
+                {"first_divergence", divs.empty() ? Json(nullptr) : divs[0]},
+                {"divergences", divs},
+                {"engine_precision", a.engine_precision},
+                {"margin", margin},
+                {"tie_gap", tie_gap},
+                {"verdict", verdict}};
+      std::printf("%s\n", json_text(j, -1).c_str());
+    } else {
+      std::printf("%s\n", text.c_str());
+      std::fflush(stdout);
+      if (!first) {
+        std::fprintf(stderr, "generate: the reference (on the engine's prefix) and the engine agree on all %lld steps\n",
+                     static_cast<long long>(n));
+      } else {
+        std::fprintf(stderr, "generate: first divergence at step %lld: reference %d (margin %.6g) vs engine %d: %s\n",
+                     static_cast<long long>(first->step), first->d.truth_top, first->truth_margin, first->d.engine_top,
+                     cls(first->cls).c_str());
+        std::fprintf(stderr, "generate: %zu divergent steps of %lld: %lld near-ties, %lld decision flips, %lld failures: %s\n",
+                     divs.size(), static_cast<long long>(n), j_all.at("differing_top").at("near_tie").get<long long>(),
+                     j_all.at("differing_top").at("decision_flip").get<long long>(), static_cast<long long>(failures), verdict);
+      }
+    }
+  } else if (a.json) {
+    Json steps = Json::array();
+    for (const StepResult& r : res) steps.push_back(step_json(r));
+    Json j = {{"model", a.model},
+              {"against", a.against},
+              {"shape", run.shape},
+              {"engine", run.engine},
+              {"truth", truth->describe()},
+              {"prompt_tokens", P},
+              {"generated_tokens", n},
+              {"top_n", run.steps[0].top.size()},
+              {"ids_from_text", run.ids_from_text},
+              {"index_topk", top_k},
+              {"engine_precision", a.engine_precision},
+              {"margin", margin},
+              {"tie_gap", tie_gap},
+              {"kld_definition", "top-N buckets + other, engine logprobs not renormalized"},
+              {"all", j_all},
+              {"within_topk", group_json(within)},
+              {"beyond_topk", group_json(beyond)},
+              {"first_divergence", first ? step_json(*first) : Json(nullptr)},
+              {"steps", steps},
+              {"seconds", seconds},
+              {"check",
+               {{"max_mean_kld", a.max_mean_kld ? Json(*a.max_mean_kld) : Json(nullptr)},
+                {"min_same_top_percent", a.min_same_top ? Json(*a.min_same_top) : Json(nullptr)},
+                {"violations", violated},
+                {"verdict", verdict}}}};
+    std::printf("%s\n", json_text(j, -1).c_str());
+  } else {
+    std::printf("kld --against %s: %s vs %s%s, %lld generated tokens after %lld prompt tokens, top-%zu\n", a.against.c_str(),
+                truth->describe().c_str(), run.shape.c_str(), run.engine.empty() ? "" : (" (" + run.engine + ")").c_str(),
+                static_cast<long long>(n), static_cast<long long>(P), run.steps[0].top.size());
+    std::printf("precision %s: margin %g (logit), tie gap %g; KLD over the engine's top-N + other (nats)\n", a.engine_precision.c_str(),
+                margin, tie_gap);
+    std::printf("%-6s %-8s %-5s %-7s %-12s %-6s %-9s %-9s %-10s %s\n", "step", "position", "keys", "id", "KLD", "top1", "truth_top",
+                "engine_top", "truth_gap", "class");
+    for (const StepResult& r : res)
+      std::printf("%-6lld %-8lld %-5lld %-7d %-12.6g %-6s %-9d %-9d %-10.4g %s\n", static_cast<long long>(r.step),
+                  static_cast<long long>(r.position), static_cast<long long>(r.position + 1), r.id, r.d.kld, r.d.same_top ? "same" : "DIFF",
+                  r.d.truth_top, r.d.engine_top, r.d.truth_gap, r.cls.empty() ? "-" : r.cls.c_str());
+    for (const auto& [title, g] : {std::pair<const char*, Json>{"all", j_all}, {"<= index_topk keys", group_json(within)},
+                                   {"> index_topk keys", group_json(beyond)}}) {
+      const Json& d = g.at("differing_top");
+      std::printf("%-18s positions %lld: Mean KLD %.6g, Max KLD %.6g, top-1 agreement %lld/%lld; differing top-1: near-tie %lld, "
+                  "decision-flip %lld, failure %lld\n",
+                  title, g.at("positions").get<long long>(), g.at("kld").at("mean").is_null() ? std::nan("") : g.at("kld").at("mean").get<double>(),
+                  g.at("kld").at("max").is_null() ? std::nan("") : g.at("kld").at("max").get<double>(), g.at("same_top").at("n").get<long long>(),
+                  g.at("positions").get<long long>(), d.at("near_tie").get<long long>(), d.at("decision_flip").get<long long>(),
+                  d.at("failure").get<long long>());
+    }
+    if (first)
+      std::printf("first divergence: step %lld (position %lld, %s index_topk keys): truth top %d, engine top %d, truth gap %.4g: %s "
+                  "(the row's nearest decision tie: %.3g, layer %d %s)\n",
+                  static_cast<long long>(first->step), static_cast<long long>(first->position), first->beyond ? "more than" : "at most",
+                  first->d.truth_top, first->d.engine_top, first->d.truth_gap, first->cls.c_str(), first->min_decision_gap,
+                  first->nearest_layer, first->nearest_kind.c_str());
+    else
+      std::printf("first divergence: none (every top-1 agrees)\n");
+    std::printf("check: %s", verdict);
+    for (const std::string& v : violated) std::printf("; %s", v.c_str());
+    std::printf("\nseconds: reference %.2f\n", seconds);
+  }
+  set_exit_code(violated.empty() ? kExitOk : kExitFail);
+}
+
+}  // namespace mlaconf::cli
