@@ -8,6 +8,9 @@
         ...                                   # your kernel; return attn_latent_out [T, H, kv_lora]
     ans.run().write("answer.h5")              # then: mlaconf compare golden.h5 answer.h5
 
+Whole torch models (a HF transformers GlmMoeDsaForCausalLM, or any module tree with a name map):
+mlaconf_answer.torch_hooks (TorchHooks, GLM_MOE_DSA) answers a forward case through module hooks.
+
 Ops and their parameters: mlaconf_answer.ops (sparse_mla, indexer). numpy and h5py only; torch when
 asked (Answer(..., as_torch=True, device="cuda", dtype=torch.bfloat16)).
 """
@@ -18,5 +21,7 @@ from .fixture import Fixture, OpCall, softmax_scale  # noqa: E402
 from .ops import OPS  # noqa: E402
 from . import ops as reference  # noqa: E402  (the plain numpy version of each op)
 from .answer import Answer, PRECISIONS, as_bfloat16  # noqa: E402
+from .torch_hooks import GLM_MOE_DSA, Hook, TorchHooks  # noqa: E402  (imports torch only when used)
 
-__all__ = ["Answer", "as_bfloat16", "Fixture", "FixtureError", "OpCall", "OPS", "PRECISIONS", "reference", "softmax_scale"]
+__all__ = ["Answer", "as_bfloat16", "Fixture", "FixtureError", "GLM_MOE_DSA", "Hook", "OpCall", "OPS", "PRECISIONS",
+           "reference", "softmax_scale", "TorchHooks"]
