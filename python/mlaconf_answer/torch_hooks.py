@@ -357,7 +357,12 @@ def main(argv=None):
         eps = c.eps
     else:
         from transformers import AutoModelForCausalLM
-        model = AutoModelForCausalLM.from_pretrained(a.hf_model_dir, attn_implementation="eager", torch_dtype=torch.float64)
+        kw = dict(attn_implementation="eager", dtype=torch.float64)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(a.hf_model_dir, experts_implementation="eager", **kw)
+        except (TypeError, ValueError) as e:
+            log(f"from_pretrained(experts_implementation=...) refused ({e!r}); without it")
+            model = AutoModelForCausalLM.from_pretrained(a.hf_model_dir, **kw)
         c = type("C", (), {"eps": float(model.config.rms_norm_eps)})()
         eps = c.eps
     if not a.stock:
