@@ -4,11 +4,14 @@
 # tools/hf_oracle/make_oracle.py), answers an mlaconf capture of the same model and ids through module hooks,
 # and `mlaconf compare` judges it.
 #
-#   ci/torch_check.sh [f64|f32|stock|all]     (default all)
+#   ci/torch_check.sh [f64|f32|stock|custom|all]     (default all)
 #     f64    the float64 run with the oracle's conventions: must PASS at f64 bounds
 #     f32    the float32 run with the same conventions: must PASS at f32 bounds
 #     stock  negative control: HF as shipped (q_a/kv_a norm eps 1e-6, float32 drop points): must FAIL,
 #            first failure at layer 0 attn_out
+#     custom the Python API on a module tree of the user's own (the model wrapped as net.*, a re-rooted
+#            name map, layers=): f64 must PASS; a wrong map (attn_out read from the attention's input) FAIL
+#            at layer 0 attn_out (suites/torch_hooks/custom_map.py)
 #
 # torch and transformers live in a venv of their own, not in CI's python (a CPU torch wheel from PyPI pulls
 # ~5 GB of CUDA packages): MLACONF_TORCH_VENV (default /work/venv-torch), made by
@@ -21,7 +24,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 SRC=$(pwd)
 mode="${1:-all}"
-case "$mode" in f64|f32|stock|all) ;; *) echo "usage: ci/torch_check.sh [f64|f32|stock|all]"; exit 2 ;; esac
+case "$mode" in f64|f32|stock|custom|all) ;; *) echo "usage: ci/torch_check.sh [f64|f32|stock|custom|all]"; exit 2 ;; esac
 VENV="${MLACONF_TORCH_VENV:-/work/venv-torch}"
 PY="$VENV/bin/python"
 if [ ! -x "$PY" ] || ! "$PY" -c 'import torch, transformers, gguf, h5py, numpy' 2>/dev/null; then
@@ -81,6 +84,21 @@ EOF
 [ "$mode" = f64 ] || [ "$mode" = all ] && run f64 f64 0
 [ "$mode" = f32 ] || [ "$mode" = all ] && run f32 f32 0
 [ "$mode" = stock ] || [ "$mode" = all ] && run stock f64 1 --stock
+if [ "$mode" = custom ] || [ "$mode" = all ]; then
+  t=$(date +%s)
+  if ! MLACONF_SOURCE_DIR="$SRC" "$PY" suites/torch_hooks/custom_map.py "$FX" "$MODEL" "$SCRATCH/custom_good.h5" "$SCRATCH/custom_bad.h5"; then
+    note "custom: the torch answer failed"; rc=1
+  else
+    "$CLI" compare "$FX" "$SCRATCH/custom_good.h5" --brief > "$SCRATCH/compare_custom_good.txt" 2>&1; g=$?
+    "$CLI" compare "$FX" "$SCRATCH/custom_bad.h5" --brief > "$SCRATCH/compare_custom_bad.txt" 2>&1; b=$?
+    grep -hE "^(summary|first failure)" "$SCRATCH/compare_custom_good.txt" "$SCRATCH/compare_custom_bad.txt"
+    if [ $g != 0 ] || [ $b != 1 ] || ! grep -q "first failure: layer 0 attn_out" "$SCRATCH/compare_custom_bad.txt"; then
+      note "custom: compare exit $g (want 0) for the own map, $b (want 1, first at layer 0 attn_out) for the wrong map"; rc=1
+    else
+      note "custom: own map PASS, wrong map FAIL at layer 0 attn_out, as expected ($(( $(date +%s) - t )) s)"
+    fi
+  fi
+fi
 note "$mode: $([ $rc = 0 ] && echo PASS || echo FAIL) in $(( $(date +%s) - t0 )) s (scratch $SCRATCH)"
 [ -z "${TORCH_CHECK_SCRATCH:-}" ] && [ $rc = 0 ] && rm -rf "$SCRATCH"
 exit $rc
