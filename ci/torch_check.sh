@@ -4,7 +4,7 @@
 # tools/hf_oracle/make_oracle.py), answers an mlaconf capture of the same model and ids through module hooks,
 # and `mlaconf compare` judges it.
 #
-#   ci/torch_check.sh [f64|f32|stock|custom|all]     (default all)
+#   ci/torch_check.sh [f64|f32|stock|custom|ds32|all]     (default all)
 #     f64    the float64 run with the oracle's conventions: must PASS at f64 bounds
 #     f32    the float32 run with the same conventions: must PASS at f32 bounds
 #     stock  negative control: HF as shipped (q_a/kv_a norm eps 1e-6, float32 drop points): must FAIL,
@@ -12,6 +12,8 @@
 #     custom the Python API on a module tree of the user's own (the model wrapped as net.*, a re-rooted
 #            name map, layers=): f64 must PASS; a wrong map (attn_out read from the attention's input) FAIL
 #            at layer 0 attn_out (suites/torch_hooks/custom_map.py)
+#     ds32   DeepseekV32ForCausalLM (name map DEEPSEEK_V32) on the HF cross-check's synthesized deepseek32
+#            model (YaRN, 8 expert groups; tools/hf_oracle/configs.sh), 48 ids: f64 must PASS at f64 bounds
 #
 # torch and transformers live in a venv of their own, not in CI's python (a CPU torch wheel from PyPI pulls
 # ~5 GB of CUDA packages): MLACONF_TORCH_VENV (default /work/venv-torch), made by
@@ -24,7 +26,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 SRC=$(pwd)
 mode="${1:-all}"
-case "$mode" in f64|f32|stock|custom|all) ;; *) echo "usage: ci/torch_check.sh [f64|f32|stock|custom|all]"; exit 2 ;; esac
+case "$mode" in f64|f32|stock|custom|ds32|all) ;; *) echo "usage: ci/torch_check.sh [f64|f32|stock|custom|ds32|all]"; exit 2 ;; esac
 VENV="${MLACONF_TORCH_VENV:-/work/venv-torch}"
 PY="$VENV/bin/python"
 if [ ! -x "$PY" ] || ! "$PY" -c 'import torch, transformers, gguf, h5py, numpy' 2>/dev/null; then
@@ -57,12 +59,12 @@ note "fixture $FX ($(( $(date +%s) - t0 )) s)"
 rc=0
 run() {  # run NAME DTYPE WANT_RC [extra args]
   local name=$1 dt=$2 want=$3; shift 3
-  local ans="$SCRATCH/answer_$name.h5" t=$(date +%s)
-  if ! PYTHONPATH="$SRC/python" MLACONF_SOURCE_DIR="$SRC" "$PY" -m mlaconf_answer.torch_hooks --fixture "$FX" \
-       --gguf "$MODEL" --dtype "$dt" --threads "$(nproc)" --out "$ans" "$@"; then
+  local ans="$SCRATCH/answer_$name.h5" t=$(date +%s) fx="${RUN_FX:-$FX}"
+  if ! PYTHONPATH="$SRC/python" MLACONF_SOURCE_DIR="$SRC" "$PY" -m mlaconf_answer.torch_hooks --fixture "$fx" \
+       --gguf "${RUN_MODEL:-$MODEL}" --dtype "$dt" --threads "$(nproc)" --out "$ans" "$@"; then
     note "$name: the torch answer failed"; rc=1; return
   fi
-  "$CLI" compare "$FX" "$ans" --brief --json "$SCRATCH/compare_$name.json" > "$SCRATCH/compare_$name.txt" 2>&1
+  "$CLI" compare "$fx" "$ans" --brief --json "$SCRATCH/compare_$name.json" > "$SCRATCH/compare_$name.txt" 2>&1
   local got=$?
   grep -E "^(summary|first failure)" "$SCRATCH/compare_$name.txt"
   "$PY" - "$SCRATCH/compare_$name.json" <<'EOF'
@@ -84,6 +86,18 @@ EOF
 [ "$mode" = f64 ] || [ "$mode" = all ] && run f64 f64 0
 [ "$mode" = f32 ] || [ "$mode" = all ] && run f32 f32 0
 [ "$mode" = stock ] || [ "$mode" = all ] && run stock f64 1 --stock
+if [ "$mode" = ds32 ] || [ "$mode" = all ]; then
+  DS="$SCRATCH/deepseek32.gguf"
+  spec=$(grep -o '"deepseek32|[^|]*' tools/hf_oracle/configs.sh | cut -d'|' -f2)
+  # shellcheck disable=SC2086
+  if "$CLI" synth $spec --out "$DS" >/dev/null && \
+     "$CLI" capture --model "$DS" --layers all --precision f64 --decode-steps 0 --quiet --out "$SCRATCH/ds32.h5" \
+       --prompt-ids "$("$PY" -c 'import numpy as np; print(",".join(map(str, np.random.RandomState(1).randint(0, 640, size=48))))')"; then
+    RUN_FX="$SCRATCH/ds32.h5" RUN_MODEL="$DS" run ds32 f64 0
+  else
+    note "ds32: synth or capture failed"; rc=1
+  fi
+fi
 if [ "$mode" = custom ] || [ "$mode" = all ]; then
   t=$(date +%s)
   if ! MLACONF_SOURCE_DIR="$SRC" "$PY" suites/torch_hooks/custom_map.py "$FX" "$MODEL" "$SCRATCH/custom_good.h5" "$SCRATCH/custom_bad.h5"; then

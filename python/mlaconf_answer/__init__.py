@@ -21,7 +21,15 @@ from .fixture import Fixture, OpCall, softmax_scale  # noqa: E402
 from .ops import OPS  # noqa: E402
 from . import ops as reference  # noqa: E402  (the plain numpy version of each op)
 from .answer import Answer, PRECISIONS, as_bfloat16  # noqa: E402
-from .torch_hooks import GLM_MOE_DSA, Hook, TorchHooks  # noqa: E402  (imports torch only when used)
 
-__all__ = ["Answer", "as_bfloat16", "Fixture", "FixtureError", "GLM_MOE_DSA", "Hook", "OpCall", "OPS", "PRECISIONS",
+
+def __getattr__(name):
+    # torch_hooks on first use (PEP 562), so that `python -m mlaconf_answer.torch_hooks` runs it only once
+    if name in ("DEEPSEEK_V32", "GLM_MOE_DSA", "Hook", "TorchHooks"):
+        from . import torch_hooks
+        return getattr(torch_hooks, name)
+    raise AttributeError(f"module 'mlaconf_answer' has no attribute {name!r}")
+
+
+__all__ = ["Answer", "as_bfloat16", "Fixture", "FixtureError", "DEEPSEEK_V32", "GLM_MOE_DSA", "Hook", "OpCall", "OPS", "PRECISIONS",
            "reference", "softmax_scale", "TorchHooks"]

@@ -65,7 +65,7 @@ class Hook:
     note: str = ""
 
 
-# HF transformers GlmMoeDsaForCausalLM (transformers 5.17; also DeepseekV32ForCausalLM, same tree).
+# HF transformers GlmMoeDsaForCausalLM (transformers 5.17).
 GLM_MOE_DSA = [
     Hook("model.layers.{l}", "layers/{l}/input_hidden", "kw:hidden_states", "decoder layer input (residual stream)"),
     Hook("model.layers.{l}.self_attn", "layers/{l}/attn_out", "out[0]", "attention output after o_proj"),
@@ -78,6 +78,15 @@ GLM_MOE_DSA = [
     Hook("model.norm", "final_norm", "out", "final RMSNorm"),
     Hook("lm_head", "logits", "out", ""),
 ]
+
+# HF transformers DeepseekV32ForCausalLM (transformers 5.17): the same tree, but its decoder layer returns a
+# tensor and its attention no top-k (the indexer's own output is read instead).
+DEEPSEEK_V32 = [h for h in GLM_MOE_DSA if h.dataset not in ("layers/{l}/output_hidden", "layers/{l}/indexer_topk")] + [
+    Hook("model.layers.{l}", "layers/{l}/output_hidden", "out", "decoder layer output"),
+    Hook("model.layers.{l}.self_attn.indexer", "layers/{l}/indexer_topk", "out", "the indexer's top-k key ids [B, T, K]"),
+]
+
+NAME_MAPS = {"GlmMoeDsaForCausalLM": GLM_MOE_DSA, "DeepseekV32ForCausalLM": DEEPSEEK_V32}
 
 _FLOAT_PRECISION = {"float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 
@@ -375,7 +384,10 @@ def main(argv=None):
                 mod.inv_freq = mod.inv_freq.to(torch.float64)
     torch.set_default_dtype(dt)
     log(f"model {type(model).__name__} in {dt}, transformers {transformers.__version__}, torch {torch.__version__}, rms eps {eps}")
-    with TorchHooks(model, name_map=GLM_MOE_DSA) as h:
+    name_map = NAME_MAPS.get(type(model).__name__)
+    if name_map is None:
+        raise FixtureError(f"no name map for {type(model).__name__} (known: {', '.join(NAME_MAPS)})")
+    with TorchHooks(model, name_map=name_map) as h:
         if not a.stock:
             torch.topk = stable_topk
             torch.Tensor.topk = lambda self, *a_, **k_: stable_topk(self, *a_, **k_)
