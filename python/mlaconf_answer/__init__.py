@@ -8,6 +8,9 @@
         ...                                   # your kernel; return attn_latent_out [T, H, kv_lora]
     ans.run().write("answer.h5")              # then: mlaconf compare golden.h5 answer.h5
 
+Whole torch models (a HF transformers GlmMoeDsaForCausalLM, or any module tree with a name map):
+mlaconf_answer.torch_hooks (TorchHooks, GLM_MOE_DSA) answers a forward case through module hooks.
+
 Ops and their parameters: mlaconf_answer.ops (sparse_mla, indexer). numpy and h5py only; torch when
 asked (Answer(..., as_torch=True, device="cuda", dtype=torch.bfloat16)).
 """
@@ -19,4 +22,14 @@ from .ops import OPS  # noqa: E402
 from . import ops as reference  # noqa: E402  (the plain numpy version of each op)
 from .answer import Answer, PRECISIONS, as_bfloat16  # noqa: E402
 
-__all__ = ["Answer", "as_bfloat16", "Fixture", "FixtureError", "OpCall", "OPS", "PRECISIONS", "reference", "softmax_scale"]
+
+def __getattr__(name):
+    # torch_hooks on first use (PEP 562), so that `python -m mlaconf_answer.torch_hooks` runs it only once
+    if name in ("DEEPSEEK_V32", "GLM_MOE_DSA", "Hook", "TorchHooks"):
+        from . import torch_hooks
+        return getattr(torch_hooks, name)
+    raise AttributeError(f"module 'mlaconf_answer' has no attribute {name!r}")
+
+
+__all__ = ["Answer", "as_bfloat16", "Fixture", "FixtureError", "DEEPSEEK_V32", "GLM_MOE_DSA", "Hook", "OpCall", "OPS", "PRECISIONS",
+           "reference", "softmax_scale", "TorchHooks"]

@@ -330,6 +330,50 @@ def build_model(c, sd_np, log):
     return model, cfg, missing, notes
 
 
+def patch_conventions(model, c, torch, Fp64Mode, log):
+    """The oracle's conventions on a built HF model (docs/HF_CROSSCHECK.md): every RMSNorm eps = the GGUF's,
+    the indexer k_norm LayerNorm eps 1e-6, RoPE inv_freq recomputed in float64. Also used by
+    python/mlaconf_answer/torch_hooks.py (the torch-hooks answer of the same model)."""
+    # Convention patch 1: every RMSNorm eps = the GGUF's rms eps (HF builds q_a/kv_a norms with 1e-6).
+    eps_changed = []
+    for name, mod in model.named_modules():
+        if type(mod).__name__.endswith("RMSNorm") and hasattr(mod, "variance_epsilon"):
+            if mod.variance_epsilon != c.eps:
+                eps_changed.append(f"{name}: {mod.variance_epsilon} -> {c.eps}")
+                mod.variance_epsilon = c.eps
+        if isinstance(mod, torch.nn.LayerNorm) and "indexer" in name and mod.eps != 1e-6:
+            eps_changed.append(f"{name} (LayerNorm): {mod.eps} -> 1e-06")
+            mod.eps = 1e-6
+    log(f"eps patch: {len(eps_changed)} changed, e.g. {eps_changed[:2]}")
+
+    # RoPE inverse frequencies were computed at construction (float32 arithmetic): recompute them in
+    # float64 through the model's own init function under the dtype-rewriting mode.
+    rope_notes = []
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    for name, mod in model.named_modules():
+        if hasattr(mod, "inv_freq") and hasattr(mod, "attention_scaling") and hasattr(mod, "rope_type"):
+            old = mod.inv_freq.clone()
+            if mod.rope_type == "default":
+                fn = type(mod).compute_default_rope_parameters
+            else:
+                fn = ROPE_INIT_FUNCTIONS[mod.rope_type]
+            with Fp64Mode() as m_:
+                inv, att = fn(mod.config, None)
+            inv = inv.to(torch.float64)
+            mod.inv_freq = inv
+            if hasattr(mod, "original_inv_freq"):
+                mod.original_inv_freq = inv.clone()
+            mod.attention_scaling = att
+            rope_notes.append(f"{name} ({mod.rope_type}): inv_freq recomputed in float64 by {getattr(fn, '__name__', fn)} "
+                              f"({sum(m_.rewrites.values())} float32 requests rewritten; max rel change "
+                              f"{float(((inv - old.to(torch.float64)).abs() / inv.abs()).max()):.2e}), "
+                              f"attention_scaling {att}")
+    if not rope_notes:
+        raise SystemExit("no rotary embedding module found to recompute inv_freq in float64")
+    log("rope: " + "; ".join(rope_notes))
+    return eps_changed, rope_notes
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gguf", required=True)
@@ -371,43 +415,7 @@ def main():
     model, cfg, nan_filled, layout_notes = build_model(c, sd_np, log)
     del sd_np
 
-    # Convention patch 1: every RMSNorm eps = the GGUF's rms eps (HF builds q_a/kv_a norms with 1e-6).
-    eps_changed = []
-    for name, mod in model.named_modules():
-        if type(mod).__name__.endswith("RMSNorm") and hasattr(mod, "variance_epsilon"):
-            if mod.variance_epsilon != c.eps:
-                eps_changed.append(f"{name}: {mod.variance_epsilon} -> {c.eps}")
-                mod.variance_epsilon = c.eps
-        if isinstance(mod, torch.nn.LayerNorm) and "indexer" in name and mod.eps != 1e-6:
-            eps_changed.append(f"{name} (LayerNorm): {mod.eps} -> 1e-06")
-            mod.eps = 1e-6
-    log(f"eps patch: {len(eps_changed)} changed, e.g. {eps_changed[:2]}")
-
-    # RoPE inverse frequencies were computed at construction (float32 arithmetic): recompute them in
-    # float64 through the model's own init function under the dtype-rewriting mode.
-    rope_notes = []
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-    for name, mod in model.named_modules():
-        if hasattr(mod, "inv_freq") and hasattr(mod, "attention_scaling") and hasattr(mod, "rope_type"):
-            old = mod.inv_freq.clone()
-            if mod.rope_type == "default":
-                fn = type(mod).compute_default_rope_parameters
-            else:
-                fn = ROPE_INIT_FUNCTIONS[mod.rope_type]
-            with Fp64Mode() as m_:
-                inv, att = fn(mod.config, None)
-            inv = inv.to(torch.float64)
-            mod.inv_freq = inv
-            if hasattr(mod, "original_inv_freq"):
-                mod.original_inv_freq = inv.clone()
-            mod.attention_scaling = att
-            rope_notes.append(f"{name} ({mod.rope_type}): inv_freq recomputed in float64 by {getattr(fn, '__name__', fn)} "
-                              f"({sum(m_.rewrites.values())} float32 requests rewritten; max rel change "
-                              f"{float(((inv - old.to(torch.float64)).abs() / inv.abs()).max()):.2e}), "
-                              f"attention_scaling {att}")
-    if not rope_notes:
-        raise SystemExit("no rotary embedding module found to recompute inv_freq in float64")
-    log("rope: " + "; ".join(rope_notes))
+    eps_changed, rope_notes = patch_conventions(model, c, torch, Fp64Mode, log)
 
     layers = model.model.layers
     L = len(layers)
