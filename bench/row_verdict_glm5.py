@@ -2,7 +2,9 @@
 """Row-wise verdicts at real GLM-5 attention sizes: does `mlaconf compare` fail the bugs that live in the
 rows past top_k, and pass correct answers, at top_k + 32 tokens?
 
-    bench/row_verdict_glm5.py MLACONF [--tokens N] [--out DIR] [--seed S]
+    bench/row_verdict_glm5.py MLACONF [--tokens N] [--out DIR] [--seed S] [--variants a,b] [--precision-of NAME=P,...]
+                              [--heads H --latent L --rope R --top-k K]   (other dims: smaller models; tokens
+                                                                           default top_k + 32)
 
 Writes an op-level fixture of one layer's sparse MLA at GLM-5's dims (64 heads, latent 512 + rope 64,
 top_k 2048, softmax scale 256^-1/2): q_absorbed and the latent cache drawn at random (float32), the
@@ -58,16 +60,22 @@ def e4m3(x):
     return np.sign(x) * np.minimum(r, 448.0)
 
 
+def set_dims(h, l, r, k):
+    global H, L, R, K
+    H, L, R, K = h, l, r, k
+
+
 def fp8_cache(cache):
     """FlashMLA's fp8 sparse-decode layout, dequantized: latent in e4m3 per 128-value blocks with a
     float32 scale (amax / 448), rope part in bf16."""
     c = np.asarray(cache, dtype=np.float64)
     out = np.empty_like(c)
-    for b in range(0, L, 128):
-        blk = c[:, b:b + 128]
+    blk_w = min(128, L)
+    for b in range(0, L, blk_w):
+        blk = c[:, b:b + blk_w]
         s = np.abs(blk).max(axis=1, keepdims=True) / 448.0
         s[s == 0] = 1
-        out[:, b:b + 128] = e4m3(blk / s) * s.astype(np.float32)
+        out[:, b:b + blk_w] = e4m3(blk / s) * s.astype(np.float32)
     out[:, L:] = bf16(c[:, L:])
     return out
 
@@ -93,14 +101,19 @@ def attention(q, cache, rows, mode, dtype):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("mlaconf")
-    ap.add_argument("--tokens", type=int, default=K + 32)
+    ap.add_argument("--tokens", type=int, default=0, help="default: top_k + 32")
+    ap.add_argument("--heads", type=int, default=H)
+    ap.add_argument("--latent", type=int, default=L)
+    ap.add_argument("--rope", type=int, default=R)
+    ap.add_argument("--top-k", type=int, default=K)
     ap.add_argument("--out", default="out/row_verdict_glm5")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--variants", default="", help="comma list of the variants to run (default: all)")
     ap.add_argument("--precision-of", default="", help="NAME=PREC,...: judge these variants at another precision")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    T = a.tokens
+    set_dims(a.heads, a.latent, a.rope, a.top_k)
+    T = a.tokens or K + 32
     rng = np.random.default_rng(a.seed)
     q = rng.standard_normal((T, H, L + R)).astype(np.float32)
     cache = rng.standard_normal((T, L + R)).astype(np.float32)
@@ -122,7 +135,7 @@ def main():
            "value_length_mla": 256, "indexer_n_head": 32, "indexer_head_size": 128, "indexer_top_k": K, "n_expert": 256,
            "n_expert_used": 8, "n_vocab": 154880, "n_layer": 1, "n_nextn_layer": 0}
     case = f"forward(tokens={T},precision=f64)"
-    fx = os.path.join(a.out, f"expected-{T}.h5")
+    fx = os.path.join(a.out, f"expected-{T}-h{H}-k{K}.h5")
     # The same seed draws the same inputs: an expected file written by an earlier run is reused.
     reuse = os.path.exists(fx) and h5py.File(fx, "r").attrs.get("seed", -1) == a.seed
     t0 = time.time()
@@ -173,9 +186,9 @@ def main():
         ans = Answer(fx, precision=prec, backend=f"bench {name}")
         ans.register("sparse_mla", lambda q_absorbed, out=out: out)
         ans.run()
-        ap_ = os.path.join(a.out, f"answer-{T}-{name}.h5")
+        ap_ = os.path.join(a.out, f"answer-{T}-h{H}-k{K}-{name}.h5")
         ans.write(ap_)
-        js = os.path.join(a.out, f"compare-{T}-{name}.json")
+        js = os.path.join(a.out, f"compare-{T}-h{H}-k{K}-{name}.json")
         extra = ["--precision", judge_at[name]] if name in judge_at else []
         rc = subprocess.run([a.mlaconf, "compare", fx, ap_, "--json", js] + extra, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE).returncode
@@ -194,7 +207,7 @@ def main():
               f"{json.dumps(r['failed_rows'][:4])} max_rel {r['max_rel']:.3g} 1-cos {r['one_minus_cosine']:.3g} "
               f"contrast {r['contrast']} at {r['precision']}: {r['diagnosis']}", flush=True)
         os.remove(ap_)
-    with open(os.path.join(a.out, f"row_verdict_glm5-{T}{'-' + '-'.join(only) if only else ''}.json"), "w") as f:
+    with open(os.path.join(a.out, f"row_verdict-{T}-h{H}-k{K}{'-' + '-'.join(only) if only else ''}.json"), "w") as f:
         json.dump({"tokens": T, "top_k": K, "heads": H, "seed": a.seed, "results": results}, f, indent=1)
 
 

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -188,7 +189,9 @@ double worst_row_nmse(const std::vector<double>& got, const std::vector<double>&
 
 void capture_follows_forced(const std::string& backend) {
   const std::string d = testing_gguf::scratch_dir("capture-forced-" + backend);
-  const std::string cli = MLACONF_CLI, m = d + "/m.gguf";
+  // Environment MLACONF_CLI (a binary carried to a GPU machine), else the one built beside this test.
+  const char* env = std::getenv("MLACONF_CLI");
+  const std::string cli = env ? env : MLACONF_CLI, m = d + "/m.gguf";
   ASSERT_EQ(sh(cli + " synth --seed 37 --layers 4 --top-k 8 --indexer-types FFS -o " + m), 0);
   GgufFile gf = GgufFile::open(m);
   const ModelConfig c = ModelConfig::from_gguf(gf);
