@@ -45,7 +45,9 @@ const std::string& data_dir() {
         if (r.status != 0) throw std::runtime_error("setup failed: " + r.err);
       };
       must({kCli, "synth", "--seed", "1", "--out", d + "/m.gguf"});
-      const std::vector<std::string> cap = {kCli, "capture", "--model", d + "/m.gguf", "--random-tokens", "16", "--seed", "1", "--quiet"};
+      // One forward case a file (the trials edit "the" case): no decode steps.
+      const std::vector<std::string> cap = {kCli, "capture", "--model", d + "/m.gguf", "--random-tokens", "16", "--seed", "1",
+                                            "--decode-steps", "0", "--quiet"};
       auto with = [&](std::vector<std::string> extra) {
         std::vector<std::string> v = cap;
         v.insert(v.end(), extra.begin(), extra.end());
