@@ -166,48 +166,58 @@ class Answer:
             raise FixtureError(f"{path}: the answer would overwrite the fixture")
         precision = self.declared_precision()
         src = self.fx.f
-        # The temporary file: in the answer's folder, an unpredictable name created with O_EXCL (a link
-        # planted at a predictable name would be followed), cut to fit NAME_MAX for any legal name.
-        base = os.path.basename(path)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=base[: 255 - 5 - 8] + ".tmp.")
-        os.close(fd)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would become the answer's mode
         n = 0
-        try:
-            with h5py.File(tmp, "w") as out:
-                for key in src.attrs:
-                    if key in ("mlaconf_schema_version", "model_config_json") or key.startswith("gguf_"):
-                        out.attrs[key] = src.attrs[key]
-                out.attrs["producer"] = "mlaconf_answer"
-                out.attrs["producer_version"] = __version__
-                out.attrs["precision"] = precision
-                out.attrs["backend"] = self.backend
-                out.attrs["cases"] = json.dumps(list(self.results))
-                for case, datasets in self.results.items():
-                    g = out.create_group(case)
-                    g["input_ids"] = np.asarray(src[case]["input_ids"][...], dtype=np.int32)
-                    for rel, s in sorted(datasets.items()):
-                        _write_dataset(g, rel, s)
-                        n += 1
-                    g.attrs["kind"] = "op_answer"
-                    g.attrs["case_name"] = case
-                    g.attrs["precision"] = precision
-                    g.attrs["backend"] = self.backend
-                    g.attrs["pos0"] = int(src[case].attrs.get("pos0", 0))
-                    g.attrs["answers"] = json.dumps(sorted(datasets))
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
+
+        def fill(out):
+            nonlocal n
+            for key in src.attrs:
+                if key in ("mlaconf_schema_version", "model_config_json") or key.startswith("gguf_"):
+                    out.attrs[key] = src.attrs[key]
+            out.attrs["producer"] = "mlaconf_answer"
+            out.attrs["producer_version"] = __version__
+            out.attrs["precision"] = precision
+            out.attrs["backend"] = self.backend
+            out.attrs["cases"] = json.dumps(list(self.results))
+            for case, datasets in self.results.items():
+                g = out.create_group(case)
+                g["input_ids"] = np.asarray(src[case]["input_ids"][...], dtype=np.int32)
+                for rel, s in sorted(datasets.items()):
+                    _write_dataset(g, rel, s)
+                    n += 1
+                g.attrs["kind"] = "op_answer"
+                g.attrs["case_name"] = case
+                g.attrs["precision"] = precision
+                g.attrs["backend"] = self.backend
+                g.attrs["pos0"] = int(src[case].attrs.get("pos0", 0))
+                g.attrs["answers"] = json.dumps(sorted(datasets))
+
+        write_h5_atomically(path, fill)
         return n
+
+
+def write_h5_atomically(path, fill):
+    """Writes an HDF5 file at `path` through fill(h5py.File): in the file's folder under an unpredictable
+    temporary name created with O_EXCL (a link planted at a predictable name would be followed), cut to
+    fit NAME_MAX for any legal name; fsync'ed and renamed into place; removed on any failure."""
+    base = os.path.basename(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=base[: 255 - 5 - 8] + ".tmp.")
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would become the file's mode
+    try:
+        with h5py.File(tmp, "w") as out:
+            fill(out)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def _write_dataset(group, rel, s):

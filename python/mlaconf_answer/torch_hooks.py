@@ -52,7 +52,7 @@ import h5py
 import numpy as np
 
 from . import __version__
-from .answer import PRECISIONS, _write_dataset, to_stored
+from .answer import PRECISIONS, _write_dataset, to_stored, write_h5_atomically
 from .errors import FixtureError
 from .fixture import Fixture
 
@@ -259,45 +259,36 @@ class TorchAnswer:
             raise FixtureError(f"the hooks did not capture {lacking or 'any layer'} (hooks missing: {self.missing})")
         if os.path.abspath(path) == os.path.abspath(self.fx.path):
             raise FixtureError(f"{path}: the answer would overwrite the fixture")
-        tmp = f"{path}.tmp.{os.getpid()}"
-        try:
-            with h5py.File(tmp, "w") as out:
-                for key in src.attrs:
-                    if key in ("mlaconf_schema_version", "model_config_json") or key.startswith("gguf_"):
-                        out.attrs[key] = src.attrs[key]
-                out.attrs["producer"] = "mlaconf_answer.torch_hooks"
-                out.attrs["producer_version"] = __version__
-                out.attrs["precision"] = self.precision
-                out.attrs["backend"] = self.backend
-                out.attrs["cases"] = json.dumps([self.case])
-                out.attrs["hooks_missing"] = json.dumps(self.missing)
-                out.attrs["not_answered"] = json.dumps(self.not_answered())
-                c = out.create_group(self.case)
-                c["input_ids"] = np.asarray(g["input_ids"][...], dtype=np.int32)
-                for rel, s in sorted(self.stored.items()):
-                    _write_dataset(c, rel, s)
-                for l in layers:
-                    c[f"layers/{l}"].attrs["moe"] = int(g[f"layers/{l}"].attrs.get("moe", 0)) if f"layers/{l}" in g else 0
-                c.attrs["kind"] = "full_forward"
-                c.attrs["case_name"] = self.case
-                c.attrs["precision"] = self.precision
-                c.attrs["backend"] = self.backend
-                c.attrs["hidden_source"] = "torch: real forward pass from the token ids"
-                c.attrs["captured_layers"] = json.dumps(layers)
-                c.attrs["pos0"] = int(g.attrs.get("pos0", 0))
-                c.attrs["n_tokens"] = int(g["input_ids"].shape[0])
-                c.attrs["has_head"] = int(has_head)
-                c.attrs["forced_decisions"] = 0
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
+
+        def fill(out):
+            for key in src.attrs:
+                if key in ("mlaconf_schema_version", "model_config_json") or key.startswith("gguf_"):
+                    out.attrs[key] = src.attrs[key]
+            out.attrs["producer"] = "mlaconf_answer.torch_hooks"
+            out.attrs["producer_version"] = __version__
+            out.attrs["precision"] = self.precision
+            out.attrs["backend"] = self.backend
+            out.attrs["cases"] = json.dumps([self.case])
+            out.attrs["hooks_missing"] = json.dumps(self.missing)
+            out.attrs["not_answered"] = json.dumps(self.not_answered())
+            c = out.create_group(self.case)
+            c["input_ids"] = np.asarray(g["input_ids"][...], dtype=np.int32)
+            for rel, s in sorted(self.stored.items()):
+                _write_dataset(c, rel, s)
+            for l in layers:
+                c[f"layers/{l}"].attrs["moe"] = int(g[f"layers/{l}"].attrs.get("moe", 0)) if f"layers/{l}" in g else 0
+            c.attrs["kind"] = "full_forward"
+            c.attrs["case_name"] = self.case
+            c.attrs["precision"] = self.precision
+            c.attrs["backend"] = self.backend
+            c.attrs["hidden_source"] = "torch: real forward pass from the token ids"
+            c.attrs["captured_layers"] = json.dumps(layers)
+            c.attrs["pos0"] = int(g.attrs.get("pos0", 0))
+            c.attrs["n_tokens"] = int(g["input_ids"].shape[0])
+            c.attrs["has_head"] = int(has_head)
+            c.attrs["forced_decisions"] = 0
+
+        write_h5_atomically(path, fill)
         return len(self.stored)
 
 
