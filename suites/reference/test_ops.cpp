@@ -229,12 +229,17 @@ void router_groups() {
   EXPECT_EQ(r.ids(0, 0), 2);
   EXPECT_EQ(r.ids(0, 1), 3);
   EXPECT_NEAR(r.weights(0, 0), 0.6 / 1.2 * 2.0, 1e-12);
+  // The group decision's own gap: the 2nd kept group's score minus the best dropped one's (1.05 - 1.0).
+  // A near-tie there swaps every expert of two groups at once, whatever the experts' top-k gap says.
+  ASSERT_EQ(r.group_gap.size(), 1u);
+  EXPECT_NEAR(r.group_gap[0], 1.05 - 1.0, 1e-12);
   // Ungrouped (negative control): expert 0 must come back.
   ref::RouterParams flat = p;
   flat.n_group = 1;
   flat.n_group_used = 1;
   ref::Route<double> rf = ref::moe_route<double>(lg, bias, flat);
   EXPECT_EQ(rf.ids(0, 0), 0);
+  EXPECT_TRUE(rf.group_gap.empty());
   // The bias steers selection only: +0.5 on expert 5 selects it, its weight stays sigmoid = 0.5.
   bias[5] = 0.5;
   ref::Route<double> rb = ref::moe_route<double>(lg, bias, p);
