@@ -43,6 +43,7 @@
 #include "tools/command.h"
 #include "tools/kld_against.h"
 #include "tools/kld_check.h"
+#include "tools/kld_model.h"
 #include "tools/text_file.h"
 #include "tools/validate.h"
 
@@ -128,15 +129,9 @@ void run(const KldArgs& a) {
   if (!devices.empty() && !cuda) throw InputError("kld: --devices needs --backend cuda");
   if (a.max_windows && *a.max_windows < 1) throw InputError("kld: --max-windows must be >= 1");
   a.check.validate();
-  require_regular_file(a.model, "--model");
   require_regular_file(a.text_file, "--text-file");
 
-  GgufFile f = GgufFile::open(a.model);
-  const ModelConfig c = ModelConfig::from_gguf(f);
-  const tok::Tokenizer tk = tok::Tokenizer::from_gguf(f);
-  if (tk.n_vocab() > c.n_vocab)
-    throw InputError(a.model + ": the tokenizer has " + std::to_string(tk.n_vocab()) +
-                     " tokens, more than the model's vocabulary (" + std::to_string(c.n_vocab) + ")");
+  const auto [f, c, tk] = open_kld_model(a.model);
   const int64_t top_k = c.indexer_top_k;
   const int64_t ctx = a.ctx ? *a.ctx : default_ctx(c);
   if (ctx <= top_k || ctx < 2)

@@ -32,6 +32,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tools/backend/backend.h"
 #include "tools/command.h"
+#include "tools/kld_model.h"
 #include "tools/text_file.h"
 #include "tools/validate.h"
 
@@ -133,11 +134,8 @@ void run_kld_against(const KldAgainstArgs& a) {
   if (!fx::is_builtin_precision(a.engine_precision))
     throw InputError("kld: --engine-precision must be one of " + fx::builtin_precisions_text() + ", not '" + a.engine_precision + "'");
   a.check.validate();
-  require_regular_file(a.model, "--model");
   require_regular_file(a.against, "--against");
-  GgufFile f = GgufFile::open(a.model);
-  const ModelConfig c = ModelConfig::from_gguf(f);
-  const tok::Tokenizer tk = tok::Tokenizer::from_gguf(f);
+  const auto [f, c, tk] = open_kld_model(a.model);
   const int64_t V = c.n_vocab;
 
   // Token text -> ids, built on first use (a file with ids everywhere never needs it).
