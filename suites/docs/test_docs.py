@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The docs' tables against the code they describe.
 
-usage: test_docs.py SOURCE_DIR CASE
+usage: test_docs.py SOURCE_DIR CASE [MLACONF]
   cuda_limits  docs/CUDA.md's limits table: each row's code column names constants of optimized/ (their values,
                evaluated from their definitions, must be the value column's numbers, in order) or conditions
                (each must stand, as written, in a file of optimized/).
@@ -9,6 +9,9 @@ usage: test_docs.py SOURCE_DIR CASE
                row matches a file.
   perf_links   no file of the tree names the retired docs/PERF_H200*.md; every docs/perf/NAME.md named in the
                tree exists; every file of docs/perf/ is listed in docs/perf/README.md.
+  cli_options  every `mlaconf SUBCOMMAND ...` (or `$M SUBCOMMAND ...`) line in the code blocks of README.md and
+               the docs it sends readers to first (CLI.md, JUDGING.md, ANSWER_KIT.md) names a subcommand
+               and options that `MLACONF SUBCOMMAND --help` lists.
 Exit 0 pass, 1 fail (one line per problem).
 """
 import fnmatch
@@ -156,7 +159,53 @@ def perf_links():
     return problems
 
 
-CASES = {"cuda_limits": cuda_limits, "cuda_files": cuda_files, "perf_links": perf_links}
+def doc_commands(rel):
+    """(line, subcommand, options) of each mlaconf command in the fenced blocks of `rel`."""
+    out, block = [], False
+    lines = read(rel).split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        while line.rstrip().endswith("\\") and i + 1 < len(lines):  # a command continued on the next line
+            i += 1
+            line = line.rstrip()[:-1] + " " + lines[i]
+        i += 1
+        if line.lstrip().startswith("```"):
+            block = not block
+            continue
+        m = re.match(r"\s*(?:\$M|mlaconf)\s+([a-z]+)(.*)", line) if block else None
+        if m:
+            args = m.group(2).split(" #")[0]
+            opts = re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*|-[a-zA-Z])(?![\w-])", args)
+            out.append((line.strip(), m.group(1), opts))
+    return out
+
+
+def cli_options():
+    cli = sys.argv[3] if len(sys.argv) > 3 else ""
+    if not os.access(cli, os.X_OK):
+        print(f"skipped: no mlaconf at '{cli}'")
+        sys.exit(77)
+    problems, helps, n = [], {}, 0
+    for rel in ["README.md", "docs/CLI.md", "docs/JUDGING.md", "docs/ANSWER_KIT.md"]:
+        for line, sub, opts in doc_commands(rel):
+            n += 1
+            if sub not in helps:
+                r = subprocess.run([cli, sub, "--help"], capture_output=True, text=True)
+                ok = r.returncode == 0 and re.search(r"Usage: \S*mlaconf " + sub + r"\b", r.stdout)
+                helps[sub] = r.stdout if ok else None  # an unknown word gets the program's help, not an error
+            if helps[sub] is None:
+                problems.append(f"{rel}: `{line}`: mlaconf has no subcommand {sub}")
+                continue
+            for o in opts:
+                if not re.search(r"(?<![\w-])" + re.escape(o) + r"(?![\w-])", helps[sub]):
+                    problems.append(f"{rel}: `{line}`: `mlaconf {sub} --help` lists no {o}")
+    if n < 20:
+        problems.append(f"only {n} mlaconf commands found in the docs' code blocks")
+    return problems
+
+
+CASES = {"cuda_limits": cuda_limits, "cuda_files": cuda_files, "perf_links": perf_links, "cli_options": cli_options}
 
 if __name__ == "__main__":
     problems = CASES[sys.argv[2]]()
