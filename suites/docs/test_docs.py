@@ -56,39 +56,45 @@ def optimized_sources():
 
 
 def constants(sources):
-    """name -> value of every integer `constexpr` of optimized/ whose definition evaluates (names, + - * / <<)."""
-    defs = {}
-    for text in sources.values():
+    """value(name) -> the value of an integer or float `constexpr` of optimized/ whose definition evaluates
+    (literals, other such names, + - * / <<), or None. A name is resolved in its own file first (kThreads, kWarps
+    and others are defined in several files); a name defined in several files with different values is None."""
+    defs = {}  # name -> {file: expression}
+    for rel, text in sources.items():
         for m in re.finditer(r"constexpr\s+(?:int|int64_t|size_t|unsigned|uint32_t|uint64_t|float)\s+(\w+\s*=\s*[^;]+);", text):
             for part in m.group(1).split(","):  # `constexpr int a = 1, b = 2;`
                 if "=" in part:
                     name, expr = part.split("=", 1)
-                    defs.setdefault(name.strip(), expr.strip())
-    values = {}
+                    defs.setdefault(name.strip(), {}).setdefault(rel, expr.strip())
 
-    def value(name, depth=0):
-        if name in values:
-            return values[name]
-        if name not in defs or depth > 20:
-            return None
-        expr = re.sub(r"\((?:int64_t|int|size_t|uint64_t)\)|(?:int64_t|uint64_t|size_t)\{(\w+)\}", lambda m: m.group(1) or "", defs[name])
+    def evaluate(name, rel, depth):
+        expr = defs[name][rel]
+        expr = re.sub(r"\((?:int64_t|int|size_t|uint64_t)\)|(?:int64_t|uint64_t|size_t)\{(\w+)\}", lambda m: m.group(1) or "", expr)
         expr = re.sub(r"(\d+(?:\.\d*)?)f\b", r"\1", expr)
+
         def sub(m):
-            v = value(m.group(0), depth + 1)
+            v = value_in(m.group(0), rel, depth + 1)
             if v is None:
                 raise ValueError(m.group(0))
             return str(v)
+
         try:
             expr = re.sub(r"\b[A-Za-z_]\w*\b", sub, expr)
             if not re.fullmatch(r"[\d\s+\-*/()<.]+", expr):
                 return None
-            v = eval(expr.replace("/", "//") if "." not in expr else expr)  # noqa: S307 (digits and operators only)
+            return eval(expr.replace("/", "//") if "." not in expr else expr)  # noqa: S307 (digits and operators only)
         except (ValueError, SyntaxError, ZeroDivisionError):
             return None
-        values[name] = v
-        return v
 
-    return value
+    def value_in(name, rel, depth=0):
+        if name not in defs or depth > 20:
+            return None
+        if rel in defs[name]:
+            return evaluate(name, rel, depth)
+        values = {evaluate(name, r, depth) for r in defs[name]}
+        return values.pop() if len(values) == 1 else None
+
+    return lambda name: value_in(name, None)
 
 
 def cuda_limits():
@@ -108,7 +114,7 @@ def cuda_limits():
             want = [float(x) for x in re.findall(r"\d+(?:\.\d+)?", val)]
             got = [value(n) for n in names]
             if None in got:
-                problems.append(f"limits row '{limit}': {names[got.index(None)]} not found as a constant of optimized/")
+                problems.append(f"limits row '{limit}': {names[got.index(None)]} is no constant of optimized/ with one value")
             elif want != [float(g) for g in got]:
                 problems.append(f"limits row '{limit}': the doc says {val}, the code's {', '.join(names)} = {got}")
         for c in conditions:
