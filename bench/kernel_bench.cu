@@ -3,7 +3,7 @@
 // optimized/ kernels, core/ggml_types and cuBLAS only (no Eigen, HDF5 or CLI11), so that a GPU host
 // with nvcc alone can build it (bench/gpu_kernel_bench.sh).
 //
-// Method (docs/PERF_H200.md): inputs rotate over more than 200 MB (H200 L2: 60 MB), so no call reads
+// Method (docs/perf/method.md): inputs rotate over more than 200 MB (H200 L2: 60 MB), so no call reads
 // what the previous one left in L2; warm-up, then every call is enqueued back to back between CUDA
 // events and the median of the per-call times is reported. Every case has an explicit byte model (each
 // input read once, each output written once) and FLOP model; the floor is bytes / measured copy bandwidth.
@@ -516,7 +516,7 @@ void gemv_cases() {
       q4k_case(sh[0], sh[1], B);
   for (const auto& sh : {std::array<int64_t, 2>{2048, 6144}, std::array<int64_t, 2>{6144, 2048}}) q4k_experts_case(sh[0], sh[1]);
   // 8 and 16 tokens: grouped in the pipeline since v16 (one pick per 4 experts; v14-v15: per expert, 32 tokens for
-  // GLM-5), where v15's grouped passes were level with the experts by id at 8 (docs/PERF_H200.md v15's Next).
+  // GLM-5), where v15's grouped passes were level with the experts by id at 8 (docs/perf/h200-2026-12-02.md v15's Next).
   for (int B : {8, 16, 32, 64}) q4k_experts_batch_case(2048, 6144, B);
   q4k_experts_batch_case(6144, 2048, 64);  // the down (beyond 128 row tiles: K over 2 warps, CTAs of 2 row tiles)
 }

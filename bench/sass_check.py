@@ -9,7 +9,7 @@
   sass_check.py loops OBJ [--arch sm_90] [--function SUBSTRING]
       Per function, every loop (a backward branch) that holds an HMMA: its instructions, the same without
       the byte-copy fallback of a partial tile (the BSSY .. BSYNC regions that load bytes: the count
-      docs/PERF_H200_gemv_blocks.md gives per version as "the hot loop"), its HMMA and LDGSTS, and the ten
+      docs/perf/gemv-blocks.md gives per version as "the hot loop"), its HMMA and LDGSTS, and the ten
       most frequent opcodes of that fast path.
 
 Needs cuobjdump (CUDA toolkits have it; else NVIDIA's `nvidia-cuda-cuobjdump` wheel): found on PATH, in

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What carrying x in fewer 16-bit terms would cost the tensor-core GEMV's accuracy (a design question of
-docs/PERF_H200.md v14's Next; no GPU needed).
+docs/perf/h200-2026-12-02.md v14's Next; no GPU needed).
 
 Up to v14 optimized/gemv_mma.cu carried each x as three 16-bit terms (hi + mid + lo), so an mma's 8 columns held
 2 x; from 16 x on that mma work, not the weights' bytes, bounded the GEMV (torch's fp16 F.linear was 2-5x faster

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/gguf.h"
+#include "core/json.h"
 #include "core/weight_layout.h"
 
 namespace mlaconf {
@@ -157,29 +158,32 @@ std::string MemoryPlan::table() const {
 }
 
 std::string MemoryPlan::json() const {
-  std::string s = "{\"model\": \"";
-  for (char ch : model) {
-    if (ch == '"' || ch == '\\') s += '\\';
-    if (static_cast<unsigned char>(ch) >= 0x20) s += ch;
-  }
-  s += "\", \"devices\": " + std::to_string(request.n_devices) +
-       ", \"memory_per_device_bytes\": " + std::to_string(request.memory_per_device) +
-       ", \"context\": " + std::to_string(request.context) + ", \"batch\": " + std::to_string(request.batch) +
-       ", \"ubatch\": " + std::to_string(request.ubatch) +
-       ", \"reserve_per_device_bytes\": " + std::to_string(request.reserve_per_device) +
-       ", \"pass_arena_per_device_bytes\": " + std::to_string(request.pass_arena_per_device) +
-       ", \"layers\": " + std::to_string(layers.size()) + ", \"embedding_bytes\": " + std::to_string(embedding_bytes) +
-       ", \"head_bytes\": " + std::to_string(head_bytes) + ", \"fits\": " + (fits ? "true" : "false") +
-       ", \"total_bytes\": " + std::to_string(total()) + ", \"plan\": [";
-  for (size_t i = 0; i < devices.size(); ++i) {
-    const DevicePlan& d = devices[i];
-    s += std::string(i ? ", " : "") + "{\"device\": " + std::to_string(d.index) +
-         ", \"layer_begin\": " + std::to_string(d.layer_begin) + ", \"layer_end\": " + std::to_string(d.layer_end) +
-         ", \"embedding\": " + (d.embedding ? "true" : "false") + ", \"head\": " + (d.head ? "true" : "false") +
-         ", \"weights_bytes\": " + std::to_string(d.weights) + ", \"caches_bytes\": " + std::to_string(d.caches) +
-         ", \"scratch_bytes\": " + std::to_string(d.scratch) + ", \"total_bytes\": " + std::to_string(d.total()) + "}";
-  }
-  return s + "]}";
+  Json plan = Json::array();
+  for (const DevicePlan& d : devices)
+    plan.push_back({{"device", d.index},
+                    {"layer_begin", d.layer_begin},
+                    {"layer_end", d.layer_end},
+                    {"embedding", d.embedding},
+                    {"head", d.head},
+                    {"weights_bytes", d.weights},
+                    {"caches_bytes", d.caches},
+                    {"scratch_bytes", d.scratch},
+                    {"total_bytes", d.total()}});
+  const Json j = {{"model", model},
+                  {"devices", request.n_devices},
+                  {"memory_per_device_bytes", request.memory_per_device},
+                  {"context", request.context},
+                  {"batch", request.batch},
+                  {"ubatch", request.ubatch},
+                  {"reserve_per_device_bytes", request.reserve_per_device},
+                  {"pass_arena_per_device_bytes", request.pass_arena_per_device},
+                  {"layers", layers.size()},
+                  {"embedding_bytes", embedding_bytes},
+                  {"head_bytes", head_bytes},
+                  {"fits", fits},
+                  {"total_bytes", total()},
+                  {"plan", plan}};
+  return json_text(j, -1);
 }
 
 std::string MemoryPlan::needs() const {

@@ -75,7 +75,8 @@ struct MemoryPlan {
   int device_of_layer(int64_t layer) const;
   // A fixed-width table (one row per device, then the totals).
   std::string table() const;
-  // One JSON object: request, per-device ranges and bytes, fits.
+  // One JSON object on one line (core/json.h: a path that is not UTF-8 stays valid JSON): request,
+  // per-device ranges and bytes, fits.
   std::string json() const;
   // "device 0: 103.2 GiB (layers 0-20, weights ..., caches ..., scratch ...), device 1: ..."
   std::string needs() const;

@@ -252,12 +252,12 @@ constexpr int kGemvDefault = 0, kGemvV1 = 1, kGemvDeep = 2, kGemvMma = 3, kGemvS
 void set_gemv_variant(int v);
 int gemv_variant();
 // The tensor-core GEMV's CTA size for matrices beyond 128 row tiles: balanced over the SMs (default; v12 in
-// docs/PERF_H200.md) or v11's rule (false; MLACONF_MMA_BALANCE=0 for a process). The bits are the same either
+// docs/perf/README.md) or v11's rule (false; MLACONF_MMA_BALANCE=0 for a process). The bits are the same either
 // way; kernel_bench times both, suites/gpu compares them.
 void set_gemv_mma_balance(bool on);
 bool gemv_mma_balance();
 // A shared matrix's passes on the tensor cores where a warp streams at least 8 blocks: 16 x from 33 x on, else 8
-// (unset: the default since v16 in docs/PERF_H200.md), 16 at every batch (true; MLACONF_MMA_WIDE=1 for a process:
+// (unset: the default since v16 in docs/perf/h200-2026-12-02.md), 16 at every batch (true; MLACONF_MMA_WIDE=1 for a process:
 // v14's rule) or 8 at every batch (false; MLACONF_MMA_WIDE=0: v15's). The bits are the same either way (a column's
 // result depends only on its x and the rows); kernel_bench times them side by side.
 void set_gemv_mma_wide(std::optional<bool> on);
@@ -269,7 +269,7 @@ void set_gemv_mma_grouped_small(bool on);
 bool gemv_mma_grouped_small();
 // Where K is not split over warps (ks = 1: GLM-5's output head) and a shared matrix has more than 8 x, each CTA of 8
 // warps stages x in shared memory once and its warps read it there, in passes of 16 x (default since v16 in
-// docs/PERF_H200.md); false (MLACONF_MMA_XSMEM=0 for a process): v15's passes of 8 x, each warp loading x from L1 /
+// docs/perf/README.md); false (MLACONF_MMA_XSMEM=0 for a process): v15's passes of 8 x, each warp loading x from L1 /
 // L2. The same bits either way (suites/gpu gemv_mma.xsmem_bits); kernel_bench times both.
 void set_gemv_mma_xsmem(bool on);
 bool gemv_mma_xsmem();
@@ -281,12 +281,12 @@ void set_gemv_mma_xsmem_grouped(bool on);
 bool gemv_mma_xsmem_grouped();
 // A Q4_K pass of one live x slot (the experts by id; one matrix at one x) has each warp copy its blocks' x (that slot's
 // two columns) by cp.async with the weights and read it from shared memory (default since v17 in
-// docs/PERF_H200.md); false (MLACONF_MMA_XWARP=0): each lane loads its fragments from L1 / L2 inside the block (a
+// docs/perf/README.md); false (MLACONF_MMA_XWARP=0): each lane loads its fragments from L1 / L2 inside the block (a
 // shared pass at one x with its 3 slots of zero padding). The same bits either way (suites/gpu gemv_mma.xwarp_bits);
 // kernel_bench times both.
 void set_gemv_mma_xwarp(bool on);
 bool gemv_mma_xwarp();
-// The tensor-core GEMV's x split, chained (default; v13 in docs/PERF_H200.md): for one matrix (no expert ids) it
+// The tensor-core GEMV's x split, chained (default; v13 in docs/perf/h200-2026-12-02.md): for one matrix (no expert ids) it
 // is launched as a programmatic dependent of the kernel before it, which triggers at its start (rmsnorm, the
 // SiLU gate, the Q4_K SIMT GEMV), so that the split and the GEMV's CTAs launch while that kernel runs and the
 // GEMV stages its first weight blocks meanwhile. MLACONF_MMA_CHAIN=0 (or false here): the split starts after
@@ -439,7 +439,7 @@ struct RouteArgs {
   int32_t* tok = nullptr;
   // route_experts only: ids[T * k] = -1 too (ids then holds T k + 1), the shared expert as one more entry of the
   // experts' launch (a one-token step). Written by the routing's own launch: in a traced decode step a memset node
-  // for it held the graph's next kernel back 4-9 us (H200, docs/PERF_H200.md v18).
+  // for it held the graph's next kernel back 4-9 us (H200, docs/perf/h200-2026-12-02.md v18).
   bool shared_tail = false;
 };
 void route_experts(const RouteArgs& a);

@@ -469,7 +469,7 @@ bool launch(const Args& a, int64_t groups, bool wide) {
   const dim3 grid(ceil_div(a.n_rows, kRowsPerCta), (unsigned)groups);
   // The v1 mapping (variant 1: one sub-block per lane) is kept for kernel_bench's comparison.
   // Q8_0 keeps the v1 mapping (lane = sub-block) in every variant: on the H200 the coalesced one was 2 % slower
-  // at B = 1 and 6 % at B = 8 for it (docs/PERF_H200_gemv_blocks.md, v2 measured); its order is v1's.
+  // at B = 1 and 6 % at B = 8 for it (docs/perf/gemv-blocks.md, v2 measured); its order is v1's.
   constexpr bool kLaneSub = TYPE == kQ8_0;
   constexpr bool kHot = TYPE == kQ6_K || TYPE == kQ5_K || TYPE == kQ5_0;  // GLM-5's other block types
   // Short rows of 32-value blocks on per-entry matrices without ids (gemv_per_head, apply_wuv): a row per lane

@@ -13,7 +13,7 @@
 //   Q4_K (v7): sc q in fp16 (<= 945, exact), from two nibbles per LOP3 and one HFMA2 (block_q4k), so a whole
 //         block accumulates in the tensor cores; per block y += d 2^-e C - dmin M, M the sub-blocks' m times
 //         their sums of x by one more mma. v7 took the block's hot loop from 561 to 374 instructions per warp
-//         at one x per pass (sm_90 SASS; docs/PERF_H200_gemv_blocks.md v7).
+//         at one x per pass (sm_90 SASS; docs/perf/gemv-blocks.md v7).
 //
 // Precision (v15): x (fp32) is scaled per 256-value block by a power of two and split into two fp16 terms hi + lo
 // (lo the rounding of what hi left), and the 8 columns of an mma are (4 x) x (2 terms): lane t's two output
@@ -21,10 +21,10 @@
 // times a term is exact in the tensor core's fp32 accumulation; x itself is carried to ~2^-22 of its value
 // (bench/x_terms_error.py: at most 1.5e-8 of sum |w x| with 100x outliers, under the fp32 accumulation's own
 // 7e-8-1.4e-7). v7-v14 carried three 16-bit terms in 6 of the 8 columns (2 x per mma): from 16 x on the GEMV
-// was bound by its mma work per x, and torch's fp16 F.linear was 2-5x faster (docs/PERF_H200.md v14).
+// was bound by its mma work per x, and torch's fp16 F.linear was 2-5x faster (docs/perf/h200-2026-12-02.md v14).
 // Error against float64: suites/gpu test_gemv_mma measures it, including x from 2^-100 to 2^100. The default
 // for matrices of at least 1024 x 2048 (gemv_mma_by_default: on the H200 faster than the SIMT kernels there at
-// B = 8, and for Q6_K at B = 1; docs/PERF_H200_gemv_blocks.md v4).
+// B = 8, and for Q6_K at B = 1; docs/perf/gemv-blocks.md v4).
 //
 // Bit-identity across batches: a column's result depends only on its own x and the rows' weights (an mma
 // output element is the same function of its A row and B column whatever the other columns hold), and the
@@ -63,7 +63,7 @@ constexpr int kSlots = 4;
 // Column groups per pass of a shared matrix: 2 (8 x), or 4 (16 x) where gemv_mma_cta says (gemv_mma_wide, x through
 // shared memory).
 // v14 took 16 x (8 groups of 2 x) to decode each weight less often; with 4 x per group (v15) the passes of 8 x were
-// the faster at 16-64 x on the H200 (docs/PERF_H200.md v15).
+// the faster at 16-64 x on the H200 (docs/perf/h200-2026-12-02.md v15).
 constexpr int kMaxCg = 4, kMaxCgNarrow = 2;
 constexpr int kGroupedCg = 1;  // column groups of a grouped experts' pass (MmaArgs::groups): its 4 slots
 
@@ -176,7 +176,7 @@ template <int TYPE> struct MmaShape;
 // ts: block bytes; words: 16-byte words a row's block can span; slot: bytes per staged row (a multiple of
 // 16 that is 16 mod 128, so the 8 rows x 4 lanes of a fragment load hit 32 different banks).
 // stages: blocks in flight per warp. Q4_K: 2 (v8, H200: faster than 3, or level, at every Q4_K case of kernel_bench;
-// 4 and 6 were slower than 3 for the experts; docs/PERF_H200_gemv_blocks.md v8).
+// 4 and 6 were slower than 3 for the experts; docs/perf/gemv-blocks.md v8).
 template <> struct MmaShape<kQ4_K> { static constexpr int ts = 144, words = 9, slot = 144, stages = 2; };
 template <> struct MmaShape<kQ6_K> { static constexpr int ts = 210, words = 14, slot = 272, stages = 2; };
 
@@ -399,7 +399,7 @@ __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, 
     }
     // The rows' HFMA2 terms. One x per pass: the chunk's two sub-blocks from one pair. With 4 column groups
     // the pairs measured 6-9 % slower (B = 8, H200), so there each sub-block builds its own: the same values
-    // (docs/PERF_H200_gemv_blocks.md v7).
+    // (docs/perf/gemv-blocks.md v7).
     ScaleTerms pair0[2], pair1[2];
     if constexpr (NCG == 1) chunk_terms(sc0, sc1, ch, pair0, pair1);
 #pragma unroll
@@ -758,7 +758,7 @@ void launch_w(const MmaArgs& a, dim3 grid) {
     attr[dev] = true;
   }
   // A programmatic dependent launch (sm_90 and later): the CTAs start while split_x runs and stage their first
-  // weight blocks before griddepcontrol.wait (H200: 1-2.5 us less per call, docs/PERF_H200_gemv_blocks.md v8).
+  // weight blocks before griddepcontrol.wait (H200: 1-2.5 us less per call, docs/perf/gemv-blocks.md v8).
   launch_dependent(gemv_mma_kernel<TYPE, NCG, W, XS, XW>, grid, dim3(32 * W), smem, a);
   MLACONF_CUDA_LAUNCH_CHECK("gemv_mma_kernel");
 }
@@ -863,15 +863,15 @@ MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, b
   // x through shared memory (v16, gemv_mma_xsmem, default on): where K is not split (ks = 1, the head) the CTA
   // stages x once for its 8 warps, which then read it by LDS, and passes of 16 x no longer wait on its loads. From
   // 9 x on (a pass of 3-4 column groups): at 8 x the passes of 2 groups in CTAs of 4 (the balance below) were
-  // faster (H200, the head at 8 x: 304.9 us against 340.1 in CTAs of 8 with x staged; docs/PERF_H200.md v16).
+  // faster (H200, the head at 8 x: 304.9 us against 340.1 in CTAs of 8 with x staged; docs/perf/h200-2026-12-02.md v16).
   const bool xs = shared && !grouped && ks == 1 && rt == kWarps && gemv_mma_xsmem() && batch > 2 * kSlots;
   // Grouped experts in CTAs of 2 row tiles (beyond 128 tiles: the down, 6144 x 2048, K over 2 warps) share x through
   // shared memory between the 2 warps of each K part (gemv_mma_xsmem_grouped, default on; H200, kernel_bench, 64
   // tokens: the down 753.0 -> 717.3 us). Not the gate / up (up to 128 tiles, one tile per CTA of 4 warps): made CTAs
-  // of 2 tiles (8 warps) to share x, they measured 724.7 -> 824.6 us (docs/PERF_H200.md v16).
+  // of 2 tiles (8 warps) to share x, they measured 724.7 -> 824.6 us (docs/perf/h200-2026-12-02.md v16).
   const bool xs_grouped = grouped && gemv_mma_xsmem_grouped() && tiles > 128 && rt == 2 && rt * ks <= kWarps;
   // Passes of 16 x (v16) from 33 x on where each warp streams at least 8 blocks: the stack at 64 x measured +1.5 %
-  // with them (attn_output, the dense FFN, q_b; H200, one run), at 32 x -2.1 %, at 16 x -0.9 % (docs/PERF_H200.md
+  // with them (attn_output, the dense FFN, q_b; H200, one run), at 32 x -2.1 %, at 16 x -0.9 % (docs/perf/README.md
   // v16). gemv_mma_wide() true / false: at every batch / never.
   const bool wide = gemv_mma_wide().value_or(batch > 32);
   const int cg = xs || (shared && !grouped && wide && nb / ks >= 8) ? kMaxCg : kMaxCgNarrow;
@@ -896,7 +896,7 @@ MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, b
 // shared pass at one x also its 3 slots of padding. Such a pass has one column group and no x through shared memory
 // per CTA (that needs more than 8 x, or grouped experts). Not Q6_K: its staged loop took 43 more instructions per
 // block (656 -> 699, sm_90) and attn_output's 6144 x 16384 ran 38.6-39.3 -> 41.1-42.0 us in the B = 1 step, the head
-// level (H200, docs/PERF_H200.md v17).
+// level (H200, docs/perf/h200-2026-12-02.md v17).
 bool gemv_mma_xwarp_pass(GgmlType t, int64_t batch, bool shared, bool grouped) {
   return t == GgmlType::Q4_K && !grouped && (!shared || batch == 1) && gemv_mma_xwarp();
 }

@@ -497,7 +497,7 @@ struct Pipeline::Impl {
   // Whether a decode step's n (token, expert) pairs run grouped by expert (expert_pairs): from 1 pick per 4 experts
   // on average (GLM-5, 256 experts, top 8: B >= 8). v14 took 1 pick per expert (B >= 32: grouping measured -1.4 % at
   // B = 16 then); with v15's grouped passes of 4 slots in one column group the stack at B = 16 / 8 measured +11.1 /
-  // +3.2 % grouped (H200, docs/PERF_H200.md v16). v11-v13 took 2 picks per expert.
+  // +3.2 % grouped (H200, docs/perf/h200-2026-12-02.md v16). v11-v13 took 2 picks per expert.
   // MLACONF_GROUP_EXPERTS=0 / 1 turns it off / on at every size, for measurements; the bits are the same either way.
   std::optional<bool> group_forced;  // MLACONF_GROUP_EXPERTS, read by the constructor
   bool group_experts(int64_t n) const { return group_forced.value_or(4 * n >= c.n_expert); }
@@ -659,7 +659,7 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
   if (side) {
     // At one token the side stream is the longer one: its key and weights (~25 us of small launches on the
     // H200) hold back the query's projection queued behind them, and the main stream waited ~20 us a layer at the
-    // join (PERF_H200 v13). So there the projection runs here, beside them, and the side takes the query from RoPE
+    // join (docs/perf/h200-2026-12-02.md v13). So there the projection runs here, beside them, and the side takes the query from RoPE
     // on. The same launches either way, so the same bits.
     const bool q_proj_here = T == 1 && opt.indexer_q_main;
     if (q_proj_here) {

@@ -89,11 +89,11 @@ struct PipelineOptions {
   // arena grows to 1.5x the largest pass that asked for more, up to this. 0: no arena.
   int64_t pass_arena_bytes = (int64_t)kPassArenaDefaultBytes;
   // A one-token decode step with the indexer on the side stream runs the indexer's query projection on the
-  // main stream, beside the side's key and weights (docs/PERF_H200.md v13); false: on the side stream after
+  // main stream, beside the side's key and weights (docs/perf/h200-2026-12-02.md v13); false: on the side stream after
   // them, as before. The same launches, so the same bits. Environment MLACONF_CUDA_INDEXER_Q_MAIN=0|1 overrides.
   bool indexer_q_main = true;
   // The indexer key's layernorm, RoPE and (in a pass over sequences) scatter to its sequence's region in one launch
-  // (layernorm_rope), the same bits as three (docs/PERF_H200.md v13). Environment MLACONF_CUDA_FUSED_KEY=0|1 overrides.
+  // (layernorm_rope), the same bits as three (docs/perf/h200-2026-12-02.md v13). Environment MLACONF_CUDA_FUSED_KEY=0|1 overrides.
   bool indexer_key_fused = true;
 };
 

@@ -384,7 +384,7 @@ __device__ __forceinline__ void finish_split(const MmaParams& p, const float (&a
 // barrier of the group's 4 warps only, so that groups drift apart within a step), every warp of the
 // group runs the same online softmax on the full S, and accumulates O[16 heads, values 128p..128p+127]
 // += P . V. Slower than sparse_mla_rows at every batch measured: the score exchange and the softmax
-// repeated by the 4 warps of a group, and 128 registers for 16 warps (docs/PERF_H200.md v6).
+// repeated by the 4 warps of a group, and 128 registers for 16 warps (docs/perf/h200-2026-12-01.md v6).
 constexpr int kMmaStages = 3;  // one CTA per SM (registers): 3 stages fit 99 KB next to the 32 KB score exchange
 
 template <int HG>
@@ -742,7 +742,7 @@ __global__ void __launch_bounds__(128 * G, 2 / G) sparse_mla_rows(MmaParams p) {
 // own launch. Up to kMaxAutoSplits splits (the automatic split's most) every load of the thread is issued
 // before any is used, one latency from L2: the v6 loop's weighted sums sat behind a per-split branch that kept
 // the partials' loads in it (sm_90 SASS: 4-5 dependent rounds of LDG.128 for 16 splits), and in the B = 1 decode
-// step the merge ended ~4.4 us after the split kernel (H200 trace, PERF_H200 v19). The same sums in the same
+// step the merge ended ~4.4 us after the split kernel (H200 trace, docs/perf/h200-2026-12-03.md v19). The same sums in the same
 // order either way.
 __global__ void __launch_bounds__(128) sparse_mla_mma_merge(const float* __restrict__ o_part, const float* __restrict__ m_part,
                                                             const float* __restrict__ l_part, int n_splits, int H,
@@ -868,7 +868,7 @@ void sparse_mla(const SparseMlaArgs& a) {
   // The tensor-core kernel copies 16-byte pieces of rows: it needs a 16-byte aligned cache.
   if (a.d_qk == kMmaDqk && a.d_v == kMmaDv && reinterpret_cast<uintptr_t>(a.cache) % 16 == 0) {
     // sparse_mla_rows by default, faster than 64 heads per CTA (sparse_mla_mma<4>) at every batch measured
-    // (docs/PERF_H200.md v6): 32 heads per CTA from plans of 8 queries (a row gathered once for two head
+    // (docs/perf/h200-2026-12-01.md v6): 32 heads per CTA from plans of 8 queries (a row gathered once for two head
     // groups: B = 8 / 32 / 64 -8 / -13 / -17 %), 16 below (B = 1: 15.9 against 17.7 us; v18). The two give
     // the same bits at the same split, and the automatic split is the same for both (half the CTAs, half
     // the resident places), so the choice never changes a result.

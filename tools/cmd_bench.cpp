@@ -24,7 +24,7 @@
 // they are queued one step ahead, each step's picks fed to the next on the device, as a server's greedy
 // decode loop can run (the host's download, tables and graph launch overlap the step before);
 // --step-by-step waits for each step's picks before queuing the next (decode_step_greedy in a loop, the
-// timing of v1-v11 in docs/PERF_H200.md), for comparison in one run.
+// timing of v1-v11 in docs/perf/h200-2026-12-02.md), for comparison in one run.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -62,7 +62,7 @@ struct BenchArgs {
   std::string devices;  // layer split (cuda)
   std::string batch;    // batched decode: list of B (cuda)
   int64_t context = 0;  // synthetic context rows per sequence (--batch)
-  double floor_gbs = 4229;  // bandwidth of the floor (the H200's copy bandwidth measured in docs/PERF_H200.md)
+  double floor_gbs = 4229;  // bandwidth of the floor (the H200's copy bandwidth measured in docs/perf/README.md)
   bool graph = false;       // --batch: decode steps as CUDA graphs
   bool step_by_step = false;  // --batch: each timed step waits for its picks before the next is queued
 };

@@ -42,6 +42,8 @@
 #include "tools/cli_devices.h"
 #include "tools/command.h"
 #include "tools/kld_against.h"
+#include "tools/kld_check.h"
+#include "tools/kld_model.h"
 #include "tools/text_file.h"
 #include "tools/validate.h"
 
@@ -52,7 +54,7 @@ struct KldArgs {
   std::string model, text_file, backend, precision = "f32", fault, devices;
   std::optional<int64_t> ctx;          // unset: the default (header)
   std::optional<int64_t> max_windows;  // unset: every whole window of the corpus
-  std::optional<double> max_mean_kld, min_same_top;  // the check's bounds (nats; percent)
+  KldCheck check;  // --max-mean-kld, --min-same-top
   bool precision_given = false;
   bool json = false;
   std::string against, engine_precision = "bf16";  // --against RUN.json: another engine's logprobs (kld_against.h)
@@ -126,18 +128,10 @@ void run(const KldArgs& a) {
   const std::vector<int> devices = parse_devices(a.devices);
   if (!devices.empty() && !cuda) throw InputError("kld: --devices needs --backend cuda");
   if (a.max_windows && *a.max_windows < 1) throw InputError("kld: --max-windows must be >= 1");
-  if (a.max_mean_kld) require_finite_nonnegative(*a.max_mean_kld, "--max-mean-kld");
-  if (a.min_same_top && !(*a.min_same_top >= 0 && *a.min_same_top <= 100))
-    throw InputError("kld: --min-same-top is a percentage in [0, 100]");
-  require_regular_file(a.model, "--model");
+  a.check.validate();
   require_regular_file(a.text_file, "--text-file");
 
-  GgufFile f = GgufFile::open(a.model);
-  const ModelConfig c = ModelConfig::from_gguf(f);
-  const tok::Tokenizer tk = tok::Tokenizer::from_gguf(f);
-  if (tk.n_vocab() > c.n_vocab)
-    throw InputError(a.model + ": the tokenizer has " + std::to_string(tk.n_vocab()) +
-                     " tokens, more than the model's vocabulary (" + std::to_string(c.n_vocab) + ")");
+  const auto [f, c, tk] = open_kld_model(a.model);
   const int64_t top_k = c.indexer_top_k;
   const int64_t ctx = a.ctx ? *a.ctx : default_ctx(c);
   if (ctx <= top_k || ctx < 2)
@@ -206,13 +200,8 @@ void run(const KldArgs& a) {
   const DivergenceSummary s_all = summarize(all), s_beyond = summarize(beyond);
 
   // ---- the optional check: the bounds apply to all positions ----
-  std::vector<std::string> violated;
-  if (a.max_mean_kld && !(s_all.kld.mean <= *a.max_mean_kld))  // NaN / inf violate too
-    violated.push_back("Mean KLD " + std::to_string(s_all.kld.mean) + " > --max-mean-kld " + std::to_string(*a.max_mean_kld));
-  if (a.min_same_top && !(100 * s_all.same_top >= *a.min_same_top))
-    violated.push_back("Same top p " + std::to_string(100 * s_all.same_top) + "% < --min-same-top " +
-                       std::to_string(*a.min_same_top) + "%");
-  const bool checked = a.max_mean_kld || a.min_same_top;
+  const std::vector<std::string> violated = a.check.violations(s_all.kld.mean, s_all.same_top, "Same top p");
+  const bool checked = a.check.given();
   const char* verdict = !checked ? "measured" : violated.empty() ? "pass" : "fail";
 
   if (a.json) {
@@ -233,11 +222,7 @@ void run(const KldArgs& a) {
               {"beyond_topk", summary_json(s_beyond)},
               {"window_mean_kld", window_mean_kld},
               {"seconds", {{"truth", t_truth}, {"test", t_test}}},
-              {"check",
-               {{"max_mean_kld", a.max_mean_kld ? Json(*a.max_mean_kld) : Json(nullptr)},
-                {"min_same_top_percent", a.min_same_top ? Json(*a.min_same_top) : Json(nullptr)},
-                {"violations", violated},
-                {"verdict", verdict}}}};
+              {"check", a.check.json(violated, verdict)}};
     std::printf("%s\n", json_text(j, -1).c_str());
   } else {
     std::printf("kld: %s vs %s, %lld windows x %lld tokens\n", test->describe().c_str(), truth->describe().c_str(),
@@ -271,8 +256,8 @@ const CommandRegistration reg(55, [](CLI::App& root) {
   s->add_option("--fault", a->fault,
                 "negative control in the backend under test: any of optimized/faults.h (cuda), dense-attention (both)");
   s->add_option("--devices", a->devices, "cuda: layer split over these CUDA devices, e.g. 0,1 (0,0: virtual devices)");
-  s->add_option("--max-mean-kld", a->max_mean_kld, "a check: exit 1 when the Mean KLD (all positions, nats) exceeds X");
-  s->add_option("--min-same-top", a->min_same_top, "a check: exit 1 when Same top p (all positions) is below P percent");
+  s->add_option("--max-mean-kld", a->check.max_mean_kld, "a check: exit 1 when the Mean KLD (all positions, nats) exceeds X");
+  s->add_option("--min-same-top", a->check.min_same_top, "a check: exit 1 when Same top p (all positions) is below P percent");
   s->add_flag("--json", a->json, "print one JSON object (docs/KLD.md) instead of the text report");
   CLI::Option* against = s->add_option("--against", a->against,
                                        "another engine's run: prompt ids, generated tokens and top-N logprobs (OpenAI/vLLM, "
@@ -286,7 +271,7 @@ const CommandRegistration reg(55, [](CLI::App& root) {
     if (against->count()) {
       for (const char* o : {"--backend", "--text-file", "--ctx", "--max-windows", "--precision", "--fault", "--devices"})
         if (s->get_option(o)->count()) throw InputError(std::string("kld: ") + o + " does not apply with --against (the engine's run is the test)");
-      run_kld_against({a->model, a->against, a->engine_precision, a->max_mean_kld, a->min_same_top, a->json});
+      run_kld_against({a->model, a->against, a->engine_precision, a->check, a->json});
       return;
     }
     if (eprec->count()) throw InputError("kld: --engine-precision needs --against");

@@ -1,15 +1,16 @@
 // `mlaconf kld --against RUN.json`: another engine's generated tokens and top-N logprobs, judged against the
 // reference in float64 run teacher-forced on the same ids (docs/KLD.md "Against another engine's logprobs").
 #pragma once
-#include <optional>
 #include <string>
+
+#include "tools/kld_check.h"
 
 namespace mlaconf::cli {
 
 struct KldAgainstArgs {
   std::string model, against;
   std::string engine_precision = "bf16";  // the precision class whose margin and tie gap excuse a differing top-1
-  std::optional<double> max_mean_kld, min_same_top;  // optional bounds (nats; percent), over all positions
+  KldCheck check;  // the optional bounds (--max-mean-kld, --min-same-top), over all positions
   bool json = false;
   bool generate_report = false;  // `generate --against`: generate's report (the token streams and their divergences)
 };

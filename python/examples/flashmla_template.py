@@ -24,7 +24,7 @@ parameter is the right value (mlaconf_answer.softmax_scale; x mscale^2 under Dee
 576^-1/2 the answer fails on attn_latent_out (`numpy_sparse_mla.py --wrong-scale` shows it).
 
 Shapes such kernels accept: h_q 64 or 128 (vLLM pads 64 to 128 for the prefill kernel), topk a multiple
-of 64, d_qk 576, d_v 512: make such a fixture with the README recipe (`mlaconf synth --n-head 64
+of 64, d_qk 576, d_v 512: make such a fixture with the docs/ANSWER_KIT.md recipe (`mlaconf synth --n-head 64
 --top-k 128 ...`). Decode cases (`capture --decode-steps N`) are the decode shape: T = 1, latent_cache =
 the whole cache.
 """

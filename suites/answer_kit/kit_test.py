@@ -6,7 +6,7 @@ Each case is one ctest test (suites/answer_kit/CMakeLists.txt). Exit 0 pass, 1 f
 SKIP_RETURN_CODE) with the reason printed.
 
 The fixture is the committed one (fixtures/data/tiny-seed1.h5: op-level data of layer 1, 72 tokens >
-top_k 64, one decode step), so the two wrong answers must fail; the 64-head recipes are the README's.
+top_k 64, one decode step), so the two wrong answers must fail; the 64-head recipes are docs/ANSWER_KIT.md's.
 """
 import json
 import os

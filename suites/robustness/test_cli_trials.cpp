@@ -314,6 +314,28 @@ TEST(cli_trials, p6_json_valid_for_any_path) {
   EXPECT_NE(b["model"].get<std::string>().find("m\"odel"), std::string::npos);
 }
 
+// plan --json once wrote its JSON by hand and passed a byte that is not UTF-8 through raw: the object must
+// parse (python3 -m json.tool, as a user's script would) with the byte replaced by U+FFFD.
+TEST(cli_trials, p6_plan_json_valid_for_a_path_that_is_not_utf8) {
+  NEED_CLI();
+  Scratch s({"m.gguf"});
+  const std::string model = s.p("pl\"an\\ \xff.gguf");
+  fs::rename(s.p("m.gguf"), model);
+  const Result r = trial::run({kCli, "plan", "--model", model, "--devices", "2", "--memory-per-device", "80", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  Json j;
+  ASSERT_NO_THROW(j = Json::parse(r.out)) << r.out;
+  EXPECT_NE(j["model"].get<std::string>().find("pl\"an\\ \xef\xbf\xbd.gguf"), std::string::npos) << r.out;
+  EXPECT_EQ(j["plan"].size(), 2u) << r.out;
+  if (!fs::exists("/usr/bin/python3")) GTEST_SKIP() << "skipped: no /usr/bin/python3 for json.tool";
+  {
+    std::ofstream o(s.p("plan.json"), std::ios::binary);
+    o << r.out;
+  }
+  const Result tool = trial::run({"/usr/bin/python3", "-m", "json.tool", s.p("plan.json")});
+  EXPECT_EQ(tool.status, 0) << tool.err << r.out;
+}
+
 // ---- 7. what synth writes, the readers accept ------------------------------------------------------------
 TEST(cli_trials, p7_synth_refuses_a_type_the_readers_refuse) {
   NEED_CLI();
