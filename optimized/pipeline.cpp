@@ -193,4 +193,16 @@ std::vector<int32_t> Pipeline::generate(std::span<const int32_t> prompt, int64_t
   return toks;
 }
 
+std::vector<float> Pipeline::Impl::logits_out(const float* d_lg, int64_t T) {
+  if (greedy_out) {
+    DeviceBuffer d_ids((size_t)std::max<int64_t>(T, 1) * 4);
+    argmax_rows(d_lg, T, c.n_vocab, d_ids.as<int32_t>());
+    copy_to_host(greedy_out, d_ids.get(), (size_t)T * 4);
+    return {};
+  }
+  std::vector<float> out((size_t)(T * c.n_vocab));
+  copy_to_host(out.data(), d_lg, out.size() * 4);
+  return out;
+}
+
 }  // namespace mlaconf::cuda

@@ -296,4 +296,21 @@ void Pipeline::append_synthetic_context(int seq, int64_t n, uint64_t seed) {
   q.len += n;
 }
 
+void Pipeline::Impl::grow(Seq& q, int64_t len) {
+  while ((int64_t)q.pages.size() * page_rows < len) {
+    if (free_pages.empty())
+      throw InputError("the paged latent cache is full (" + std::to_string(pool_rows / page_rows) + " pages of " +
+                       std::to_string(page_rows) + " rows; PipelineOptions::pool_pages)");
+    q.pages.push_back(free_pages.back());
+    free_pages.pop_back();
+  }
+}
+
+void Pipeline::Impl::advance(const SeqRows& r) {
+  for (size_t t = 0; t < r.slot.size(); ++t) {
+    Seq& q = seqs[(size_t)r.slot[t]];
+    q.len = std::max<int64_t>(q.len, r.pos[t] + 1);
+  }
+}
+
 }  // namespace mlaconf::cuda

@@ -108,17 +108,7 @@ struct Pipeline::Impl {
   // picks (argmax_rows) are written here instead (B ids downloaded instead of B x vocab floats).
   int32_t* greedy_out = nullptr;
   // The end of a pass: logits [T, vocab] on the device to the host, or their greedy picks to greedy_out.
-  std::vector<float> logits_out(const float* d_lg, int64_t T) {
-    if (greedy_out) {
-      DeviceBuffer d_ids((size_t)std::max<int64_t>(T, 1) * 4);
-      argmax_rows(d_lg, T, c.n_vocab, d_ids.as<int32_t>());
-      copy_to_host(greedy_out, d_ids.get(), (size_t)T * 4);
-      return {};
-    }
-    std::vector<float> out((size_t)(T * c.n_vocab));
-    copy_to_host(out.data(), d_lg, out.size() * 4);
-    return out;
-  }
+  std::vector<float> logits_out(const float* d_lg, int64_t T);
   const SeqRows* sr = nullptr;
   bool all_gemv = false;  // decode steps: every product by the fused GEMV, whatever the number of rows
 
@@ -138,129 +128,27 @@ struct Pipeline::Impl {
   static DeviceBuffer tbuf(size_t bytes) { return temp_buffer(std::max<size_t>(bytes, 1)); }
 
   // y [T, ne1] = W x, x [T, ne0]; `expert` selects one matrix of a 3-D expert tensor.
-  void linear(const DevTensor& t, const float* x, int64_t T, float* y, int64_t expert = -1, bool fp32 = false) {
-    if (T == 0) return;
-    const uint8_t* base = t.buf.as<uint8_t>() + (expert >= 0 ? expert * t.ne1 * t.row_bytes : 0);
-    if (T <= opt.gemv_max_tokens || all_gemv || t.type == GgmlType::F32) {
-      gemv(t.type, base, t.ne1, t.ne0, x, y, T, 0, t.ne0, t.ne1);  // F32 weights (the router) stay in fp32
-      return;
-    }
-    if (fp32 || opt.prefill == PipelineOptions::Prefill::Fp32)
-      linear_prefill_f32(t.type, base, t.ne1, t.ne0, x, T, y, &deq_scratch[cur]);
-    else if (opt.prefill == PipelineOptions::Prefill::Fp16x3)
-      linear_prefill_x3(t.type, base, t.ne1, t.ne0, x, T, y, &deq_scratch[cur]);
-    else
-      linear_prefill(t.type, base, t.ne1, t.ne0, x, T, y, &deq_scratch[cur]);
-  }
+  void linear(const DevTensor& t, const float* x, int64_t T, float* y, int64_t expert = -1, bool fp32 = false);
 
-  void check(int64_t layer, const char* name, const float* d, int64_t n) {
-    if (!opt.overflow_check) return;
-    const int64_t bad = count_nonfinite(d, n);
-    if (bad)
-      throw OverflowError("overflow: " + std::string(layer < 0 ? "model" : "layer " + std::to_string(layer)) + " op '" + name +
-                          "' produced " + std::to_string(bad) + " inf/NaN values of " + std::to_string(n) +
-                          " (the first op to overflow)");
-  }
+  void check(int64_t layer, const char* name, const float* d, int64_t n);
   bool wants(int64_t layer, const char* name) const { return tr && tr->wants((int)layer, name); }
-  void rec(int64_t layer, const char* name, const float* d, const std::vector<int64_t>& shape) {
-    if (!wants(layer, name)) return;
-    int64_t n = 1;
-    for (auto s : shape) n *= s;
-    std::vector<float> h(n);
-    if (n) copy_to_host(h.data(), d, n * 4);
-    auto dd = to_double(h);
-    tr->record((int)layer, name, dd.data(), shape);
-  }
+  void rec(int64_t layer, const char* name, const float* d, const std::vector<int64_t>& shape);
   // check + record
-  void done(int64_t layer, const char* name, const float* d, const std::vector<int64_t>& shape) {
-    int64_t n = 1;
-    for (auto s : shape) n *= s;
-    check(layer, name, d, n);
-    rec(layer, name, d, shape);
-  }
+  void done(int64_t layer, const char* name, const float* d, const std::vector<int64_t>& shape);
 
   // The stage a tensor lives on: its layer's; token_embd on the first, output_norm and output on the last.
-  int stage_of(const TensorSpec& s) const {
-    if (s.layer >= 0) return layer_stage[(size_t)s.layer];
-    return s.name == wname::kTokenEmbd ? 0 : (int)stage_dev.size() - 1;
-  }
+  int stage_of(const TensorSpec& s) const;
 
   // Splits the layers over opt.devices (core/memory_plan.h: the same arithmetic as `mlaconf plan`).
-  void plan_split() {
-    stage_dev = opt.devices.empty() ? std::vector<int>{current_device()} : opt.devices;
-    for (int d : stage_dev) {
-      if (d < 0 || d >= device_count())
-        throw InputError("--devices: CUDA device " + std::to_string(d) + " does not exist (" +
-                         std::to_string(device_count()) + " here)");
-    }
-    const int64_t nl = c.n_layer_run();
-    if ((int64_t)stage_dev.size() > nl)
-      throw InputError("--devices: " + std::to_string(stage_dev.size()) + " devices for " + std::to_string(nl) +
-                       " layers (at most one device per layer)");
-    MemoryPlanRequest r;
-    r.n_devices = (int)stage_dev.size();
-    r.context = ctx;
-    r.pass_arena_per_device = (uint64_t)std::max<int64_t>(opt.pass_arena_bytes, 0);
-    MemoryPlan p = plan_memory(f, c, r);
-    layer_stage.assign((size_t)nl, 0);
-    for (const DevicePlan& d : p.devices) {
-      stage_layers.emplace_back(d.layer_begin, d.layer_end);
-      for (int64_t l = d.layer_begin; l < d.layer_end; ++l) layer_stage[(size_t)l] = d.index;
-    }
-    enable_peer_access(stage_dev);
-    for (int sdev : stage_dev) {
-      DeviceScope on(sdev);
-      deq_scratch.emplace_back();
-      uploads.emplace_back();
-    }
-  }
+  void plan_split();
 
   // Makes stage s current; moves the hidden state h [n floats] there from the current stage, and every
   // top-k list that one of s's layers reads (a shared-indexer layer reads its source layer's) and that
   // lives on an earlier stage. Same device or not, the same copies run (virtual devices test this path).
   // Buffers left behind go to `retired` (freed after the pass, when no copy can still read them).
-  void enter_stage(int s, DeviceBuffer& h, int64_t n, std::vector<DeviceBuffer>& topk, std::vector<DeviceBuffer>& retired) {
-    if (s == cur) return;
-    set_device(stage_dev[(size_t)s]);
-    DeviceBuffer moved = tbuf((size_t)n * 4);
-    if (active_fault() != Fault::SplitNoHandoff)
-      copy_peer(moved.get(), stage_dev[(size_t)s], h.get(), stage_dev[(size_t)cur], (size_t)n * 4);
-    retired.push_back(std::move(h));
-    h = std::move(moved);
-    for (int64_t l = stage_layers[(size_t)s].first; l < stage_layers[(size_t)s].second; ++l) {
-      const bool full = l < (int64_t)c.indexer_full.size() ? (bool)c.indexer_full[l] : true;
-      const int64_t src = full ? l : c.indexer_source_layer(l);
-      if (src < 0 || src >= l || !topk[(size_t)src].get() || topk_at[(size_t)src] == s) continue;
-      DeviceBuffer t = tbuf(topk[(size_t)src].bytes());
-      copy_peer(t.get(), stage_dev[(size_t)s], topk[(size_t)src].get(), stage_dev[(size_t)topk_at[(size_t)src]], t.bytes());
-      retired.push_back(std::move(topk[(size_t)src]));
-      topk[(size_t)src] = std::move(t);
-      topk_at[(size_t)src] = s;
-    }
-    cur = s;
-  }
+  void enter_stage(int s, DeviceBuffer& h, int64_t n, std::vector<DeviceBuffer>& topk, std::vector<DeviceBuffer>& retired);
 
-  void upload_weights() {
-    for (const TensorSpec& s : model_tensor_specs(c)) {
-      DeviceScope on(stage_dev[(size_t)stage_of(s)]);
-      const TensorInfo& ti = f.tensor(s.name);
-      DevTensor t;
-      t.type = ti.type;
-      t.ne0 = ti.ne[0];
-      t.ne1 = ti.ne[1];
-      t.ne2 = ti.ne[2];
-      t.row_bytes = row_bytes(ti.type, ti.ne[0]);
-      if (!can_dequantize(ti.type))
-        throw InputError(f.path() + ": tensor " + s.name + " has type " + type_name(ti.type) + ", which the CUDA pipeline cannot read");
-      t.buf = DeviceBuffer(ti.nbytes);
-      t.buf.upload(ti.data, ti.nbytes);
-      if (ti.type == GgmlType::F32 && ti.n_dims == 1) {
-        t.host_f32.resize(ti.ne[0]);
-        std::memcpy(t.host_f32.data(), ti.data, ti.ne[0] * 4);
-      }
-      w.emplace(s.name, std::move(t));
-    }
-  }
+  void upload_weights();
 
   void layer(int64_t l, float* h, int64_t T, const int32_t* d_pos, std::vector<DeviceBuffer>& topk_by_layer);
   // residual (optional): residual += out in the combine launch (the layer's residual add).
@@ -281,15 +169,7 @@ struct Pipeline::Impl {
   }
   Seq& open_seq(int s) { return const_cast<Seq&>(std::as_const(*this).open_seq(s)); }
   // Gives sequence s the pages for positions up to `len` - 1 (InputError when the pool is exhausted).
-  void grow(Seq& q, int64_t len) {
-    while ((int64_t)q.pages.size() * page_rows < len) {
-      if (free_pages.empty())
-        throw InputError("the paged latent cache is full (" + std::to_string(pool_rows / page_rows) + " pages of " +
-                         std::to_string(page_rows) + " rows; PipelineOptions::pool_pages)");
-      q.pages.push_back(free_pages.back());
-      free_pages.pop_back();
-    }
-  }
+  void grow(Seq& q, int64_t len);
   int64_t cache_row(const Seq& q, int64_t p) const { return (int64_t)q.pages[(size_t)(p / page_rows)] * page_rows + p % page_rows; }
   // Host tables of a pass's rows (place(): pages granted first).
   struct RowTables {
@@ -330,152 +210,54 @@ struct Pipeline::Impl {
     } reset{this};
     return fn();
   }
-  void advance(const SeqRows& r) {
-    for (size_t t = 0; t < r.slot.size(); ++t) {
-      Seq& q = seqs[(size_t)r.slot[t]];
-      q.len = std::max<int64_t>(q.len, r.pos[t] + 1);
-    }
-  }
+  void advance(const SeqRows& r);
 
   // ---- The ops of one layer. Each is one piece of logic, used by layer() / moe() in a forward pass and by
   // replay() on a fixture's inputs: fp32 device buffers of T rows, d_pos [T] the rows' positions.
-  void attn_norm(int64_t l, const float* h, int64_t T, float* x) {
-    rmsnorm(h, L(l, wname::kAttnNorm).buf.as<float>(), T, c.n_embd, c.n_embd, (float)c.rms_eps, x);
-  }
+  void attn_norm(int64_t l, const float* h, int64_t T, float* x);
   // q_a_proj; the fault inject-overflow writes +inf into layer 1's output.
-  void q_a(int64_t l, const float* x, int64_t T, float* qa) {
-    linear(L(l, wname::kQA), x, T, qa);
-    if (l == 1 && active_fault() == Fault::InjectOverflow) scale_inplace(qa, 1, INFINITY);
-  }
-  void q_a_norm(int64_t l, const float* qa, int64_t T, float* cq) {
-    rmsnorm(qa, L(l, wname::kQANorm).buf.as<float>(), T, c.q_lora_rank, c.q_lora_rank, (float)c.rms_eps, cq);
-  }
-  void q_b(int64_t l, const float* cq, int64_t T, float* qb) { linear(L(l, wname::kQB), cq, T, qb); }
+  void q_a(int64_t l, const float* x, int64_t T, float* qa);
+  void q_a_norm(int64_t l, const float* qa, int64_t T, float* cq);
+  void q_b(int64_t l, const float* cq, int64_t T, float* qb);
   // RoPE on the rope values of each head of q_b [T, H, nope+rope], in place.
-  void q_rope(float* qb, int64_t T, const int32_t* d_pos) {
-    rope(qb, T, c.n_head, c.qk_head(), c.qk_nope(), c.qk_rope(), d_pos, c.rope_freq_base, false);
-  }
-  void kv_a(int64_t l, const float* x, int64_t T, float* kva) { linear(L(l, wname::kKvA), x, T, kva); }
+  void q_rope(float* qb, int64_t T, const int32_t* d_pos);
+  void kv_a(int64_t l, const float* x, int64_t T, float* kva);
   // Latent cache rows [RMSNorm(kv_a[:kv_lora]) | RoPE(kv_a[kv_lora:])], fp32 [T, kv_lora+rope].
-  void latent_rows(int64_t l, const float* kva, int64_t T, const int32_t* d_pos, float* lat) {
-    const int64_t dl = c.kv_lora_rank, R = c.qk_rope(), dlat = dl + R;
-    rmsnorm(kva, L(l, wname::kKvANorm).buf.as<float>(), T, dl, dlat, (float)c.rms_eps, lat);
-    copy2d(lat + dl, dlat * 4, kva + dl, dlat * 4, R * 4, T);
-    rope(lat, T, 1, dlat, dl, R, d_pos, c.rope_freq_base, false);
-  }
+  void latent_rows(int64_t l, const float* kva, int64_t T, const int32_t* d_pos, float* lat);
   // Absorbed query [W_UK^T q_nope | q_pe] per head, from q_b whose rope values are already rotated.
-  void absorb(int64_t l, const float* qb, int64_t T, float* qabs) {
-    const int64_t H = c.n_head, dn = c.qk_nope(), R = c.qk_rope(), dq = c.qk_head(), dl = c.kv_lora_rank, dlat = dl + R;
-    const DevTensor& kb = L(l, wname::kKB);
-    gemv_per_head(kb.type, kb.buf.get(), dl, dn, H, qb, dq, qabs, dlat, T * H);
-    copy2d(qabs + dl, dlat * 4, qb + dn, dq * 4, R * 4, T * H);
-  }
+  void absorb(int64_t l, const float* qb, int64_t T, float* qabs);
   // The indexer in fp32 (its top-k is decided by near-ties that fp16 rounding flips). Its query: the
   // projection of cq, then RoPE (two calls, so that a decode step may queue them on different streams).
-  void indexer_q_proj(int64_t l, const float* cq, int64_t T, float* qi) { linear(L(l, wname::kIdxQB), cq, T, qi, -1, true); }
-  void indexer_q_rope(float* qi, int64_t T, const int32_t* d_pos) {
-    rope(qi, T, c.indexer_n_head, c.indexer_head_size, 0, c.qk_rope(), d_pos, c.rope_freq_base, c.indexer_neox());
-  }
-  void indexer_q(int64_t l, const float* cq, int64_t T, const int32_t* d_pos, float* qi) {
-    indexer_q_proj(l, cq, T, qi);
-    indexer_q_rope(qi, T, d_pos);
-  }
+  void indexer_q_proj(int64_t l, const float* cq, int64_t T, float* qi);
+  void indexer_q_rope(float* qi, int64_t T, const int32_t* d_pos);
+  void indexer_q(int64_t l, const float* cq, int64_t T, const int32_t* d_pos, float* qi);
   // The indexer's keys ki [T, Di]: projection, layernorm, RoPE. With opt.indexer_key_fused the last two are one
   // launch (layernorm_rope, the same bits), which also writes row t to dst row idx[t] where idx is given; else
   // the caller scatters. Returns whether it did.
   bool indexer_k(int64_t l, const float* x, int64_t T, const int32_t* d_pos, float* ki, const int32_t* idx = nullptr,
-                 float* dst = nullptr) {
-    const int64_t Di = c.indexer_head_size;
-    auto kraw = fbuf(T * Di);
-    linear(L(l, wname::kIdxK), x, T, kraw.as<float>(), -1, true);
-    const float* nw = L(l, wname::kIdxKNorm).buf.as<float>();
-    const float* nb = L(l, wname::kIdxKNormB).buf.as<float>();
-    if (opt.indexer_key_fused) {
-      layernorm_rope(kraw.as<float>(), nw, nb, T, Di, 1e-6f, d_pos, c.qk_rope(), c.rope_freq_base, c.indexer_neox(), ki, idx, dst, Di);
-      return idx != nullptr;
-    }
-    layernorm(kraw.as<float>(), nw, nb, T, Di, 1e-6f, ki);
-    rope(ki, T, 1, Di, 0, c.qk_rope(), d_pos, c.rope_freq_base, c.indexer_neox());
-    return false;
-  }
-  void indexer_weights(int64_t l, const float* x, int64_t T, float* wts) { linear(L(l, wname::kIdxProj), x, T, wts, -1, true); }
+                 float* dst = nullptr);
+  void indexer_weights(int64_t l, const float* x, int64_t T, float* wts);
   // scores [T, Lkv]; scales wts (the unscaled indexer_weights [T, Hi]) in place by (Hi Di)^-1/2 first.
-  void indexer_score_rows(const float* qi, const float* keys, float* wts, const int32_t* d_pos, int64_t T, int64_t Lkv, float* scores) {
-    const int64_t Hi = c.indexer_n_head, Di = c.indexer_head_size;
-    scale_indexer_weights(wts, T);
-    indexer_scores_f32(qi, keys, wts, d_pos, T, Hi, Di, Lkv, scores);
-  }
-  void scale_indexer_weights(float* wts, int64_t T) {
-    const int64_t Hi = c.indexer_n_head, Di = c.indexer_head_size;
-    scale_inplace(wts, T * Hi, (float)(1.0 / std::sqrt((double)Hi * (double)Di)));
-  }
+  void indexer_score_rows(const float* qi, const float* keys, float* wts, const int32_t* d_pos, int64_t T, int64_t Lkv, float* scores);
+  void scale_indexer_weights(float* wts, int64_t T);
   // The indexer of a pass over sequences: each group's rows score their own sequence's keys (exactly the
   // call forward() makes for that sequence alone), top-k positions, then absolute rows of the pool.
   // indexer_select_f32_rows: indexer_topk_f32_rows's selection; its scores are not needed here.
-  void indexer_select_seq(int64_t l, const float* qi, float* wts, const int32_t* d_pos, int64_t T, int32_t* top) {
-    const int64_t Hi = c.indexer_n_head, Di = c.indexer_head_size, K = c.indexer_top_k;
-    scale_indexer_weights(wts, T);
-    if (sr->graph_shape || ((int64_t)sr->groups.size() == T && T > 1)) {
-      // A decode step (one row per sequence): one launch scores every row against its own region, over
-      // the longest sequence's length (each row's later keys are masked: -inf, as if absent), one top-k
-      // over all rows (exact: the same selection as over the row's own length). Shaped for a graph
-      // (also at B = 1): over max_ctx keys, nothing of this step's host data in the launches.
-      const int64_t Lmax = sr->graph_shape ? ctx : *std::max_element(sr->pos.begin(), sr->pos.end()) + 1;
-      auto scores = fbuf(T * Lmax);
-      indexer_select_f32_rows(qi, skeys[l].as<float>(), sr->key_off[(size_t)cur], wts, d_pos, T, Hi, Di, Lmax, K, scores.as<float>(), top);
-      paged_rows(top, T, K, sr->row_tab[(size_t)cur], sr->tab[(size_t)cur], max_pages, page_rows);
-      return;
-    }
-    int64_t cells = 0;
-    for (const auto& [b, e] : sr->groups) cells = std::max<int64_t>(cells, (e - b) * (sr->pos[(size_t)e - 1] + 1));
-    auto scores = fbuf(cells);
-    for (const auto& [b, e] : sr->groups) {
-      const int64_t Lg = sr->pos[(size_t)e - 1] + 1;  // the sequence's keys 0 .. its last row's position
-      const float* keys = skeys[l].as<float>() + (int64_t)sr->slot[(size_t)b] * ctx * Di;
-      indexer_select_f32_rows(qi + b * Hi * Di, keys, nullptr, wts + b * Hi, d_pos + b, e - b, Hi, Di, Lg, K, scores.as<float>(), top + b * K);
-    }
-    paged_rows(top, T, K, sr->row_tab[(size_t)cur], sr->tab[(size_t)cur], max_pages, page_rows);
-  }
+  void indexer_select_seq(int64_t l, const float* qi, float* wts, const int32_t* d_pos, int64_t T, int32_t* top);
   // Per row of host scores [T, Lkv]: 1 when the k-th and (k+1)-th finite scores are equal, and their gap.
   static void topk_extras(const std::vector<float>& s, int64_t T, int64_t Lkv, int64_t K, std::vector<int32_t>& tie,
                           std::vector<double>& gap);
   // Sparse MLA of T fp16 absorbed queries over Lkv fp16 cache rows, limited to idx [T, top_k] -> att [T, H, kv_lora].
   void attend(const uint16_t* qabs_h, const uint16_t* cache_h, int64_t Lkv, const int32_t* idx, const int32_t* d_pos, int64_t T,
-              float* att, int64_t plan_queries = 0) {
-    SparseMlaArgs a;
-    a.q = qabs_h;
-    a.cache = cache_h;
-    a.L = Lkv;
-    a.idx = idx;
-    a.q_pos = d_pos;
-    a.T = T, a.H = c.n_head, a.d_qk = c.latent_dim(), a.d_v = c.kv_lora_rank, a.top_k = c.indexer_top_k;
-    a.scale = (float)attn_scale;
-    a.out = att;
-    a.plan_queries = plan_queries;
-    sparse_mla(a);
-  }
-  void v_up(int64_t l, const float* att, int64_t T, float* vout) {
-    const DevTensor& vb = L(l, wname::kVB);
-    apply_wuv(vb.type, vb.buf.get(), c.v_head(), c.kv_lora_rank, att, T, c.n_head, vout);
-  }
-  void o_proj(int64_t l, const float* vout, int64_t T, float* ao) { linear(L(l, wname::kAttnOut), vout, T, ao); }
+              float* att, int64_t plan_queries = 0);
+  void v_up(int64_t l, const float* att, int64_t T, float* vout);
+  void o_proj(int64_t l, const float* vout, int64_t T, float* ao);
   // a = input_hidden + attn_out (the caller adds) -> post-attention RMSNorm.
-  void ffn_norm(int64_t l, const float* a, int64_t T, float* y) {
-    rmsnorm(a, L(l, wname::kFfnNorm).buf.as<float>(), T, c.n_embd, c.n_embd, (float)c.rms_eps, y);
-  }
+  void ffn_norm(int64_t l, const float* a, int64_t T, float* y);
   // h += attn_out, then ffn_norm, in one launch (the same bits as add_inplace then ffn_norm).
-  void add_ffn_norm(int64_t l, float* h, const float* ao, int64_t T, float* y) {
-    add_rmsnorm(h, ao, L(l, wname::kFfnNorm).buf.as<float>(), T, c.n_embd, (float)c.rms_eps, y);
-  }
-  void dense_mlp(int64_t l, const float* y, int64_t T, float* m) {
-    const int64_t F = c.n_ff;
-    auto g = fbuf(T * F), u = fbuf(T * F);
-    linear(L(l, wname::kFfnGate), y, T, g.as<float>());
-    linear(L(l, wname::kFfnUp), y, T, u.as<float>());
-    silu_gate(g.as<float>(), u.as<float>(), T * F, g.as<float>());
-    linear(L(l, wname::kFfnDown), g.as<float>(), T, m);
-  }
-  void router_logits(int64_t l, const float* y, int64_t T, float* logits) { linear(L(l, wname::kGateInp), y, T, logits); }
+  void add_ffn_norm(int64_t l, float* h, const float* ao, int64_t T, float* y);
+  void dense_mlp(int64_t l, const float* y, int64_t T, float* m);
+  void router_logits(int64_t l, const float* y, int64_t T, float* logits);
   // The router's selection on the host, in fp32, from the logits [T, n_expert]: ids ascending, their
   // weights, the selection gap, and the gating probabilities (for the weights of forced ids).
   struct Route {
@@ -503,44 +285,17 @@ struct Pipeline::Impl {
   // (expert_pairs with_shared): one shared expert whose three matrices have the experts' types and shapes, on
   // the GEMV that takes an id of -1 (gemv_experts_mma_ok). It saves three launches (and their x splits) per
   // MoE layer; the shared expert's products have the same bits either way (gemv_mma.cuh).
-  bool shared_as_entry(int64_t l, int64_t T) const {
-    if (T != 1 || c.n_expert_shared != 1) return false;
-    const DevTensor &gw = L(l, wname::kGateExps), &uw = L(l, wname::kUpExps), &dw = L(l, wname::kDownExps);
-    const DevTensor &gs = L(l, wname::kGateShexp), &us = L(l, wname::kUpShexp), &ds = L(l, wname::kDownShexp);
-    auto same = [](const DevTensor& e, const DevTensor& s) {
-      return e.type == s.type && e.ne0 == s.ne0 && e.ne1 == s.ne1 && e.row_bytes == s.row_bytes && mma_aligned(s);
-    };
-    return same(gw, gs) && same(uw, us) && same(dw, ds) && experts_on_mma(l);
-  }
+  bool shared_as_entry(int64_t l, int64_t T) const;
   // Whether the tensor-core GEMV takes layer l's expert matrices by id, with an id of -1 or grouped: their types
   // and shapes (gemv_experts_mma_ok) and 16-byte aligned matrices (else it would decline, and those calls have
   // no other kernel).
-  bool experts_on_mma(int64_t l) const {
-    for (const char* n : {wname::kGateExps, wname::kUpExps, wname::kDownExps}) {
-      const DevTensor& t = L(l, n);
-      if (!gemv_experts_mma_ok(t.type, t.ne1, t.ne0) || !mma_aligned(t)) return false;
-    }
-    return true;
-  }
+  bool experts_on_mma(int64_t l) const;
   static bool mma_aligned(const DevTensor& t) {
     return reinterpret_cast<uintptr_t>(t.buf.get()) % 16 == 0 && (t.ne1 * t.row_bytes) % 16 == 0;
   }
-  void shared_expert(int64_t l, const float* y, int64_t T, float* sh) {
-    const int64_t Fs = L(l, wname::kGateShexp).ne1;
-    auto g = fbuf(T * Fs), u = fbuf(T * Fs);
-    linear(L(l, wname::kGateShexp), y, T, g.as<float>());
-    linear(L(l, wname::kUpShexp), y, T, u.as<float>());
-    silu_gate(g.as<float>(), u.as<float>(), T * Fs, g.as<float>());
-    linear(L(l, wname::kDownShexp), g.as<float>(), T, sh);
-  }
+  void shared_expert(int64_t l, const float* y, int64_t T, float* sh);
   // out [T, E] = sum_j wts[t, j] eo[t, j] (+ sh when not null).
-  void combine(const float* eo, const std::vector<float>& wts, const float* sh, int64_t T, float* out, float* residual = nullptr) {
-    PinnedUpload& up = uploads[(size_t)cur];
-    up.clear();
-    up.add(wts.data(), wts.size() * 4);
-    auto d_w = upload_temp(up);
-    weighted_combine(eo, d_w.as<float>(), T, c.n_expert_used, c.n_embd, sh, out, residual);
-  }
+  void combine(const float* eo, const std::vector<float>& wts, const float* sh, int64_t T, float* out, float* residual = nullptr);
 
   // Op replay (Pipeline::replay_op): one op of layer l on host inputs, with the ops above.
   std::map<std::string, OpTensor> replay(int l, const std::string& op, const std::map<std::string, OpTensor>& in, int64_t pos0);

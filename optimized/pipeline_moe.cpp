@@ -186,4 +186,39 @@ void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out, float
   combine(eo.as<float>(), r.wts, sh.get() ? sh.as<float>() : nullptr, T, out, residual);
 }
 
+bool Pipeline::Impl::shared_as_entry(int64_t l, int64_t T) const {
+  if (T != 1 || c.n_expert_shared != 1) return false;
+  const DevTensor &gw = L(l, wname::kGateExps), &uw = L(l, wname::kUpExps), &dw = L(l, wname::kDownExps);
+  const DevTensor &gs = L(l, wname::kGateShexp), &us = L(l, wname::kUpShexp), &ds = L(l, wname::kDownShexp);
+  auto same = [](const DevTensor& e, const DevTensor& s) {
+    return e.type == s.type && e.ne0 == s.ne0 && e.ne1 == s.ne1 && e.row_bytes == s.row_bytes && mma_aligned(s);
+  };
+  return same(gw, gs) && same(uw, us) && same(dw, ds) && experts_on_mma(l);
+}
+
+bool Pipeline::Impl::experts_on_mma(int64_t l) const {
+  for (const char* n : {wname::kGateExps, wname::kUpExps, wname::kDownExps}) {
+    const DevTensor& t = L(l, n);
+    if (!gemv_experts_mma_ok(t.type, t.ne1, t.ne0) || !mma_aligned(t)) return false;
+  }
+  return true;
+}
+
+void Pipeline::Impl::shared_expert(int64_t l, const float* y, int64_t T, float* sh) {
+  const int64_t Fs = L(l, wname::kGateShexp).ne1;
+  auto g = fbuf(T * Fs), u = fbuf(T * Fs);
+  linear(L(l, wname::kGateShexp), y, T, g.as<float>());
+  linear(L(l, wname::kUpShexp), y, T, u.as<float>());
+  silu_gate(g.as<float>(), u.as<float>(), T * Fs, g.as<float>());
+  linear(L(l, wname::kDownShexp), g.as<float>(), T, sh);
+}
+
+void Pipeline::Impl::combine(const float* eo, const std::vector<float>& wts, const float* sh, int64_t T, float* out, float* residual) {
+  PinnedUpload& up = uploads[(size_t)cur];
+  up.clear();
+  up.add(wts.data(), wts.size() * 4);
+  auto d_w = upload_temp(up);
+  weighted_combine(eo, d_w.as<float>(), T, c.n_expert_used, c.n_embd, sh, out, residual);
+}
+
 }  // namespace mlaconf::cuda
