@@ -153,7 +153,14 @@ struct Pipeline::Impl {
   void layer(int64_t l, float* h, int64_t T, const int32_t* d_pos, std::vector<DeviceBuffer>& topk_by_layer);
   // residual (optional): residual += out in the combine launch (the layer's residual add).
   void moe(int64_t l, const float* y, int64_t T, float* out, float* residual = nullptr);
+  // forward()'s indexer selection (not over sequences): scores, top-k, records, forced selections.
+  void indexer_select(int64_t l, const float* qi, float* wts, const int32_t* d_pos, int64_t T, DeviceBuffer& top);
+
+  // ---- Decisions (pipeline_decisions.cpp): ours recorded, forced ones checked and used.
   void record_topk_extras(int64_t l, const float* d_scores, int64_t T, int64_t Lkv, int64_t K);
+  void record_own_topk(int64_t l, const int32_t* d_top, int64_t T, int64_t K);
+  void record_shared_selection(int64_t l, int64_t src, int64_t T, int64_t K);
+  void force_topk(int64_t l, int64_t T, int64_t K, DeviceBuffer& top);
   void check_ids(std::span<const int32_t> ids) const;
   std::vector<float> run_pass(std::span<const int32_t> ids, const std::vector<int32_t>& pos);
 
@@ -268,6 +275,8 @@ struct Pipeline::Impl {
   Route route(int64_t l, const std::vector<float>& lg, int64_t T) const;
   // The routed weights of r.ids (ascending): gating probabilities at the ids, normalized, scaled.
   void route_weights(int64_t l, Route& r, int64_t T) const;
+  // Forced expert ids (if any for layer l) in place of r's, with their weights.
+  void force_experts(int64_t l, int64_t T, Route& r) const;
   // Layer l's routing configuration (bias on the device or the host); logits, T and outputs unset.
   RouteArgs route_args(int64_t l, bool on_device) const;
   // Each used expert once over its tokens -> eo [T, k, E] in slot order (unweighted).

@@ -3,35 +3,17 @@
 
 namespace mlaconf::cuda {
 
-void Pipeline::Impl::topk_extras(const std::vector<float>& s, int64_t T, int64_t Lkv, int64_t K, std::vector<int32_t>& tie,
-                                 std::vector<double>& gap) {
-  tie.assign(T, 0);
-  gap.assign(T, std::numeric_limits<double>::quiet_NaN());
-  for (int64_t t = 0; t < T; ++t) {
-    std::vector<float> v;
-    for (int64_t i = 0; i < Lkv; ++i)
-      if (std::isfinite(s[t * Lkv + i])) v.push_back(s[t * Lkv + i]);
-    if ((int64_t)v.size() <= K) continue;
-    std::nth_element(v.begin(), v.begin() + K, v.end(), std::greater<float>());
-    const float next = v[K];
-    const float kth = *std::min_element(v.begin(), v.begin() + K);
-    gap[t] = (double)kth - (double)next;
-    tie[t] = kth == next;
-  }
-}
-
-void Pipeline::Impl::record_topk_extras(int64_t l, const float* d_scores, int64_t T, int64_t Lkv, int64_t K) {
-  const bool want_tie = wants(l, op::kIndexerTopkTie), want_gap = wants(l, op::kIndexerTopkGap);
-  if (!tr) return;  // kept for the layers that share this selection even when this layer records neither
-  std::vector<float> s(T * Lkv);
-  copy_to_host(s.data(), d_scores, s.size() * 4);
-  std::vector<int32_t> tie;
-  std::vector<double> gap;
-  topk_extras(s, T, Lkv, K, tie, gap);
-  if (want_tie) tr->record_i32((int)l, op::kIndexerTopkTie, tie.data(), {T});
-  if (want_gap) tr->record((int)l, op::kIndexerTopkGap, gap.data(), {T});
-  own_tie[l] = std::move(tie);  // for the layers that share this selection
-  own_gap[l] = std::move(gap);
+// The indexer's selection in forward(): scores over the layer's key cache, top-k into `top` [T, K]; the scores,
+// the selection and its extras recorded; forced selections then replace ours for attention.
+void Pipeline::Impl::indexer_select(int64_t l, const float* qi, float* wts, const int32_t* d_pos, int64_t T, DeviceBuffer& top) {
+  const int64_t Hi = c.indexer_n_head, Di = c.indexer_head_size, K = c.indexer_top_k, Lkv = n_past + T;
+  auto scores = fbuf(T * Lkv);
+  scale_indexer_weights(wts, T);
+  indexer_topk_f32_rows(qi, ikeys[l].as<float>(), nullptr, wts, d_pos, T, Hi, Di, Lkv, K, scores.as<float>(), top.as<int32_t>());
+  rec(l, op::kIndexerScores, scores.as<float>(), {T, Lkv});
+  record_own_topk(l, top.as<int32_t>(), T, K);
+  record_topk_extras(l, scores.as<float>(), T, Lkv, K);
+  force_topk(l, T, K, top);
 }
 
 void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos, std::vector<DeviceBuffer>& topk_by_layer) {
@@ -89,26 +71,7 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
     if (sr) {  // a pass over sequences (no trace, no forced decisions)
       indexer_select_seq(l, qi.as<float>(), wts.as<float>(), d_pos, T, topk_by_layer[l].as<int32_t>());
     } else {
-      auto scores = fbuf(T * Lkv);
-      scale_indexer_weights(wts.as<float>(), T);
-      indexer_topk_f32_rows(qi.as<float>(), ikeys[l].as<float>(), nullptr, wts.as<float>(), d_pos, T, Hi, Di, Lkv, K, scores.as<float>(),
-                            topk_by_layer[l].as<int32_t>());
-      rec(l, op::kIndexerScores, scores.as<float>(), {T, Lkv});
-      if (tr) {  // our own selection, kept for the layers that share it (recorded under their names too)
-        std::vector<int32_t>& top = own_topk[l];
-        top.resize(T * K);
-        copy_to_host(top.data(), topk_by_layer[l].get(), top.size() * 4);
-        if (wants(l, op::kIndexerTopk)) tr->record_i32((int)l, op::kIndexerTopk, top.data(), {T, K});
-      }
-      record_topk_extras(l, scores.as<float>(), T, Lkv, K);
-      // Forced selections replace ours for attention (ours were recorded above).
-      if (const int32_t* fk = forced ? forced->topk_of((int)l, T, K) : nullptr) {
-        for (int64_t i = 0; i < T * K; ++i)
-          if (fk[i] < -1 || fk[i] > n_past + i / K)
-            throw InputError("forced indexer_topk of layer " + std::to_string(l) + ", row " + std::to_string(i / K) + ": " +
-                             std::to_string(fk[i]) + " is not a causal key position");
-        topk_by_layer[l].upload(fk, (size_t)T * K * 4);
-      }
+      indexer_select(l, qi.as<float>(), wts.as<float>(), d_pos, T, topk_by_layer[l]);
     }
   };
   if (side) {
@@ -184,13 +147,7 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
   if (src < 0 || src >= l + 1 || !topk_by_layer[src].get())
     throw InputError(f.path() + ": layer " + std::to_string(l) + " shares the indexer of layer " + std::to_string(src) +
                      ", which did not run");
-  // A layer that shares its source's selection records it under its own name, as the reference does.
-  if (!full && wants(l, op::kIndexerTopk) && own_topk.count(src))
-    tr->record_i32((int)l, op::kIndexerTopk, own_topk[src].data(), {T, K});
-  if (!full && wants(l, op::kIndexerTopkTie) && own_tie.count(src))
-    tr->record_i32((int)l, op::kIndexerTopkTie, own_tie[src].data(), {T});
-  if (!full && wants(l, op::kIndexerTopkGap) && own_gap.count(src))
-    tr->record((int)l, op::kIndexerTopkGap, own_gap[src].data(), {T});
+  if (!full) record_shared_selection(l, src, T, K);
 
   // Sparse MLA over the latent cache, then W_UV and the output projection.
   auto att = fbuf(T * H * dl);

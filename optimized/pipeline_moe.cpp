@@ -159,15 +159,7 @@ void Pipeline::Impl::moe(int64_t l, const float* y, int64_t T, float* out, float
   copy_to_host(lg.data(), logits.get(), lg.size() * 4);
   Route r = route(l, lg, T);
   if (wants(l, op::kRouterIds)) tr->record_i32((int)l, op::kRouterIds, r.ids.data(), {T, k});  // ours, also when forced
-  // Forced expert ids replace ours, with their own weights (the gap recorded below stays ours).
-  if (const int32_t* fe = forced ? forced->experts_of((int)l, T, k) : nullptr) {
-    for (int64_t i = 0; i < T * k; ++i) {
-      if (fe[i] < 0 || fe[i] >= nE)
-        throw InputError("forced router_ids of layer " + std::to_string(l) + ": " + std::to_string(fe[i]) + " is not an expert id");
-      r.ids[i] = fe[i];
-    }
-    route_weights(l, r, T);
-  }
+  force_experts(l, T, r);  // forced expert ids replace ours, with their own weights (the gap recorded below stays ours)
   if (wants(l, op::kRouterWeights)) {
     auto d = to_double(r.wts);
     tr->record((int)l, op::kRouterWeights, d.data(), {T, k});
