@@ -150,7 +150,11 @@ struct Pipeline::Impl {
 
   void upload_weights();
 
+  // One layer on the hidden state h [T, E] of rows at positions d_pos; a full layer's top-k list to topk_by_layer[l].
   void layer(int64_t l, float* h, int64_t T, const int32_t* d_pos, std::vector<DeviceBuffer>& topk_by_layer);
+  // Its parts: the rows' latent to the cache; the FFN (h += attn_out, the MLP or MoE, h += its output).
+  void latent_to_cache(int64_t l, const float* x, int64_t T, const int32_t* d_pos);
+  void ffn(int64_t l, float* h, const float* ao, int64_t T);
   // residual (optional): residual += out in the combine launch (the layer's residual add).
   void moe(int64_t l, const float* y, int64_t T, float* out, float* residual = nullptr);
   // forward()'s indexer selection (not over sequences): scores, top-k, records, forced selections.

@@ -106,27 +106,7 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
     rec(l, op::kQPeRope, tmp.as<float>(), {T, H, R});
   }
 
-  // Latent: [RMSNorm(kv_a[:dl]) | RoPE(kv_a[dl:])] -> the fp16 cache rows n_past..n_past+T-1.
-  auto kva = fbuf(T * dlat);
-  kv_a(l, x.as<float>(), T, kva.as<float>());
-  done(l, op::kKvA, kva.as<float>(), {T, dlat});
-  auto lat = fbuf(T * dlat);
-  latent_rows(l, kva.as<float>(), T, d_pos, lat.as<float>());
-  if (wants(l, op::kKvLatent)) {
-    auto tmp = fbuf(T * dl);
-    copy2d(tmp.get(), dl * 4, lat.get(), dlat * 4, dl * 4, T);
-    rec(l, op::kKvLatent, tmp.as<float>(), {T, dl});
-  }
-  if (wants(l, op::kKPeRope)) {
-    auto tmp = fbuf(T * R);
-    copy2d(tmp.get(), R * 4, lat.as<float>() + dl, dlat * 4, R * 4, T);
-    rec(l, op::kKPeRope, tmp.as<float>(), {T, R});
-  }
-  done(l, op::kLatentCache, lat.as<float>(), {T, dlat});
-  if (sr)  // a pass over sequences: each row to its page of the shared pool
-    to_half_rows(lat.as<float>(), T, dlat, sr->lat_rows[(size_t)cur], pool[l].as<uint16_t>());
-  else
-    to_half(lat.as<float>(), T * dlat, latent[l].as<uint16_t>() + n_past * dlat);
+  latent_to_cache(l, x.as<float>(), T, d_pos);
 
   // Absorbed query [W_UK^T q_nope | q_pe], per head.
   auto qabs = fbuf(T * H * dlat);
@@ -165,9 +145,40 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
   o_proj(l, vout.as<float>(), T, ao.as<float>());
   done(l, op::kAttnOut, ao.as<float>(), {T, E});
 
-  // FFN (the residual add of the attention output fused into its norm).
+  ffn(l, h, ao.as<float>(), T);
+}
+
+// The latent of the T rows, [RMSNorm(kv_a[:dl]) | RoPE(kv_a[dl:])] of x, to the fp16 cache: rows n_past..n_past+T-1
+// of the layer's cache, or (a pass over sequences) each row to its page of the shared pool.
+void Pipeline::Impl::latent_to_cache(int64_t l, const float* x, int64_t T, const int32_t* d_pos) {
+  const int64_t R = c.qk_rope(), dl = c.kv_lora_rank, dlat = dl + R;
+  auto kva = fbuf(T * dlat);
+  kv_a(l, x, T, kva.as<float>());
+  done(l, op::kKvA, kva.as<float>(), {T, dlat});
+  auto lat = fbuf(T * dlat);
+  latent_rows(l, kva.as<float>(), T, d_pos, lat.as<float>());
+  if (wants(l, op::kKvLatent)) {
+    auto tmp = fbuf(T * dl);
+    copy2d(tmp.get(), dl * 4, lat.get(), dlat * 4, dl * 4, T);
+    rec(l, op::kKvLatent, tmp.as<float>(), {T, dl});
+  }
+  if (wants(l, op::kKPeRope)) {
+    auto tmp = fbuf(T * R);
+    copy2d(tmp.get(), R * 4, lat.as<float>() + dl, dlat * 4, R * 4, T);
+    rec(l, op::kKPeRope, tmp.as<float>(), {T, R});
+  }
+  done(l, op::kLatentCache, lat.as<float>(), {T, dlat});
+  if (sr)  // a pass over sequences: each row to its page of the shared pool
+    to_half_rows(lat.as<float>(), T, dlat, sr->lat_rows[(size_t)cur], pool[l].as<uint16_t>());
+  else
+    to_half(lat.as<float>(), T * dlat, latent[l].as<uint16_t>() + n_past * dlat);
+}
+
+// The FFN of the layer, h += attn_out (ao) first (fused into the norm), then h += the dense MLP's or the MoE's output.
+void Pipeline::Impl::ffn(int64_t l, float* h, const float* ao, int64_t T) {
+  const int64_t E = c.n_embd;
   auto y = fbuf(T * E);
-  add_ffn_norm(l, h, ao.as<float>(), T, y.as<float>());
+  add_ffn_norm(l, h, ao, T, y.as<float>());
   done(l, op::kFfnNormOut, y.as<float>(), {T, E});
   auto m = fbuf(T * E);
   // A MoE layer adds its output to h in its combine launch; not with the overflow check on, which must
