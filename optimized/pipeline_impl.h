@@ -311,6 +311,7 @@ struct Pipeline::Impl {
   void combine(const float* eo, const std::vector<float>& wts, const float* sh, int64_t T, float* out, float* residual = nullptr);
 
   // Op replay (Pipeline::replay_op): one op of layer l on host inputs, with the ops above.
+  struct Replay;
   std::map<std::string, OpTensor> replay(int l, const std::string& op, const std::map<std::string, OpTensor>& in, int64_t pos0);
 };
 
