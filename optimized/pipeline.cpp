@@ -6,15 +6,10 @@
 
 namespace mlaconf::cuda {
 
-Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt) : impl_(std::make_unique<Impl>(f, c, opt)) {
-  std::string why;
-  if (!cuda_available(&why)) throw CudaError("not supported: " + why);
-  c.validate(f.path());
-  validate_weights(f, c);
-  if (c.rope_scaling_factor > 1.0)
-    throw NotSupported(f.path() + ": YaRN RoPE scaling (factor " + std::to_string(c.rope_scaling_factor) +
-                     ") in the CUDA pipeline");
-  Impl& m = *impl_;
+// The MLACONF_CUDA_* environment overrides of the options (pipeline.h), and the kernels' switches, read once
+// before any work.
+void Pipeline::Impl::apply_environment_overrides() {
+  Impl& m = *this;
   if (const char* e = std::getenv("MLACONF_CUDA_PREFILL")) {
     const std::string v = e;
     if (v == "fp16") m.opt.prefill = PipelineOptions::Prefill::Fp16;
@@ -36,6 +31,18 @@ Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt)
   // The tensor-core GEMV's switches (MLACONF_MMA_*, read once per process) are read now too, not in a first step.
   (void)gemv_mma_chain(), (void)gemv_mma_balance(), (void)gemv_mma_wide(), (void)gemv_mma_grouped_small(), (void)gemv_mma_xsmem(), (void)gemv_mma_xsmem_grouped(),
       (void)gemv_mma_xwarp();
+}
+
+Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt) : impl_(std::make_unique<Impl>(f, c, opt)) {
+  std::string why;
+  if (!cuda_available(&why)) throw CudaError("not supported: " + why);
+  c.validate(f.path());
+  validate_weights(f, c);
+  if (c.rope_scaling_factor > 1.0)
+    throw NotSupported(f.path() + ": YaRN RoPE scaling (factor " + std::to_string(c.rope_scaling_factor) +
+                     ") in the CUDA pipeline");
+  Impl& m = *impl_;
+  m.apply_environment_overrides();
   if (opt.max_seqs < 0 || opt.max_seqs > 65535 || opt.page_rows < 1 || opt.pool_pages < 0 || opt.pass_arena_bytes < 0)
     throw InputError("PipelineOptions: max_seqs in [0, 65535], page_rows >= 1, pool_pages >= 0 and pass_arena_bytes >= 0");
   m.ctx = std::min<int64_t>(opt.max_ctx, c.n_ctx_train > 0 ? c.n_ctx_train : opt.max_ctx);

@@ -114,6 +114,8 @@ struct Pipeline::Impl {
 
   Impl(const GgufFile& file, const ModelConfig& cfg, PipelineOptions o)
       : f(file), c(cfg), opt(o), arenas((size_t)std::max<int64_t>(o.pass_arena_bytes, 0)) {}
+  // Called by the constructor (pipeline.cpp): the documented environment overrides of opt.
+  void apply_environment_overrides();
 
   const DevTensor& W(const std::string& name) const {
     auto it = w.find(name);
