@@ -5,10 +5,11 @@
 #
 #   bench/gpu_pipeline_split_check.sh NEW_DIR [BASE_DIR]      (OUT=dir keeps the logs; default a temp dir)
 #
-# Each DIR is a CMake build folder (DIR/tools/mlaconf, DIR/suites/gpu/mlaconf_gpu_tests) or a folder of stripped
-# copies (DIR/mlaconf, DIR/mlaconf_gpu_tests). The tiny model: ../shared/models/glm-dsa-tiny.gguf, else one
+# Each DIR is a CMake build folder (targets mlaconf, mlaconf_gpu_tests and, for NEW, backend_tests) or a folder of
+# stripped copies (DIR/mlaconf, DIR/mlaconf_gpu_tests, DIR/backend_tests). The tiny model: ../shared/models/glm-dsa-tiny.gguf, else one
 # synthesized (seed 1). Steps:
-#  1. every GPU suite with NEW (bench/gpu_suite_check.sh: each case passes or skips);
+#  1. every GPU suite with NEW (bench/gpu_suite_check.sh: each case passes or skips), and suites/backend's
+#     backend_tests (batched decode through Backend: two sequences decoded together as each alone), none skipped;
 #  2. with BASE too, the same outputs, byte for byte, from both builds (each run in a folder of its own, with
 #     the same file names, so that the reports do not differ by their paths):
 #     a. `generate --backend cuda --json` (tokens and margins with 17 digits) of a prompt of ids, 24 tokens;
@@ -40,6 +41,15 @@ step() {  # name, then the verdict of the last command
 # 1. the GPU suites
 OUT="$OUT/suite" bash bench/gpu_suite_check.sh "$NEW" >"$OUT/suite.log" 2>&1
 step "1. GPU suites (bench/gpu_suite_check.sh, log suite.log)" $?
+
+# 1b. batched decode through the Backend interface (suites/backend: the CUDA case runs on a GPU, skips elsewhere)
+if BT=$(bench_bin "$NEW" suites/backend/backend_tests 2>/dev/null); then
+  "$BT" --gtest_output="json:$OUT/backend_tests.json" >"$OUT/backend_tests.log" 2>&1 &&
+    ! grep -q '"result": "SKIPPED"' "$OUT/backend_tests.json"
+  step "1b. backend_tests, none skipped (log backend_tests.log)" $?
+else
+  step "1b. backend_tests: not built (cmake --build DIR --target backend_tests)" 1
+fi
 
 # 2. the same bytes from BASE and NEW
 # The reference's fixture that b and c judge against (and whose decisions c forces), made once, by NEW.
