@@ -1,5 +1,13 @@
-// mlaconf optimized: Pipeline::Impl, the state and the ops of the CUDA pipeline, shared by the pipeline_*.cpp
-// files (private to optimized/: callers use pipeline.h).
+// mlaconf optimized: Pipeline::Impl, the state and the ops of the CUDA pipeline (private to optimized/: callers
+// use pipeline.h). Its members are defined by job:
+//   pipeline.cpp            the constructor (and the environment overrides), forward(), run_pass(), generate()
+//   pipeline_split.cpp      the layer split over devices: the stages, the weights per stage, the hand-offs
+//   pipeline_layer.cpp      one layer: the query path, the indexer (on a side stream in decode steps), attention, FFN
+//   pipeline_moe.cpp        the MoE block: routing (host or device), the experts, the combine
+//   pipeline_ops.cpp        the ops of one layer, which layer(), moe() and op replay share; linear(); check/record
+//   pipeline_decisions.cpp  the decisions: ours recorded, forced ones checked and used
+//   pipeline_batch.cpp      batched decode: sequence slots, passes over their rows, decode steps as CUDA graphs
+//   pipeline_replay.cpp     op replay: one op on a fixture's exact inputs
 #pragma once
 #include "optimized/pipeline.h"
 
@@ -129,6 +137,7 @@ struct Pipeline::Impl {
   static DeviceBuffer fbuf(int64_t n) { return temp_buffer((size_t)std::max<int64_t>(n, 1) * 4); }
   static DeviceBuffer tbuf(size_t bytes) { return temp_buffer(std::max<size_t>(bytes, 1)); }
 
+  // ---- Products, checks and records (pipeline_ops.cpp).
   // y [T, ne1] = W x, x [T, ne0]; `expert` selects one matrix of a 3-D expert tensor.
   void linear(const DevTensor& t, const float* x, int64_t T, float* y, int64_t expert = -1, bool fp32 = false);
 
@@ -138,6 +147,7 @@ struct Pipeline::Impl {
   // check + record
   void done(int64_t layer, const char* name, const float* d, const std::vector<int64_t>& shape);
 
+  // ---- The layer split over devices (pipeline_split.cpp).
   // The stage a tensor lives on: its layer's; token_embd on the first, output_norm and output on the last.
   int stage_of(const TensorSpec& s) const;
 
@@ -150,8 +160,12 @@ struct Pipeline::Impl {
   // Buffers left behind go to `retired` (freed after the pass, when no copy can still read them).
   void enter_stage(int s, DeviceBuffer& h, int64_t n, std::vector<DeviceBuffer>& topk, std::vector<DeviceBuffer>& retired);
 
+  // Every weight the model runs, uploaded to its stage's device.
   void upload_weights();
 
+  // ---- A forward pass: run_pass (pipeline.cpp), layer() and its parts (pipeline_layer.cpp), moe() (pipeline_moe.cpp).
+  void check_ids(std::span<const int32_t> ids) const;
+  std::vector<float> run_pass(std::span<const int32_t> ids, const std::vector<int32_t>& pos);
   // One layer on the hidden state h [T, E] of rows at positions d_pos; a full layer's top-k list to topk_by_layer[l].
   void layer(int64_t l, float* h, int64_t T, const int32_t* d_pos, std::vector<DeviceBuffer>& topk_by_layer);
   // Its parts: the rows' latent to the cache; the FFN (h += attn_out, the MLP or MoE, h += its output).
@@ -167,10 +181,8 @@ struct Pipeline::Impl {
   void record_own_topk(int64_t l, const int32_t* d_top, int64_t T, int64_t K);
   void record_shared_selection(int64_t l, int64_t src, int64_t T, int64_t K);
   void force_topk(int64_t l, int64_t T, int64_t K, DeviceBuffer& top);
-  void check_ids(std::span<const int32_t> ids) const;
-  std::vector<float> run_pass(std::span<const int32_t> ids, const std::vector<int32_t>& pos);
 
-  // ---- batched decode: slots, pages, and a pass over rows of sequences
+  // ---- Batched decode: slots, pages, and a pass over rows of sequences (pipeline_batch.cpp).
   void require_batched() const {
     if (seqs.empty()) throw InputError("batched decode needs PipelineOptions::max_seqs > 0");
   }
@@ -225,8 +237,9 @@ struct Pipeline::Impl {
   }
   void advance(const SeqRows& r);
 
-  // ---- The ops of one layer. Each is one piece of logic, used by layer() / moe() in a forward pass and by
-  // replay() on a fixture's inputs: fp32 device buffers of T rows, d_pos [T] the rows' positions.
+  // ---- The ops of one layer (pipeline_ops.cpp; the MoE's in pipeline_moe.cpp). Each is one piece of logic, used
+  // by layer() / moe() in a forward pass and by replay() on a fixture's inputs: fp32 device buffers of T rows,
+  // d_pos [T] the rows' positions.
   void attn_norm(int64_t l, const float* h, int64_t T, float* x);
   // q_a_proj; the fault inject-overflow writes +inf into layer 1's output.
   void q_a(int64_t l, const float* x, int64_t T, float* qa);
@@ -312,7 +325,7 @@ struct Pipeline::Impl {
   // out [T, E] = sum_j wts[t, j] eo[t, j] (+ sh when not null).
   void combine(const float* eo, const std::vector<float>& wts, const float* sh, int64_t T, float* out, float* residual = nullptr);
 
-  // Op replay (Pipeline::replay_op): one op of layer l on host inputs, with the ops above.
+  // ---- Op replay (Pipeline::replay_op, pipeline_replay.cpp): one op of layer l on host inputs, with the ops above.
   struct Replay;
   std::map<std::string, OpTensor> replay(int l, const std::string& op, const std::map<std::string, OpTensor>& in, int64_t pos0);
 };
