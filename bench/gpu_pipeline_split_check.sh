@@ -54,9 +54,12 @@ fi
 # 2. the same bytes from BASE and NEW
 # The reference's fixture that b and c judge against (and whose decisions c forces), made once, by NEW.
 CAP="--quiet --model $TINY --layers all --random-tokens 96 --seed 1 --decode-steps 2"
+# Each build's CLI runs as ./mlaconf from a folder of its own, so that nothing it records (the command line of a
+# capture) differs by path.
 outputs() (  # cli, folder: every output of step 2 under folder (a subshell: its cd stays inside)
-  m="$1" d="$2"
-  mkdir -p "$d" && cp "$OUT/golden.h5" "$d/golden.h5" && cd "$d" || exit 2
+  d="$2"
+  mkdir -p "$d" && cp "$OUT/golden.h5" "$d/golden.h5" && cp "$1" "$d/mlaconf" && cd "$d" || exit 2
+  m=./mlaconf
   "$m" generate --model "$TINY" --prompt-ids 1,2,3,4,5,6,7,8 -n 24 --ignore-eos --backend cuda --json >gen.json 2>gen.err
   "$m" answer golden.h5 --model "$TINY" --backend cuda --quiet --out ops.h5 >answer.log 2>&1
   "$m" compare golden.h5 ops.h5 --json ops.json >ops.txt 2>&1
