@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "optimized/api.h"
 #include "optimized/common.cuh"
+#include "optimized/copy_bandwidth.h"
 
 namespace mlaconf::cuda {
 
@@ -32,6 +33,36 @@ bool cuda_available(std::string* why_not) {
 }
 
 void synchronize() { MLACONF_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+double measure_copy_bandwidth_gbs(int device, size_t bytes, int repeats) {
+  if (bytes == 0 || repeats < 1) throw std::logic_error("measure_copy_bandwidth_gbs: bytes and repeats must be positive");
+  DeviceScope on(device < 0 ? current_device() : device);
+  DeviceBuffer a(bytes), b(bytes);
+  cudaEvent_t start, stop;
+  MLACONF_CUDA_CHECK(cudaEventCreate(&start));
+  MLACONF_CUDA_CHECK(cudaEventCreate(&stop));
+  float best_ms = 0;
+  try {
+    const cudaStream_t s = cur_stream();
+    MLACONF_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s));  // untimed: first touch
+    for (int r = 0; r < repeats; ++r) {
+      MLACONF_CUDA_CHECK(cudaEventRecord(start, s));
+      MLACONF_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s));
+      MLACONF_CUDA_CHECK(cudaEventRecord(stop, s));
+      MLACONF_CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0;
+      MLACONF_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (r == 0 || ms < best_ms) best_ms = ms;
+    }
+  } catch (...) {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    throw;
+  }
+  MLACONF_CUDA_CHECK(cudaEventDestroy(start));
+  MLACONF_CUDA_CHECK(cudaEventDestroy(stop));
+  return best_ms > 0 ? 2.0 * (double)bytes / ((double)best_ms * 1e-3) / 1e9 : 0.0;
+}
 
 int device_count() {
   int n = 0;

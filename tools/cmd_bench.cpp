@@ -3,22 +3,24 @@
 //   mlaconf bench --model M.gguf [--backend reference|cuda] [--precision f32|f64]
 //                 [--prompt-tokens 128] [--decode-steps 32] [--seed 1] [--no-warmup] [--json]
 //                 [--devices 0,1,...]   (cuda: layer split, tools/cli_devices.h)
-//                 [--batch 1,8,32,64 [--context N] [--floor-gbs 4229] [--graph] [--step-by-step]]   (cuda: batched decode)
+//                 [--batch 1,8,32,64 [--context N] [--floor-gbs GBS] [--graph] [--step-by-step]]   (cuda: batched decode)
 //
 // Feeds --prompt-tokens seeded random ids as one prefill, then --decode-steps greedy steps of one
 // token each, and reports wall time and tokens/s for both phases. By default a warm-up pass (the same
 // prefill, then reset) runs first, so the timed prefill excludes one-time work: the reference's lazy
 // dequantization on first use, the pipeline's uploads. A timing, not a check: it always exits 0 when it
-// ran, 2 for bad input, 3 where the backend is not supported here.
+// ran, 2 for bad input, 3 where the backend is not supported here (4 where --batch measured no copy bandwidth).
 //
-// --batch B1,B2,...: batched decode (cuda::Pipeline's sequence API), for each B in turn: B sequences,
+// --batch B1,B2,...: batched decode (the Backend's sequence API, tools/backend/backend.h), for each B in turn: B sequences,
 // each given --context rows of synthetic cache (pattern values: decode at a long context without
 // prefilling it) and a prefill of --prompt-tokens seeded random ids, then --decode-steps steps of all B
 // together (one token each, greedy). Reports decode tokens/s (B x steps / time) and the latency of one
 // step, with a floor: the bytes a step must read (every weight once, the experts B tokens pick under
-// uniform routing, each sequence's top-k latent rows and indexer keys) at --floor-gbs. The overflow
+// uniform routing, each sequence's top-k latent rows and indexer keys; tools/bench_floor.h) at the device's copy
+// bandwidth, measured at the start (device-to-device copies of 256 MiB, the best of 5, read + write counted) and
+// printed, or at --floor-gbs where given (to compare with a floor of another device). The overflow
 // check is off in this mode (a server does not scan every op). The first step is timed apart (warm_ms).
-// --graph: decode steps as CUDA graphs (PipelineOptions::decode_graph; without --devices); every step up
+// --graph: decode steps as CUDA graphs (BackendOptions::decode_graph; without --devices); every step up
 // to the first replay (the capture's, normally the second) is timed apart too (warm_ms holds them all), so
 // the timed steps are the graph's replays. The timed steps run as one decode_steps_greedy call: with --graph
 // they are queued one step ahead, each step's picks fed to the next on the device, as a server's greedy
@@ -29,6 +31,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
+#include <stdexcept>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,12 +43,10 @@
 #include "core/model_config.h"
 #include "core/argmax.h"
 #include "tools/backend/backend.h"
+#include "tools/bench_floor.h"
 #include "tools/cli_devices.h"
 #include "tools/command.h"
 #include "tools/validate.h"
-#ifdef MLACONF_HAVE_CUDA
-#include "optimized/pipeline.h"
-#endif
 
 namespace mlaconf::cli {
 namespace {
@@ -62,7 +64,7 @@ struct BenchArgs {
   std::string devices;  // layer split (cuda)
   std::string batch;    // batched decode: list of B (cuda)
   int64_t context = 0;  // synthetic context rows per sequence (--batch)
-  double floor_gbs = 4229;  // bandwidth of the floor (the H200's copy bandwidth measured in docs/perf/README.md)
+  double floor_gbs = 0;     // bandwidth of the floor (0: the device's copy bandwidth, measured at the start)
   bool graph = false;       // --batch: decode steps as CUDA graphs
   bool step_by_step = false;  // --batch: each timed step waits for its picks before the next is queued
 };
@@ -71,138 +73,125 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Bytes one decode step of B sequences at context L must read: weights once (experts: the expected
-// number of distinct ones B tokens pick, uniform routing), plus per sequence and layer its top-k latent
-// rows (fp16) and, on full indexer layers, all L indexer keys (fp32).
-struct StepBytes {
-  double weights = 0, cache = 0;
+// One B of --batch: its sequences' prefill, the untimed steps, the timed ones; its row of the report.
+struct BatchRow {
+  double prefill_s = 0, warm_s = 0, decode_s = 0;
+  int64_t untimed = 0, timed = 0;
 };
-[[maybe_unused]] StepBytes step_bytes(const GgufFile& f, const ModelConfig& c, int64_t B, int64_t L) {
-  StepBytes s;
-  const double n = (double)c.n_expert, k = (double)c.n_expert_used;
-  const double used = n > 0 ? n * (1.0 - std::pow(1.0 - k / n, (double)B)) : 0;
-  for (const TensorInfo& t : f.tensors()) {
-    const std::string& nm = t.name;
-    if (nm.rfind("blk.", 0) == 0 && std::stoll(nm.substr(4)) >= c.n_layer_run()) continue;  // nextn layers do not run
-    if (nm == "token_embd.weight") s.weights += (double)B * (double)t.nbytes / (double)t.ne[1];
-    else if (nm.find("_exps") != std::string::npos && n > 0) s.weights += used * (double)t.nbytes / n;
-    else s.weights += (double)t.nbytes;
+
+BatchRow run_batch(const BenchArgs& a, be::Backend& b, int64_t B, std::mt19937_64& rng, std::uniform_int_distribution<int32_t>& pick) {
+  const bool graph = b.decode_settings().decode_graph;
+  std::vector<int> seqs;
+  std::vector<int32_t> next((size_t)B);
+  BatchRow r;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < B; ++i) {
+    const int s = b.open_sequence();
+    seqs.push_back(s);
+    if (a.context > 0) b.append_synthetic_context(s, a.context, a.seed + (uint64_t)i);
+    std::vector<int32_t> prompt((size_t)a.prompt_tokens);
+    for (auto& t : prompt) t = pick(rng);
+    next[(size_t)i] = argmax_lower(b.prefill(s, prompt));
   }
-  for (int64_t l = 0; l < c.n_layer_run(); ++l) {
-    const bool full = l < (int64_t)c.indexer_full.size() ? (bool)c.indexer_full[l] : true;
-    s.cache += (double)B * (double)std::min<int64_t>(c.indexer_top_k, L) * (double)c.latent_dim() * 2;
-    if (full) s.cache += (double)B * (double)L * (double)c.indexer_head_size * 4;
+  r.prefill_s = seconds_since(t0);
+  // Greedy picks made on the device (decode_step_greedy), as a server's greedy decode runs: scanning the
+  // B x 154880 logits on the host cost 0.5 ms (B = 1) to 3 ms (B = 8) per step of host time, measured with
+  // bench/gpu_trace.sh, during which the device idled.
+  auto step = [&] { next = b.decode_step_greedy(seqs, next); };
+  // Steps timed apart: the first (it allocates the kernels' scratch) and, with --graph, the capture (the
+  // step after it captures the step, instantiates the graph and replays it once), so that the timed steps
+  // are replays.
+  const int64_t replays0 = b.graph_replays();
+  t0 = std::chrono::steady_clock::now();
+  if (a.decode_steps > 0) {
+    step();
+    ++r.untimed;
   }
-  return s;
+  // With --graph, every step up to the first replay (the capture's): normally the second, later where a
+  // workspace moved after the first (the pipeline then warms again).
+  while (graph && r.untimed < a.decode_steps && b.graph_replays() == replays0) {
+    step();
+    ++r.untimed;
+  }
+  r.warm_s = seconds_since(t0);
+  if (graph && b.graph_replays() == replays0)
+    std::fprintf(stderr, "bench: B = %lld: the decode graph never replayed in %lld steps: no step was timed\n", (long long)B,
+                 (long long)a.decode_steps);
+  t0 = std::chrono::steady_clock::now();
+  if (a.step_by_step) {
+    for (int64_t st = r.untimed; st < a.decode_steps; ++st) step();
+  } else if (r.untimed < a.decode_steps) {
+    const auto picks = b.decode_steps_greedy(seqs, next, a.decode_steps - r.untimed);
+    if ((int64_t)picks.size() < a.decode_steps - r.untimed)
+      throw InputError("bench: B = " + std::to_string(B) + ": a decode step's logits were all NaN in a row (greedy pick -1)");
+    next = picks.back();
+  }
+  r.decode_s = seconds_since(t0);
+  r.timed = a.decode_steps - r.untimed;
+  for (int s : seqs) b.close_sequence(s);
+  return r;
 }
 
 void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c, const std::vector<int>& devices) {
   std::vector<int64_t> batches;
   for (const int64_t v : parse_int_list(a.batch, "bench: --batch", 1, 4096, "a batch size")) batches.push_back(v);
   if (a.context < 0) throw InputError("bench: --context must be >= 0");
-  if (!(a.floor_gbs > 0)) throw InputError("bench: --floor-gbs must be > 0");
-#ifndef MLACONF_HAVE_CUDA
-  (void)f, (void)c, (void)devices;
-  throw NotSupported("bench --batch: built without CUDA (configure with -DMLACONF_CUDA=ON and nvcc)");
-#else
-  std::string why;
-  if (!cuda::cuda_available(&why)) throw NotSupported("bench --batch: " + why);
+  if (!(a.floor_gbs >= 0)) throw InputError("bench: --floor-gbs must be >= 0 (0: the measured copy bandwidth)");
   const int64_t ctx = a.context + a.prompt_tokens + a.decode_steps + 1;
   if (ctx > c.n_ctx_train)
     throw InputError("bench: " + std::to_string(ctx) + " rows exceed the model's context " + std::to_string(c.n_ctx_train));
-  cuda::PipelineOptions o;
-  o.max_ctx = ctx;
-  o.devices = devices;
-  o.overflow_check = false;
-  o.decode_graph = a.graph;
-  o.max_seqs = *std::max_element(batches.begin(), batches.end());
-  cuda::Pipeline p(f, c, o);
+  // NotSupported (no CUDA in the build or on the machine): main() prints it and exits 3. The bandwidth first, on
+  // the first stage's device, before the pipeline takes its memory.
+  const double copy_gbs = be::measure_copy_bandwidth_gbs(devices.empty() ? -1 : devices.front());
+  if (!(copy_gbs > 0))  // exit 4
+    throw std::runtime_error("bench: the measured copy bandwidth is " + std::to_string(copy_gbs) + " GB/s");
+  const double floor_gbs = a.floor_gbs > 0 ? a.floor_gbs : copy_gbs;
+  be::BackendOptions bo;
+  bo.max_ctx = ctx;
+  bo.devices = devices;
+  bo.overflow_check = false;
+  bo.decode_graph = a.graph;
+  bo.max_seqs = *std::max_element(batches.begin(), batches.end());
+  std::unique_ptr<be::Backend> b = be::make_backend("cuda", f, c, bo);
+  const be::DecodeSettings ds = b->decode_settings();
   std::mt19937_64 rng(a.seed);
   std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(c.n_vocab - 1));
   Json rows = Json::array();
   if (!a.json) {
     std::printf("backend   cuda%s, batched decode (overflow check off, CUDA graph %s, batch-invariant plan %s)\nmodel     %s\n",
-                p.split_summary().empty() ? "" : (" (" + p.split_summary() + ")").c_str(),
-                !p.options().decode_graph ? "off" : a.step_by_step ? "on, step by step" : "on, steps queued one ahead",
-                p.options().batch_invariant ? "on" : "off",
-                a.model.c_str());
-    std::printf("context   %lld synthetic rows + %lld prompt tokens per sequence, %lld decode steps; floor at %.0f GB/s\n",
-                (long long)a.context, (long long)a.prompt_tokens, (long long)a.decode_steps, a.floor_gbs);
+                ds.split.empty() ? "" : (" (" + ds.split + ")").c_str(),
+                !ds.decode_graph ? "off" : a.step_by_step ? "on, step by step" : "on, steps queued one ahead",
+                ds.batch_invariant ? "on" : "off", a.model.c_str());
+    std::printf("device    copy bandwidth %.0f GB/s (measured: device-to-device copies, read + write counted)\n", copy_gbs);
+    std::printf("context   %lld synthetic rows + %lld prompt tokens per sequence, %lld decode steps; floor at %.0f GB/s%s\n",
+                (long long)a.context, (long long)a.prompt_tokens, (long long)a.decode_steps, floor_gbs,
+                a.floor_gbs > 0 ? " (--floor-gbs)" : " (measured)");
     std::printf("%6s %10s %12s %12s %10s %12s %12s %8s\n", "batch", "prefill_s", "decode_tok/s", "step_ms", "warm_ms",
                 "floor_ms", "floor_tok/s", "floor%");
   }
   for (int64_t B : batches) {
-    std::vector<int> seqs;
-    std::vector<int32_t> next((size_t)B);
-    auto t0 = std::chrono::steady_clock::now();
-    for (int64_t b = 0; b < B; ++b) {
-      const int s = p.open_sequence();
-      seqs.push_back(s);
-      if (a.context > 0) p.append_synthetic_context(s, a.context, a.seed + (uint64_t)b);
-      std::vector<int32_t> prompt((size_t)a.prompt_tokens);
-      for (auto& t : prompt) t = pick(rng);
-      std::vector<float> lg = p.prefill(s, prompt);
-      next[(size_t)b] = argmax_lower(lg.data() + lg.size() - c.n_vocab, (size_t)c.n_vocab);
-    }
-    const double prefill_s = seconds_since(t0);
-    // Greedy picks made on the device (decode_step_greedy), as a server's greedy decode runs: scanning the
-    // B x 154880 logits on the host cost 0.5 ms (B = 1) to 3 ms (B = 8) per step of host time, measured with
-    // bench/gpu_trace.sh, during which the device idled.
-    auto step = [&] { next = p.decode_step_greedy(seqs, next); };
-    // Steps timed apart: the first (it allocates the kernels' scratch) and, with --graph, the capture (the
-    // step after it captures the step, instantiates the graph and replays it once), so that the timed steps
-    // are replays. Until 2026-12-02 the capture step was among the timed ones.
-    const int64_t replays0 = p.graph_replays();
-    int64_t untimed = 0;
-    t0 = std::chrono::steady_clock::now();
-    if (a.decode_steps > 0) {
-      step();
-      ++untimed;
-    }
-    // With --graph, every step up to the first replay (the capture's): normally the second, later where a
-    // workspace moved after the first (graph_step then warms again).
-    while (p.options().decode_graph && untimed < a.decode_steps && p.graph_replays() == replays0) {
-      step();
-      ++untimed;
-    }
-    const double warm_s = seconds_since(t0);
-    if (p.options().decode_graph && p.graph_replays() == replays0)
-      std::fprintf(stderr, "bench: B = %lld: the decode graph never replayed in %lld steps: no step was timed\n", (long long)B,
-                   (long long)a.decode_steps);
-    t0 = std::chrono::steady_clock::now();
-    if (a.step_by_step) {
-      for (int64_t st = untimed; st < a.decode_steps; ++st) step();
-    } else if (untimed < a.decode_steps) {
-      const auto picks = p.decode_steps_greedy(seqs, next, a.decode_steps - untimed);
-      if ((int64_t)picks.size() < a.decode_steps - untimed)
-        throw InputError("bench: B = " + std::to_string(B) + ": a decode step's logits were all NaN in a row (greedy pick -1)");
-      next = picks.back();
-    }
-    const double decode_s = seconds_since(t0);
-    const int64_t timed = a.decode_steps - untimed;
-    const double tps = timed > 0 ? (double)(B * timed) / decode_s : 0.0;
-    const double step_ms = timed > 0 ? 1e3 * decode_s / (double)timed : 0.0;
-    const StepBytes sb = step_bytes(f, c, B, a.context + a.prompt_tokens + a.decode_steps / 2);
-    const double floor_ms = 1e3 * (sb.weights + sb.cache) / (a.floor_gbs * 1e9);
-    const double floor_tps = 1e3 * (double)B / floor_ms;
-    for (int s : seqs) p.close_sequence(s);
-    rows.push_back(Json{{"batch", B}, {"greedy_pick", "device"}, {"steps_queued_ahead", p.options().decode_graph && !a.step_by_step},
-                        {"graph_replays_total", p.graph_replays()}, {"prefill_s", prefill_s}, {"warm_step_s", warm_s}, {"untimed_steps", untimed}, {"decode_steps_timed", timed},
-                        {"decode_s", decode_s}, {"decode_tokens_per_s", tps}, {"step_ms", step_ms},
-                        {"weight_bytes_per_step", sb.weights}, {"cache_bytes_per_step", sb.cache},
-                        {"floor_ms_per_step", floor_ms}, {"floor_tokens_per_s", floor_tps},
-                        {"percent_of_floor", step_ms > 0 ? 100.0 * floor_ms / step_ms : 0.0}});
+    const BatchRow r = run_batch(a, *b, B, rng, pick);
+    const double tps = r.timed > 0 ? (double)(B * r.timed) / r.decode_s : 0.0;
+    const double step_ms = r.timed > 0 ? 1e3 * r.decode_s / (double)r.timed : 0.0;
+    const StepBytes sb = step_bytes(f.tensors(), c, B, a.context + a.prompt_tokens + a.decode_steps / 2);
+    const ReadFloor fl = read_floor(sb, B, floor_gbs);
+    rows.push_back(Json{{"batch", B}, {"greedy_pick", "device"}, {"steps_queued_ahead", ds.decode_graph && !a.step_by_step},
+                        {"graph_replays_total", b->graph_replays()}, {"prefill_s", r.prefill_s}, {"warm_step_s", r.warm_s},
+                        {"untimed_steps", r.untimed}, {"decode_steps_timed", r.timed}, {"decode_s", r.decode_s},
+                        {"decode_tokens_per_s", tps}, {"step_ms", step_ms}, {"weight_bytes_per_step", sb.weights},
+                        {"cache_bytes_per_step", sb.cache}, {"floor_ms_per_step", fl.ms_per_step},
+                        {"floor_tokens_per_s", fl.tokens_per_s}, {"percent_of_floor", percent_of_floor(fl, step_ms)}});
     if (!a.json)
-      std::printf("%6lld %10.3f %12.1f %12.3f %10.3f %12.3f %12.1f %7.1f%%\n", (long long)B, prefill_s, tps, step_ms, 1e3 * warm_s,
-                  floor_ms, floor_tps, step_ms > 0 ? 100.0 * floor_ms / step_ms : 0.0);
+      std::printf("%6lld %10.3f %12.1f %12.3f %10.3f %12.3f %12.1f %7.1f%%\n", (long long)B, r.prefill_s, tps, step_ms,
+                  1e3 * r.warm_s, fl.ms_per_step, fl.tokens_per_s, percent_of_floor(fl, step_ms));
   }
   if (a.json) {
-    const Json j = {{"backend", "cuda"}, {"mode", "batched_decode"}, {"graph", p.options().decode_graph}, {"batch_invariant", p.options().batch_invariant}, {"devices", a.devices}, {"model", a.model},
-                    {"context", a.context}, {"prompt_tokens", a.prompt_tokens}, {"decode_steps", a.decode_steps},
-                    {"floor_gbs", a.floor_gbs}, {"overflow_check", false}, {"batches", rows}};
+    const Json j = {{"backend", "cuda"}, {"mode", "batched_decode"}, {"graph", ds.decode_graph}, {"batch_invariant", ds.batch_invariant},
+                    {"devices", a.devices}, {"model", a.model}, {"context", a.context}, {"prompt_tokens", a.prompt_tokens},
+                    {"decode_steps", a.decode_steps}, {"copy_gbs_measured", copy_gbs}, {"floor_gbs", floor_gbs},
+                    {"overflow_check", false}, {"batches", rows}};
     std::printf("%s\n", json_text(j, -1).c_str());
   }
-#endif
 }
 
 void run_bench(const BenchArgs& a) {
@@ -293,7 +282,8 @@ CommandRegistration reg(60, [](CLI::App& root) {
   sub->add_option("--batch", a->batch, "cuda: batched decode of B sequences at once, for each B of a list, e.g. 1,8,32,64");
   sub->add_option("--context", a->context, "--batch: synthetic cache rows per sequence before its prompt (decode at long context)")
       ->capture_default_str();
-  sub->add_option("--floor-gbs", a->floor_gbs, "--batch: bandwidth (GB/s) of the reported read floor")->capture_default_str();
+  sub->add_option("--floor-gbs", a->floor_gbs, "--batch: bandwidth (GB/s) of the reported read floor (0: the copy bandwidth measured on the device)")
+      ->capture_default_str();
   sub->add_flag("--graph", a->graph, "--batch: decode steps captured and replayed as CUDA graphs (one stage only)");
   sub->add_flag("--step-by-step", a->step_by_step,
                 "--batch: each timed step waits for its greedy picks before the next is queued (no overlap)");

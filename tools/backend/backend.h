@@ -35,6 +35,18 @@ struct BackendOptions {
   std::string fault;                 // negative control: "dense-attention" (both) or any optimized/faults.h name
   int64_t max_ctx = 4096;            // cuda: cache rows per layer
   std::vector<int> devices;          // cuda: the layer split's devices (empty: the current device alone; 0,0: virtual)
+  // cuda, batched decode (Backend's sequence API): sequence slots (0: none), decode steps as CUDA graphs, and the
+  // per-op overflow check (a server does not scan every op: `bench --batch` turns it off).
+  int64_t max_seqs = 0;
+  bool decode_graph = false;
+  bool overflow_check = true;
+};
+
+// What a backend's batched decode runs with: the options in force (environment overrides applied).
+struct DecodeSettings {
+  bool decode_graph = false;
+  bool batch_invariant = false;
+  std::string split;  // the layer split, e.g. "devices 0,0: layers 0-1 | 2-3" ("" without one)
 };
 
 // A pass over part of the model (the reference only): layers [l_begin, l_end), fed the token
@@ -77,7 +89,31 @@ class Backend {
   // its outputs by dataset name. Decisions are never recomputed downstream: attention uses the
   // `indexer_topk` it is given, experts the given `router_ids`.
   virtual Tensors replay(int layer, const std::string& op, const Tensors& in, int64_t pos0) = 0;
+
+  // ---- Batched decode, as a server runs it (the CUDA pipeline, with BackendOptions::max_seqs > 0): B independent
+  // sequences, each in a slot of one shared, paged cache, decoded one token each per step. The defaults throw
+  // NotSupported ("<name> backend: batched decode is not supported"): the reference has none.
+  virtual int open_sequence();
+  virtual void close_sequence(int seq);
+  // Appends n positions of pattern values (no model pass) to an open sequence: decode at a long context
+  // without prefilling it.
+  virtual void append_synthetic_context(int seq, int64_t n, uint64_t seed);
+  // Appends the tokens to the sequence in one pass; returns the logits of its last position [vocab].
+  virtual std::vector<double> prefill(int seq, std::span<const int32_t> ids);
+  // One token of each of B distinct open sequences in one pass; each row's greedy pick (core/argmax.h's rule; -1
+  // where the row's logits are all NaN), computed on the device.
+  virtual std::vector<int32_t> decode_step_greedy(std::span<const int> seqs, std::span<const int32_t> ids);
+  // n such steps, each step's picks the next one's tokens: picks [steps][B]; fewer steps when one picks -1.
+  virtual std::vector<std::vector<int32_t>> decode_steps_greedy(std::span<const int> seqs, std::span<const int32_t> ids,
+                                                                int64_t n);
+  // Decode steps run so far as a replay of a captured CUDA graph (BackendOptions::decode_graph).
+  virtual int64_t graph_replays() const;
+  virtual DecodeSettings decode_settings() const;
 };
+
+// The copy bandwidth of CUDA device `device` (-1: the current one) in GB/s, read and write counted, measured now
+// (the best of 5 device-to-device copies of 256 MiB; optimized/copy_bandwidth.h). NotSupported without CUDA.
+double measure_copy_bandwidth_gbs(int device);
 
 // "reference" or "cuda". Throws NotSupported (cuda without CUDA in the build or without a device),
 // InputError for a bad name, model or option.

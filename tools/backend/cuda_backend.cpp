@@ -2,6 +2,7 @@
 #include "core/error.h"
 #include "tools/backend/backend.h"
 #ifdef MLACONF_HAVE_CUDA
+#include "optimized/copy_bandwidth.h"
 #include "optimized/faults.h"
 #include "optimized/pipeline.h"
 #endif
@@ -9,6 +10,10 @@
 namespace mlaconf::be {
 #ifdef MLACONF_HAVE_CUDA
 namespace {
+
+// The bandwidth measurement (measure_copy_bandwidth_gbs): 256 MiB (far beyond any L2), the best of 5 copies.
+constexpr size_t kBandwidthCopyBytes = size_t{256} << 20;
+constexpr int kBandwidthRepeats = 5;
 
 class CudaBackend : public Backend {
  public:
@@ -35,11 +40,34 @@ class CudaBackend : public Backend {
     return out;
   }
 
+  int open_sequence() override { return p_.open_sequence(); }
+  void close_sequence(int seq) override { p_.close_sequence(seq); }
+  void append_synthetic_context(int seq, int64_t n, uint64_t seed) override { p_.append_synthetic_context(seq, n, seed); }
+  std::vector<double> prefill(int seq, std::span<const int32_t> ids) override {
+    const std::vector<float> lg = p_.prefill(seq, ids);  // [T, vocab]
+    if (lg.empty()) return {};
+    return std::vector<double>(lg.end() - vocab_, lg.end());
+  }
+  std::vector<int32_t> decode_step_greedy(std::span<const int> seqs, std::span<const int32_t> ids) override {
+    return p_.decode_step_greedy(seqs, ids);
+  }
+  std::vector<std::vector<int32_t>> decode_steps_greedy(std::span<const int> seqs, std::span<const int32_t> ids,
+                                                        int64_t n) override {
+    return p_.decode_steps_greedy(seqs, ids, n);
+  }
+  int64_t graph_replays() const override { return p_.graph_replays(); }
+  DecodeSettings decode_settings() const override {
+    return DecodeSettings{p_.options().decode_graph, p_.options().batch_invariant, p_.split_summary()};
+  }
+
  private:
   static cuda::PipelineOptions options(const BackendOptions& o) {
     cuda::PipelineOptions po;
     po.max_ctx = o.max_ctx;
     po.devices = o.devices;
+    po.max_seqs = o.max_seqs;
+    po.decode_graph = o.decode_graph;
+    po.overflow_check = o.overflow_check;
     return po;
   }
   std::string fault_;
@@ -57,9 +85,18 @@ std::unique_ptr<Backend> make_cuda_backend(const GgufFile& f, const ModelConfig&
   cuda::set_fault(o.fault);  // InputError for an unknown name; stays on for this process
   return std::make_unique<CudaBackend>(f, c, o);
 }
+
+double measure_copy_bandwidth_gbs(int device) {
+  std::string why;
+  if (!cuda::cuda_available(&why)) throw NotSupported("copy bandwidth: " + why);
+  return cuda::measure_copy_bandwidth_gbs(device, kBandwidthCopyBytes, kBandwidthRepeats);
+}
 #else
 std::unique_ptr<Backend> make_cuda_backend(const GgufFile&, const ModelConfig&, const BackendOptions&) {
   throw NotSupported("cuda backend: built without CUDA (configure with -DMLACONF_CUDA=ON and nvcc)");
+}
+double measure_copy_bandwidth_gbs(int) {
+  throw NotSupported("copy bandwidth: built without CUDA (configure with -DMLACONF_CUDA=ON and nvcc)");
 }
 #endif
 
