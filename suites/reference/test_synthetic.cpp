@@ -160,7 +160,7 @@ void run_case(const SynthCase& sc) {
   for (int l = 0; l < c.n_layer_run(); ++l) {
     const std::string lp = "layers/" + std::to_string(l) + "/";
     for (const char* n : {op::kAttnOut, op::kMlpOut, op::kOutputHidden}) cmp(l, n, lp + n);
-    if (c.indexer_full[l]) {
+    if (c.is_full_indexer_layer(l)) {
       cmp_ids(l, op::kIndexerTopk, lp + op::kIndexerTopk);
     } else {  // shared layer: the previous full layer's selection, exactly
       int src = static_cast<int>(c.indexer_source_layer(l));
