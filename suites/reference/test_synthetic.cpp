@@ -147,14 +147,14 @@ void run_case(const SynthCase& sc) {
     worst64 = std::max(worst64, e64);
     worst32 = std::max(worst32, r32.nmse);
     EXPECT_LE(e64, 1e-20) << path << " f64";
-    EXPECT_EQ(r32.verdict, "pass") << path << " f32: " << r32.note;
+    EXPECT_EQ(r32.verdict, fx::Verdict::Pass) << path << " f32: " << r32.note;
   };
   // Index sets: every row equal (no near-tie rows here: the judge without companion data).
   auto cmp_ids = [&](int layer, const char* name, const std::string& path) {
     const fx::Array want = read(path);
     for (const Capture* cap : {&c64, &c32}) {
       const fx::DatasetResult r = fx::judge_tensor(path, want, judged(*cap, layer, name), cap == &c64 ? "f64" : "f32");
-      EXPECT_EQ(r.verdict, "pass") << path << (cap == &c64 ? " f64: " : " f32: ") << r.note;
+      EXPECT_EQ(r.verdict, fx::Verdict::Pass) << path << (cap == &c64 ? " f64: " : " f32: ") << r.note;
     }
   };
   for (int l = 0; l < c.n_layer_run(); ++l) {
