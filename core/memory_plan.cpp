@@ -39,7 +39,7 @@ uint64_t layer_activations(const ModelConfig& c, int64_t l, int64_t U, int64_t C
   int64_t f32 = E /*x*/ + 2 * c.q_lora_rank /*qa, cq*/ + H * dq /*qb*/ + 2 * dlat /*kva, lat*/ + H * dlat /*qabs*/ +
                 H * dl /*att*/ + H * c.v_head() /*vout*/ + 3 * E /*ao, y, m*/;
   int64_t bytes_extra = H * dlat * 2;  // qabs as fp16
-  const bool full = l < static_cast<int64_t>(c.indexer_full.size()) ? static_cast<bool>(c.indexer_full[l]) : true;
+  const bool full = c.is_full_indexer_layer(l);
   if (full) {
     const int64_t Hi = c.indexer_n_head, Di = c.indexer_head_size;
     f32 += Hi * Di /*qi*/ + 2 * Di /*kraw, ki*/ + Hi /*wts*/ + C /*scores*/;
@@ -212,7 +212,7 @@ MemoryPlan plan_memory(const GgufFile& f, const ModelConfig& c, const MemoryPlan
       lc.weights += tensor_bytes(f, s.name);
       lc.dequant_scratch = std::max(lc.dequant_scratch, dequant_need(s, U));
     }
-    const bool full = l < static_cast<int64_t>(c.indexer_full.size()) ? static_cast<bool>(c.indexer_full[l]) : true;
+    const bool full = c.is_full_indexer_layer(l);
     lc.latent_cache = static_cast<uint64_t>(C) * B * c.latent_dim() * 2;
     lc.indexer_cache = full ? static_cast<uint64_t>(C) * B * c.indexer_head_size * 4 : 0;
     lc.activations = layer_activations(c, l, U, C);

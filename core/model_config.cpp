@@ -14,8 +14,20 @@ const char* arch_string(Arch a) { return a == Arch::DeepSeek32 ? "deepseek32" : 
 
 int64_t ModelConfig::indexer_source_layer(int64_t l) const {
   for (int64_t k = l; k >= 0; --k)
-    if (k < static_cast<int64_t>(indexer_full.size()) ? indexer_full[k] : true) return k;
+    if (is_full_indexer_layer(k)) return k;
   return 0;
+}
+
+bool ModelConfig::layer_is(LayerKind k, int64_t l) const {
+  switch (k) {
+    case LayerKind::Any: return true;
+    case LayerKind::Moe: return is_moe_layer(l);
+    case LayerKind::Dense: return is_dense_layer(l);
+    case LayerKind::FullIndexer: return is_full_indexer_layer(l);
+    case LayerKind::SharedIndexer: return is_shared_indexer_layer(l);
+    case LayerKind::GroupedMoe: return is_moe_layer(l) && n_expert_groups > 1;
+  }
+  return false;
 }
 
 ModelConfig ModelConfig::from_gguf(const GgufFile& f) {

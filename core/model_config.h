@@ -18,6 +18,16 @@ enum class Arch { GlmDsa, DeepSeek32 };
 // expert_gating_func values (llama.cpp LLAMA_EXPERT_GATING_FUNC_TYPE_*).
 enum class GatingFunc : int { Softmax = 1, Sigmoid = 2 };
 
+// The kinds of layer a dataset or a step of the forward pass belongs to (ModelConfig::layer_is).
+enum class LayerKind : uint8_t {
+  Any,
+  Moe,          // routed experts (l >= n_layer_dense_lead)
+  Dense,        // a dense MLP (the leading layers)
+  FullIndexer,  // computes its own indexer top-k
+  SharedIndexer,  // reuses the top-k of the previous full indexer layer
+  GroupedMoe,   // MoE with group-limited routing (n_expert_groups > 1)
+};
+
 struct ModelConfig {
   Arch arch = Arch::GlmDsa;
   std::string arch_name = "glm-dsa";  // the GGUF general.architecture string (key prefix)
@@ -71,7 +81,14 @@ struct ModelConfig {
   int64_t qk_head() const { return key_length_mla; }
   int64_t v_head() const { return value_length_mla; }
   int64_t n_layer_run() const { return n_layer - n_nextn_layer; }  // layers the forward pass runs
+  // Layer kinds: the one place that spells them (indexer_full absent or short = every layer full).
   bool is_moe_layer(int64_t l) const { return l >= n_layer_dense_lead; }
+  bool is_dense_layer(int64_t l) const { return !is_moe_layer(l); }
+  bool is_full_indexer_layer(int64_t l) const {
+    return l >= static_cast<int64_t>(indexer_full.size()) || l < 0 || indexer_full[static_cast<size_t>(l)];
+  }
+  bool is_shared_indexer_layer(int64_t l) const { return !is_full_indexer_layer(l); }
+  bool layer_is(LayerKind k, int64_t l) const;
   bool indexer_neox() const { return arch == Arch::DeepSeek32; }  // indexer RoPE style
   int64_t latent_dim() const { return kv_lora_rank + n_rot; }     // 576: one latent cache row
   // Layer whose top-k a layer uses (itself if full; else the previous full layer).

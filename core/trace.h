@@ -2,8 +2,9 @@
 //
 // The reference and the CUDA pipeline both report what each operation consumed and produced through
 // this interface; `capture` turns the records into fixture datasets. It is plumbing, not math, so it
-// lives in core/ and both halves may use it. Names are the fixture schema's dataset names
-// (fixtures/SCHEMA.md); op_names below is the one list of them.
+// lives in core/ and both halves may use it. Names are the fixture schema's dataset names: the rows of
+// the op registry (core/op_registry.h), which holds everything else about each; the constants below
+// spell the names the producers record (a test checks each is a registry row).
 #pragma once
 #include <cstdint>
 #include <string_view>
@@ -50,6 +51,7 @@ inline constexpr const char* kRouterLogits = "router_logits";      // [T, n_expe
 inline constexpr const char* kRouterIds = "router_ids";            // i32 [T, k]   ascending
 inline constexpr const char* kRouterWeights = "router_weights";    // [T, k]   same order, scaled
 inline constexpr const char* kRouterTopkGap = "router_topk_gap";   // [T]   k-th minus (k+1)-th selection score
+inline constexpr const char* kRouterGroupGap = "router_group_gap";  // [T]   group-limited routing gap
 inline constexpr const char* kExpertOut = "expert_out";            // [T, k, E]   each used expert's output (unweighted), router_ids order
 inline constexpr const char* kSharedExpertOut = "shared_expert_out";  // [T, E]
 inline constexpr const char* kMlpOut = "mlp_out";                  // [T, E]   MoE or dense MLP output
@@ -58,13 +60,6 @@ inline constexpr const char* kOutputHidden = "output_hidden";      // [T, E]   l
 inline constexpr const char* kFinalNorm = "final_norm";            // [T, E]
 inline constexpr const char* kLogits = "logits";                   // [T, vocab]
 
-// The per-layer names in the order a forward pass produces them: "the first op that diverged" means the
-// first in this order within the first diverging layer (compare's first_failure, the plot).
-inline constexpr const char* kForwardOrder[] = {
-    kInputHidden, kAttnNormOut, kQA, kQANorm, kQB, kQPeRope, kKvA, kKvLatent, kKPeRope, kLatentCache, kQAbsorbed,
-    kIndexerQ, kIndexerK, kIndexerWeights, kIndexerScores, kIndexerTopk, kIndexerTopkTie, kIndexerTopkGap,
-    kAttnLatentOut, kAttnVOut, kAttnOut, kFfnNormOut, kRouterLogits, kRouterIds, kRouterWeights, kRouterTopkGap,
-    "router_group_gap", kExpertOut, kSharedExpertOut, kMlpOut, kOutputHidden};
 }  // namespace op
 
 }  // namespace mlaconf

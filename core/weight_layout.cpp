@@ -36,7 +36,7 @@ std::vector<TensorSpec> layer_tensor_specs(const ModelConfig& c, int64_t l) {
   add(kKB, {c.qk_nope(), c.kv_lora_rank, H}, R::PerHead);
   add(kVB, {c.kv_lora_rank, c.v_head(), H}, R::PerHead);
   add(kAttnOut, {H * c.v_head(), E}, R::Matrix);
-  if (c.indexer_full.empty() || c.indexer_full[static_cast<size_t>(l)]) {
+  if (c.is_full_indexer_layer(l)) {
     add(kIdxQB, {c.q_lora_rank, c.indexer_n_head * c.indexer_head_size}, R::Matrix);
     add(kIdxK, {E, c.indexer_head_size}, R::Matrix);
     add(kIdxKNorm, {c.indexer_head_size}, R::Norm);

@@ -53,7 +53,7 @@ Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt)
   for (int64_t l = 0; l < c.n_layer_run(); ++l) {
     DeviceScope on(m.stage_dev[(size_t)m.layer_stage[(size_t)l]]);
     m.latent.emplace_back((size_t)m.ctx * c.latent_dim() * 2);
-    const bool full = l < (int64_t)c.indexer_full.size() ? (bool)c.indexer_full[l] : true;
+    const bool full = c.is_full_indexer_layer(l);
     m.ikeys.emplace_back(full ? (size_t)m.ctx * c.indexer_head_size * 4 : 0);
   }
   if (opt.max_seqs > 0) {  // batched decode: the shared paged pool and the slots' key regions
@@ -67,7 +67,7 @@ Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt)
     for (int64_t l = 0; l < c.n_layer_run(); ++l) {
       DeviceScope on(m.stage_dev[(size_t)m.layer_stage[(size_t)l]]);
       m.pool.emplace_back((size_t)m.pool_rows * c.latent_dim() * 2);
-      const bool full = l < (int64_t)c.indexer_full.size() ? (bool)c.indexer_full[l] : true;
+      const bool full = c.is_full_indexer_layer(l);
       m.skeys.emplace_back(full ? (size_t)opt.max_seqs * m.ctx * c.indexer_head_size * 4 : 0);
     }
     m.seqs.resize((size_t)opt.max_seqs);

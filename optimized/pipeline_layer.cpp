@@ -32,7 +32,7 @@ void Pipeline::Impl::layer(int64_t l, float* h, int64_t T, const int32_t* d_pos,
   // latent and the absorbed query. At B = 1 both streams are chains of small launches that leave most SMs idle,
   // and the indexer's is the longer. Elsewhere the parts run after the query path, in their order of old.
   const int64_t K = c.indexer_top_k;
-  const bool full = l < (int64_t)c.indexer_full.size() ? (bool)c.indexer_full[l] : true;
+  const bool full = c.is_full_indexer_layer(l);
   const int64_t Hi = c.indexer_n_head, Di = c.indexer_head_size;
   DeviceBuffer qi, wts;
   auto run_indexer_kw = [&] {

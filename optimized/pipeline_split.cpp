@@ -47,7 +47,7 @@ void Pipeline::Impl::enter_stage(int s, DeviceBuffer& h, int64_t n, std::vector<
   retired.push_back(std::move(h));
   h = std::move(moved);
   for (int64_t l = stage_layers[(size_t)s].first; l < stage_layers[(size_t)s].second; ++l) {
-    const bool full = l < (int64_t)c.indexer_full.size() ? (bool)c.indexer_full[l] : true;
+    const bool full = c.is_full_indexer_layer(l);
     const int64_t src = full ? l : c.indexer_source_layer(l);
     if (src < 0 || src >= l || !topk[(size_t)src].get() || topk_at[(size_t)src] == s) continue;
     DeviceBuffer t = tbuf(topk[(size_t)src].bytes());

@@ -264,7 +264,7 @@ Mat<S> moe_forward(LayerCtx<S>& L, const Mat<S>& y) {
   Route<S> r = moe_route<S>(logits, bias, rp);
   rec_i32(L.tr, L.l, op::kRouterIds, r.ids);  // our own decision, also when another is forced
   rec_vec(L.tr, L.l, op::kRouterTopkGap, r.gap);
-  if (!r.group_gap.empty()) rec_vec(L.tr, L.l, "router_group_gap", r.group_gap);
+  if (!r.group_gap.empty()) rec_vec(L.tr, L.l, op::kRouterGroupGap, r.group_gap);
   if (const int32_t* f = L.forced ? L.forced->experts_of(static_cast<int>(L.l), T, K) : nullptr) {
     r.ids = forced_rows(f, T, K, "router_ids", L.l, 0, [&](int64_t) { return c.n_expert - 1; });
     r.weights = route_weights<S>(logits, r.ids, rp);  // the weights that are used: those of the forced ids

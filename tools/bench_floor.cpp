@@ -19,7 +19,7 @@ StepBytes step_bytes(std::span<const TensorInfo> tensors, const ModelConfig& c, 
     else s.weights += (double)t.nbytes;
   }
   for (int64_t l = 0; l < c.n_layer_run(); ++l) {
-    const bool full = l < (int64_t)c.indexer_full.size() ? (bool)c.indexer_full[l] : true;
+    const bool full = c.is_full_indexer_layer(l);
     s.cache += (double)B * (double)std::min<int64_t>(c.indexer_top_k, L) * (double)c.latent_dim() * 2;
     if (full) s.cache += (double)B * (double)L * (double)c.indexer_head_size * 4;
   }

@@ -75,23 +75,23 @@ CaseAnswer answer_case(const fx::FixtureFile& E, const std::string& ec, be::Back
     if (!only_layers.empty() && !only_layers.count(l)) continue;
     if (l >= c.n_layer_run()) throw InputError(E.path() + ": case " + ec + " holds layer " + std::to_string(l) + ", beyond the model's layers");
     for (const be::OpSpec& s : be::op_table()) {
-      if (s.moe >= 0 && s.moe != (c.is_moe_layer(l) ? 1 : 0)) continue;
+      if (!c.layer_is(s.kind, l)) continue;
       if (!only_ops.empty() && !only_ops.count(s.op)) continue;
       bool have_inputs = true, wanted = false;
-      for (const char* n : s.inputs) have_inputs = have_inputs && E.has(ec, layer_path(l, n));
-      for (const char* n : s.outputs) wanted = wanted || E.has(ec, layer_path(l, n));
+      for (const std::string& n : s.inputs) have_inputs = have_inputs && E.has(ec, layer_path(l, n));
+      for (const std::string& n : s.outputs) wanted = wanted || E.has(ec, layer_path(l, n));
       if (!have_inputs || !wanted) continue;
       be::Tensors in;
-      for (const char* n : s.inputs) {
+      for (const std::string& n : s.inputs) {
         fx::Array x = E.read(ec, layer_path(l, n));
         in[n] = be::HostTensor{x.shape, std::move(x.v)};
       }
       be::Tensors out = eng.replay(l, s.op, in, pos0);
-      for (const char* n : s.outputs) {
+      for (const std::string& n : s.outputs) {
         const std::string p = layer_path(l, n);
         if (!E.has(ec, p)) continue;
         auto it = out.find(n);
-        if (it == out.end()) throw std::logic_error("op replay of " + std::string(s.op) + " did not produce " + n);
+        if (it == out.end()) throw std::logic_error("op replay of " + s.op + " did not produce " + n);
         fx::Array arr;
         arr.dtype = fx::storage_dtype(fx::spec_for(p)->cls);
         arr.shape = it->second.shape;

@@ -16,13 +16,15 @@
 // --backend both: the reference and the CUDA pipeline run side by side on the SAME prefix: at each
 // step both see the prompt plus the reference's tokens so far, and each picks its argmax. So every
 // step stays comparable after a first split. A step where they pick different tokens is a divergence;
-// it is a near-tie when the reference margin is < 0.05 (logit units): recorded, exit 0. Any other
+// it is a near-tie when the reference margin is within the judge's greedy margin at the precision of the
+// backend under test (fixtures/tolerances: the exact_ids class's margin, 0.1 logit for the CUDA pipeline's
+// f16; the rule of fx::judge_tokens): recorded, exit 0. Any other
 // divergence is a failure: exit 1. The first divergence is reported with both tokens and margins.
 //
 // Attribution (default with both; --no-attribution switches it off): a third run, the CUDA pipeline
 // FORCED onto the reference's decisions at every pass (indexer top-k rows, router ids), runs beside them
 // on the same prefix. Each divergence of the CUDA pipeline is then classified:
-//   near_tie       the reference's final-logit margin is < 0.05;
+//   near_tie       the reference's final-logit margin is within that margin;
 //   decision_flip  caused by an upstream decision taken the other way at a near-tie: the forced run
 //                  agrees with the reference at that step (evidence: the first differing decision of
 //                  the pipeline's own, with the reference's gap there);
@@ -66,9 +68,6 @@
 namespace mlaconf::cli {
 namespace {
 
-// A divergence below this reference margin (top-1 minus top-2, logit units) is a near-tie.
-constexpr double kNearTieMargin = 0.05;
-
 struct GenerateArgs {
   std::string model;
   std::string prompt_ids;
@@ -90,6 +89,14 @@ struct GenerateArgs {
 // larger than this (score units of the indexer / router) is not a near-tie: the judge's tie_gap at the
 // backend's storage precision (fixtures/tolerances: 5e-3 for the CUDA pipeline's f16).
 double decision_tie_gap(const be::Backend& b) { return fx::tolerance(fx::TolClass::Scores, b.precision()).tie_gap; }
+// A token divergence where the reference's top-1 minus top-2 logit is at most this is a near-tie: the judge's
+// greedy margin at the backend's precision (compare judges greedy cases with the same number).
+double near_tie_margin(const be::Backend& b) { return fx::tolerance(fx::TolClass::ExactIds, b.precision()).margin; }
+std::string fmt_bound(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2g", v);
+  return b;
+}
 
 std::vector<int32_t> parse_ids(const std::string& s) {
   const std::vector<int64_t> v = parse_int_list(s, "generate: --prompt-ids", 0, INT32_MAX, "a token id");
@@ -117,7 +124,8 @@ struct Divergence {
   double ref_margin, cuda_margin;
   int32_t forced_token = -1;  // the forced run's pick at this step (-1: not run)
   be::DecisionDiff flip;      // the pipeline's first own decision that differs from the reference's (so far)
-  bool near_tie() const { return ref_margin < kNearTieMargin; }
+  double margin_bound = 0;    // near_tie_margin of the backend under test
+  bool near_tie() const { return std::isfinite(ref_margin) && ref_margin <= margin_bound; }
   // near_tie | decision_flip | failure (see the header).
   std::string cls() const {
     if (near_tie()) return "near_tie";
@@ -242,7 +250,7 @@ void run(const GenerateArgs& a) {
       if (d.found && !first_flip.found) first_flip = d;
       if (a.force_decisions) decision_failures += d.rows_outside_ties;
       if (forced && !a.force_decisions) ft = argmax_lower(forced->forward(feed, nullptr, &ref_dec.decisions()));
-      if (gt != t) divs.push_back({step, t, gt, m, gm, ft, first_flip});
+      if (gt != t) divs.push_back({step, t, gt, m, gm, ft, first_flip, near_tie_margin(*test)});
     }
     if (a.verbose) {
       std::fprintf(stderr, "\nstep %lld: token %d%s margin %.6g", static_cast<long long>(step), t,
@@ -290,7 +298,7 @@ void run(const GenerateArgs& a) {
            {"cuda", gpu_s.json(test->describe())},
            {"first_divergence", first ? first->json() : Json(nullptr)},
            {"divergences", std::move(dl)},
-           {"near_tie_margin", kNearTieMargin},
+           {"near_tie_margin", near_tie_margin(*test)},
            {"forced_decisions", a.force_decisions},
            {"attribution", forced != nullptr},
            {"decision_failures", decision_failures},
@@ -328,7 +336,7 @@ void run(const GenerateArgs& a) {
                      static_cast<long long>(first->step), first->ref_token,
                      token_label(tk ? &*tk : nullptr, first->ref_token).c_str(), first->ref_margin, first->cuda_token,
                      token_label(tk ? &*tk : nullptr, first->cuda_token).c_str(), first->cuda_margin,
-                     first->near_tie()                   ? "near-tie (reference margin < 0.05)"
+                     first->near_tie()                   ? ("near-tie (reference margin <= " + fmt_bound(first->margin_bound) + ")").c_str()
                      : first->cls() == "decision_flip" ? "decision flip upstream (the forced run agrees here)"
                                                         : "FAILURE");
         std::fprintf(stderr, "generate: %zu divergent steps of %zu: %lld decision flips, %lld failures: %s\n", divs.size(),

@@ -148,7 +148,7 @@ ForcedDecisions decisions_of(const fx::FixtureFile& f, const std::string& cs, co
   ForcedDecisions d;
   for (int l = 0; l < c.n_layer_run(); ++l) {
     const std::string pre = "layers/" + std::to_string(l) + "/";
-    if (c.indexer_source_layer(l) == l) {
+    if (c.is_full_indexer_layer(l)) {
       const Array a = f.read(cs, pre + "indexer_topk");
       d.topk[l] = ints(a.v, 0, a.v.size());
     }
@@ -166,7 +166,7 @@ ForcedDecisions greedy_decisions(const fx::FixtureFile& f, const std::string& cs
   const int64_t U = ri.shape[2];
   int moe = 0;
   for (int l = 0; l < nl; ++l) {
-    if (c.indexer_source_layer(l) == l) d.topk[l] = ints(tk.v, (s * nl + l) * kK, kK);
+    if (c.is_full_indexer_layer(l)) d.topk[l] = ints(tk.v, (s * nl + l) * kK, kK);
     if (c.is_moe_layer(l)) d.experts[l] = ints(ri.v, (s * ri.shape[1] + moe++) * U, U);
   }
   return d;

@@ -142,7 +142,7 @@ ForcedDecisions differing(const ModelConfig& c, const MemTrace* own, int64_t T, 
   ForcedDecisions d;
   const int64_t K = c.n_expert_used;
   for (int64_t l = 0; l < c.n_layer_run(); ++l) {
-    if (c.indexer_source_layer(l) == l) {
+    if (c.is_full_indexer_layer(l)) {
       auto& v = d.topk[static_cast<int>(l)];
       for (int64_t t = 0; t < T; ++t) {
         const auto row = own ? other_topk_row(own->at(static_cast<int>(l), op::kIndexerTopk).i.data() + t * kTopK, pos0 + t, kTopK)

@@ -78,6 +78,7 @@ std::string Judgement::summary() const {
 }
 
 double reference_near_tie_margin() { return fx::tolerance(fx::TolClass::ExactIds, "f32").margin; }
+double cuda_near_tie_margin() { return fx::tolerance(fx::TolClass::ExactIds, "f16").margin; }
 
 Judgement judge(const std::vector<int32_t>& got, const std::vector<double>& got_margins,
                 const std::vector<int32_t>& want, const std::vector<double>& want_margins, bool same_prefix,

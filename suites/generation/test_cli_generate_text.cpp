@@ -100,7 +100,7 @@ void cli_both_case(const std::string& group, const std::string& fault) {
                          reference_near_tie_margin());
     // cuda's tokens are its picks on the reference's prefix: the same prefix as HF's while jr agrees.
     Judgement jc = judge(ints(json_numbers(gpu, "tokens")), json_numbers(gpu, "margins"), g.tokens, g.margins, false,
-                         kCudaNearTieMargin);
+                         cuda_near_tie_margin());
     std::printf("  reference vs HF: %s\n  cuda vs HF: %s\n", jr.summary().c_str(), jc.summary().c_str());
     EXPECT_FALSE(jr.failed()) << jr.summary();
     EXPECT_FALSE(jc.failed()) << jc.summary();
@@ -122,7 +122,7 @@ void cli_eos_case(const std::string& group) {
   GreedyCase g = read_greedy_case(tiny_oracle(), group);
   const size_t k = 2;  // HF's tokens[2] does not occur in tokens[0..2)
   ASSERT_EQ(std::count(g.tokens.begin(), g.tokens.begin() + k, g.tokens[k]), 0);
-  ASSERT_GT(g.margins[k], kCudaNearTieMargin);  // not a near-tie for either backend
+  ASSERT_GT(g.margins[k], cuda_near_tie_margin());  // not a near-tie for either backend
   TempDir tmp;
   const std::string model = (tmp.p / "eos.gguf").string();
   copy_gguf(tiny_model(), model, {.set_int = {{"tokenizer.ggml.eos_token_id", g.tokens[k]}}, .drop_prefix = {}});

@@ -115,7 +115,7 @@ bool OpCheck::tensor(const std::string& name, const std::string& precision, cons
   } else {
     const fx::DatasetResult v = fx::judge_tensor(name, make_array(fx::Dtype::F64, shape, expected),
                                                  make_array(fx::Dtype::F64, shape, actual), precision);
-    ok = v.verdict == "pass";
+    ok = v.verdict == fx::Verdict::Pass;
     char b[256];
     std::snprintf(b, sizeof b, "nmse %.3g max_rel %.3g cosine 1-%.3g over %lld values%s", v.nmse, v.max_rel, 1 - v.cosine,
                   (long long)v.n, ok ? "" : ": ");

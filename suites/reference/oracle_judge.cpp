@@ -110,7 +110,7 @@ std::map<std::string, double> check_differences(const fx::CompareReport& rep, co
   std::map<std::string, double> worst;
   for (const auto& r : rep.results) {
     const std::string src = source_of(r.path);
-    if (src.empty() || r.verdict != "info") continue;
+    if (src.empty() || r.verdict != fx::Verdict::Info) continue;
     const double bound = fx::tolerance(fx::tol_class_of(src.substr(src.rfind('/') + 1)), precision).max_rel;
     const double scale = E.has(cas, src) ? max_abs_finite(E.read(cas, src)) : 1.0;
     const double rel = scale > 0 ? r.max_abs / scale : r.max_abs;
@@ -136,7 +136,7 @@ void report(const fx::CompareReport& rep, const std::map<std::string, double>& d
       differ += r.rows - r.rows_equal;
       near_tie += r.rows_flagged;
       near_tie_differ += r.rows_flagged_differ;
-    } else if (r.verdict == "pass" || r.verdict == "fail") {
+    } else if (r.verdict == fx::Verdict::Pass || r.verdict == fx::Verdict::Fail) {
       Worst& x = w[r.op];
       x.nmse = std::max(x.nmse, r.nmse);
       x.max_rel = std::max(x.max_rel, r.max_rel);
@@ -198,12 +198,12 @@ void judge_dense_attention(const GgufFile& f, const ModelConfig& c, const std::s
     argmax_diff += argmax_lower(got.v.data() + t * V, V) != argmax_lower(want.v.data() + t * V, V);
   std::printf("[ judge ] dense attention %s %s logits: %s, nmse %.3e, max_rel %.3e, 1-cosine %.3e; greedy token differs on %lld of "
               "%lld positions\n",
-              oracle.substr(oracle.rfind('/') + 1).c_str(), cas.c_str(), r.verdict.c_str(), r.nmse, r.max_rel, 1 - r.cosine,
+              oracle.substr(oracle.rfind('/') + 1).c_str(), cas.c_str(), fx::verdict_name(r.verdict), r.nmse, r.max_rel, 1 - r.cosine,
               (long long)argmax_diff, (long long)want.shape[0]);
   if (expect_pass)
-    EXPECT_EQ(r.verdict, "pass") << "dense == sparse below top_k: " << r.note;
+    EXPECT_EQ(r.verdict, fx::Verdict::Pass) << "dense == sparse below top_k: " << r.note;
   else
-    EXPECT_EQ(r.verdict, "fail") << "the judge must catch attention that ignores the indexer";
+    EXPECT_EQ(r.verdict, fx::Verdict::Fail) << "the judge must catch attention that ignores the indexer";
 }
 
 }  // namespace mlaconf::test

@@ -147,20 +147,20 @@ void run_case(const SynthCase& sc) {
     worst64 = std::max(worst64, e64);
     worst32 = std::max(worst32, r32.nmse);
     EXPECT_LE(e64, 1e-20) << path << " f64";
-    EXPECT_EQ(r32.verdict, "pass") << path << " f32: " << r32.note;
+    EXPECT_EQ(r32.verdict, fx::Verdict::Pass) << path << " f32: " << r32.note;
   };
   // Index sets: every row equal (no near-tie rows here: the judge without companion data).
   auto cmp_ids = [&](int layer, const char* name, const std::string& path) {
     const fx::Array want = read(path);
     for (const Capture* cap : {&c64, &c32}) {
       const fx::DatasetResult r = fx::judge_tensor(path, want, judged(*cap, layer, name), cap == &c64 ? "f64" : "f32");
-      EXPECT_EQ(r.verdict, "pass") << path << (cap == &c64 ? " f64: " : " f32: ") << r.note;
+      EXPECT_EQ(r.verdict, fx::Verdict::Pass) << path << (cap == &c64 ? " f64: " : " f32: ") << r.note;
     }
   };
   for (int l = 0; l < c.n_layer_run(); ++l) {
     const std::string lp = "layers/" + std::to_string(l) + "/";
     for (const char* n : {op::kAttnOut, op::kMlpOut, op::kOutputHidden}) cmp(l, n, lp + n);
-    if (c.indexer_full[l]) {
+    if (c.is_full_indexer_layer(l)) {
       cmp_ids(l, op::kIndexerTopk, lp + op::kIndexerTopk);
     } else {  // shared layer: the previous full layer's selection, exactly
       int src = static_cast<int>(c.indexer_source_layer(l));

@@ -251,7 +251,7 @@ Tensors ReferenceReplay<S>::Impl::run(int l, const std::string& op, const Tensor
     out[op] = host(ref::swiglu_mlp<S>(y, W.mat(blk(l, wname::kGateShexp)), W.mat(blk(l, wname::kUpShexp)),
                                       W.mat(blk(l, wname::kDownShexp))),
                    {y.rows(), E});
-  } else if (op == op::kMlpOut && !c.is_moe_layer(l)) {
+  } else if (op == op::kMlpOut && c.is_dense_layer(l)) {
     Mat<S> y = M(op::kFfnNormOut, E);
     out[op] = host(ref::swiglu_mlp<S>(y, W.mat(blk(l, wname::kFfnGate)), W.mat(blk(l, wname::kFfnUp)), W.mat(blk(l, wname::kFfnDown))),
                    {y.rows(), E});
