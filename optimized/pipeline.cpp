@@ -11,7 +11,6 @@
 #include <optional>
 #include <utility>
 
-#include "core/env_switch.h"
 #include "core/error.h"
 #include "core/memory_plan.h"
 #include "core/weight_layout.h"
@@ -144,7 +143,7 @@ struct Pipeline::Impl {
     if (T == 0) return;
     const uint8_t* base = t.buf.as<uint8_t>() + (expert >= 0 ? expert * t.ne1 * t.row_bytes : 0);
     if (T <= opt.gemv_max_tokens || all_gemv || t.type == GgmlType::F32) {
-      gemv(t.type, base, t.ne1, t.ne0, x, y, T, 0, t.ne0, t.ne1);  // F32 weights (the router) stay in fp32
+      gemv(t.type, base, t.ne1, t.ne0, x, y, T, 0, t.ne0, t.ne1, opt.gemv);  // F32 weights (the router) stay in fp32
       return;
     }
     if (fp32 || opt.prefill == PipelineOptions::Prefill::Fp32)
@@ -369,7 +368,7 @@ struct Pipeline::Impl {
   void absorb(int64_t l, const float* qb, int64_t T, float* qabs) {
     const int64_t H = c.n_head, dn = c.qk_nope(), R = c.qk_rope(), dq = c.qk_head(), dl = c.kv_lora_rank, dlat = dl + R;
     const DevTensor& kb = L(l, wname::kKB);
-    gemv_per_head(kb.type, kb.buf.get(), dl, dn, H, qb, dq, qabs, dlat, T * H);
+    gemv_per_head(kb.type, kb.buf.get(), dl, dn, H, qb, dq, qabs, dlat, T * H, opt.gemv);
     copy2d(qabs + dl, dlat * 4, qb + dn, dq * 4, R * 4, T * H);
   }
   // The indexer in fp32 (its top-k is decided by near-ties that fp16 rounding flips). Its query: the
@@ -458,7 +457,7 @@ struct Pipeline::Impl {
   }
   void v_up(int64_t l, const float* att, int64_t T, float* vout) {
     const DevTensor& vb = L(l, wname::kVB);
-    apply_wuv(vb.type, vb.buf.get(), c.v_head(), c.kv_lora_rank, att, T, c.n_head, vout);
+    apply_wuv(vb.type, vb.buf.get(), c.v_head(), c.kv_lora_rank, att, T, c.n_head, vout, opt.gemv);
   }
   void o_proj(int64_t l, const float* vout, int64_t T, float* ao) { linear(L(l, wname::kAttnOut), vout, T, ao); }
   // a = input_hidden + attn_out (the caller adds) -> post-attention RMSNorm.
@@ -499,8 +498,7 @@ struct Pipeline::Impl {
   // B = 16 then); with v15's grouped passes of 4 slots in one column group the stack at B = 16 / 8 measured +11.1 /
   // +3.2 % grouped (H200, docs/PERF_H200.md v16). v11-v13 took 2 picks per expert.
   // MLACONF_GROUP_EXPERTS=0 / 1 turns it off / on at every size, for measurements; the bits are the same either way.
-  std::optional<bool> group_forced;  // MLACONF_GROUP_EXPERTS, read by the constructor
-  bool group_experts(int64_t n) const { return group_forced.value_or(4 * n >= c.n_expert); }
+  bool group_experts(int64_t n) const { return opt.group_experts.value_or(4 * n >= c.n_expert); }
   // Whether a one-token decode step runs layer l's shared expert as one more entry of the experts' launches
   // (expert_pairs with_shared): one shared expert whose three matrices have the experts' types and shapes, on
   // the GEMV that takes an id of -1 (gemv_experts_mma_ok). It saves three launches (and their x splits) per
@@ -520,7 +518,7 @@ struct Pipeline::Impl {
   bool experts_on_mma(int64_t l) const {
     for (const char* n : {wname::kGateExps, wname::kUpExps, wname::kDownExps}) {
       const DevTensor& t = L(l, n);
-      if (!gemv_experts_mma_ok(t.type, t.ne1, t.ne0) || !mma_aligned(t)) return false;
+      if (!gemv_experts_mma_ok(t.type, t.ne1, t.ne0, opt.gemv) || !mma_aligned(t)) return false;
     }
     return true;
   }
@@ -827,12 +825,12 @@ void Pipeline::Impl::expert_pairs(int64_t l, const float* y, int64_t T, const in
     gather_rows(y, E, toks.as<int32_t>(), n, E, xe.as<float>(), E);
     const int32_t *g = grp.as<int32_t>(), *cnt = ng.as<int32_t>();
     gemv_experts_grouped(gw.type, gw.buf.get(), gw.ne1 * gw.row_bytes, gw.ne1, gw.ne0, g, cnt, n, xe.as<float>(), E, ge.as<float>(),
-                         F, nullptr);
+                         F, nullptr, opt.gemv);
     gemv_experts_grouped(uw.type, uw.buf.get(), uw.ne1 * uw.row_bytes, uw.ne1, uw.ne0, g, cnt, n, xe.as<float>(), E, ue.as<float>(),
-                         F, nullptr);
+                         F, nullptr, opt.gemv);
     silu_gate(ge.as<float>(), ue.as<float>(), n * F, ge.as<float>());
     gemv_experts_grouped(dw.type, dw.buf.get(), dw.ne1 * dw.row_bytes, dw.ne1, dw.ne0, g, cnt, n, ge.as<float>(), F, eo, E,
-                         ord.as<int32_t>());
+                         ord.as<int32_t>(), opt.gemv);
     return;
   }
   // One token: every pair's x is y itself, read in place (x stride 0) instead of gathered into k copies;
@@ -845,10 +843,10 @@ void Pipeline::Impl::expert_pairs(int64_t l, const float* y, int64_t T, const in
     gather_rows(y, E, d_tok, n, E, xe.as<float>(), E);
     xp = xe.as<float>(), xs = E;
   }
-  gemv_experts(gw.type, gw.buf.get(), gw.ne1 * gw.row_bytes, d_ids, n, gw.ne1, gw.ne0, xp, xs, ge.as<float>(), F, gs);
-  gemv_experts(uw.type, uw.buf.get(), uw.ne1 * uw.row_bytes, d_ids, n, uw.ne1, uw.ne0, xp, xs, ue.as<float>(), F, us);
+  gemv_experts(gw.type, gw.buf.get(), gw.ne1 * gw.row_bytes, d_ids, n, gw.ne1, gw.ne0, xp, xs, ge.as<float>(), F, gs, opt.gemv);
+  gemv_experts(uw.type, uw.buf.get(), uw.ne1 * uw.row_bytes, d_ids, n, uw.ne1, uw.ne0, xp, xs, ue.as<float>(), F, us, opt.gemv);
   silu_gate(ge.as<float>(), ue.as<float>(), n * F, ge.as<float>());
-  gemv_experts(dw.type, dw.buf.get(), dw.ne1 * dw.row_bytes, d_ids, n, dw.ne1, dw.ne0, ge.as<float>(), F, eo, E, ds);
+  gemv_experts(dw.type, dw.buf.get(), dw.ne1 * dw.row_bytes, d_ids, n, dw.ne1, dw.ne0, ge.as<float>(), F, eo, E, ds, opt.gemv);
 }
 
 void Pipeline::Impl::experts(int64_t l, const float* y, int64_t T, const std::vector<int32_t>& ids, float* eo) {
@@ -962,27 +960,6 @@ Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt)
     throw NotSupported(f.path() + ": YaRN RoPE scaling (factor " + std::to_string(c.rope_scaling_factor) +
                      ") in the CUDA pipeline");
   Impl& m = *impl_;
-  if (const char* e = std::getenv("MLACONF_CUDA_PREFILL")) {
-    const std::string v = e;
-    if (v == "fp16") m.opt.prefill = PipelineOptions::Prefill::Fp16;
-    else if (v == "fp16x3") m.opt.prefill = PipelineOptions::Prefill::Fp16x3;
-    else if (v == "fp32") m.opt.prefill = PipelineOptions::Prefill::Fp32;
-    else throw InputError("MLACONF_CUDA_PREFILL must be fp16, fp16x3 or fp32, not '" + v + "'");
-  }
-  if (const char* e = std::getenv("MLACONF_CUDA_GEMV_MAX_TOKENS")) m.opt.gemv_max_tokens = std::atoll(e);
-  // The 0|1 switches (core/env_switch.h): the environment overrides the option; read before any work, so that a
-  // bad value stops the run at once.
-  auto env_option = [](const char* name, bool& option) {
-    if (const std::optional<bool> v = env_switch(name)) option = *v;
-  };
-  env_option("MLACONF_CUDA_GRAPH", m.opt.decode_graph);
-  env_option("MLACONF_CUDA_FUSED_KEY", m.opt.indexer_key_fused);
-  env_option("MLACONF_CUDA_INDEXER_Q_MAIN", m.opt.indexer_q_main);
-  env_option("MLACONF_CUDA_BATCH_INVARIANT", m.opt.batch_invariant);
-  m.group_forced = env_switch("MLACONF_GROUP_EXPERTS");
-  // The tensor-core GEMV's switches (MLACONF_MMA_*, read once per process) are read now too, not in a first step.
-  (void)gemv_mma_chain(), (void)gemv_mma_balance(), (void)gemv_mma_wide(), (void)gemv_mma_grouped_small(), (void)gemv_mma_xsmem(), (void)gemv_mma_xsmem_grouped(),
-      (void)gemv_mma_xwarp();
   if (opt.max_seqs < 0 || opt.max_seqs > 65535 || opt.page_rows < 1 || opt.pool_pages < 0 || opt.pass_arena_bytes < 0)
     throw InputError("PipelineOptions: max_seqs in [0, 65535], page_rows >= 1, pool_pages >= 0 and pass_arena_bytes >= 0");
   m.ctx = std::min<int64_t>(opt.max_ctx, c.n_ctx_train > 0 ? c.n_ctx_train : opt.max_ctx);

@@ -40,6 +40,7 @@
 #include "core/argmax.h"
 #include "tools/backend/backend.h"
 #include "tools/cli_devices.h"
+#include "tools/settings.h"
 #include "tools/command.h"
 #include "tools/validate.h"
 #ifdef MLACONF_HAVE_CUDA
@@ -60,12 +61,20 @@ struct BenchArgs {
   bool no_warmup = false;
   bool json = false;
   std::string devices;  // layer split (cuda)
+  std::string kernel_config;  // --kernel-config (tools/settings.h)
   std::string batch;    // batched decode: list of B (cuda)
   int64_t context = 0;  // synthetic context rows per sequence (--batch)
   double floor_gbs = 4229;  // bandwidth of the floor (the H200's copy bandwidth measured in docs/PERF_H200.md)
   bool graph = false;       // --batch: decode steps as CUDA graphs
   bool step_by_step = false;  // --batch: each timed step waits for its picks before the next is queued
 };
+
+// The kernel config as a JSON object, key by key (optimized/kernel_config.h).
+Json kernel_config_json(const cuda::KernelConfig& k) {
+  Json j = Json::object();
+  for (const auto& [key, v] : cuda::kernel_config_fields(k)) j[key] = v;
+  return j;
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -111,10 +120,11 @@ void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c
   if (ctx > c.n_ctx_train)
     throw InputError("bench: " + std::to_string(ctx) + " rows exceed the model's context " + std::to_string(c.n_ctx_train));
   cuda::PipelineOptions o;
+  static_cast<cuda::KernelConfig&>(o) = kernel_config(a.kernel_config);
   o.max_ctx = ctx;
   o.devices = devices;
   o.overflow_check = false;
-  o.decode_graph = a.graph;
+  if (a.graph) o.decode_graph = true;
   o.max_seqs = *std::max_element(batches.begin(), batches.end());
   cuda::Pipeline p(f, c, o);
   std::mt19937_64 rng(a.seed);
@@ -126,6 +136,7 @@ void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c
                 !p.options().decode_graph ? "off" : a.step_by_step ? "on, step by step" : "on, steps queued one ahead",
                 p.options().batch_invariant ? "on" : "off",
                 a.model.c_str());
+    std::printf("kernels   %s\n", cuda::to_string(p.options()).c_str());
     std::printf("context   %lld synthetic rows + %lld prompt tokens per sequence, %lld decode steps; floor at %.0f GB/s\n",
                 (long long)a.context, (long long)a.prompt_tokens, (long long)a.decode_steps, a.floor_gbs);
     std::printf("%6s %10s %12s %12s %10s %12s %12s %8s\n", "batch", "prefill_s", "decode_tok/s", "step_ms", "warm_ms",
@@ -197,7 +208,7 @@ void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c
                   floor_ms, floor_tps, step_ms > 0 ? 100.0 * floor_ms / step_ms : 0.0);
   }
   if (a.json) {
-    const Json j = {{"backend", "cuda"}, {"mode", "batched_decode"}, {"graph", p.options().decode_graph}, {"batch_invariant", p.options().batch_invariant}, {"devices", a.devices}, {"model", a.model},
+    const Json j = {{"backend", "cuda"}, {"mode", "batched_decode"}, {"graph", p.options().decode_graph}, {"batch_invariant", p.options().batch_invariant}, {"kernel_config", kernel_config_json(p.options())}, {"devices", a.devices}, {"model", a.model},
                     {"context", a.context}, {"prompt_tokens", a.prompt_tokens}, {"decode_steps", a.decode_steps},
                     {"floor_gbs", a.floor_gbs}, {"overflow_check", false}, {"batches", rows}};
     std::printf("%s\n", json_text(j, -1).c_str());
@@ -217,6 +228,7 @@ void run_bench(const BenchArgs& a) {
   require_regular_file(a.model, "--model");
   const std::vector<int> devices = parse_devices(a.devices);
   if (!devices.empty() && a.backend != "cuda") throw InputError("bench: --devices needs --backend cuda");
+  if (!a.kernel_config.empty() && a.backend != "cuda") throw InputError("bench: --kernel-config needs --backend cuda");
   if (!a.batch.empty() && a.backend != "cuda") throw InputError("bench: --batch needs --backend cuda");
   if (a.batch.empty() && (a.context != 0 || a.graph)) throw InputError("bench: --context and --graph need --batch");
   if (a.graph && !a.devices.empty()) throw InputError("bench: --graph runs on one stage (no --devices)");
@@ -234,6 +246,7 @@ void run_bench(const BenchArgs& a) {
   bo.expert_cache_gib = a.expert_cache_gib;
   bo.max_ctx = ctx;
   bo.devices = devices;
+  bo.kernels = kernel_config(a.kernel_config);
   std::unique_ptr<be::Backend> b = be::make_backend(a.backend, f, c, bo);
   std::mt19937_64 rng(a.seed);
   std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(c.n_vocab - 1));
@@ -260,7 +273,7 @@ void run_bench(const BenchArgs& a) {
   const double prefill_tps = a.prompt_tokens / prefill_s;
   const double decode_tps = a.decode_steps > 0 ? a.decode_steps / decode_s : 0.0;
   if (a.json) {
-    const Json j = {{"backend", a.backend},     {"devices", a.devices},     {"precision", a.backend == "cuda" ? "f16" : a.precision},
+    const Json j = {{"backend", a.backend},     {"devices", a.devices}, {"kernel_config", kernel_config_json(bo.kernels)},     {"precision", a.backend == "cuda" ? "f16" : a.precision},
                     {"model", a.model},         {"prompt_tokens", a.prompt_tokens},
                     {"decode_steps", a.decode_steps}, {"warmup_s", warm_s},
                     {"prefill_s", prefill_s},   {"prefill_tokens_per_s", prefill_tps},
@@ -268,6 +281,7 @@ void run_bench(const BenchArgs& a) {
     std::printf("%s\n", json_text(j, -1).c_str());
   } else {
     std::printf("backend   %s\nmodel     %s\n", b->describe().c_str(), a.model.c_str());
+    if (a.backend == "cuda") std::printf("kernels   %s\n", cuda::to_string(bo.kernels).c_str());
     if (!a.no_warmup) std::printf("warm-up   %.3f s (prefill + reset, not counted)\n", warm_s);
     std::printf("prefill   %lld tokens in %.3f s: %.1f tokens/s\n", static_cast<long long>(a.prompt_tokens), prefill_s,
                 prefill_tps);
@@ -290,6 +304,7 @@ CommandRegistration reg(60, [](CLI::App& root) {
   sub->add_flag("--no-warmup", a->no_warmup, "time the first pass too (includes lazy weight loading)");
   sub->add_flag("--json", a->json, "one JSON object on stdout");
   sub->add_option("--devices", a->devices, "cuda: layer split over these CUDA devices, e.g. 0,1 (0,0: virtual devices)");
+  add_kernel_config_option(sub, &a->kernel_config);
   sub->add_option("--batch", a->batch, "cuda: batched decode of B sequences at once, for each B of a list, e.g. 1,8,32,64");
   sub->add_option("--context", a->context, "--batch: synthetic cache rows per sequence before its prompt (decode at long context)")
       ->capture_default_str();

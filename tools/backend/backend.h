@@ -22,6 +22,7 @@
 #include "core/gguf.h"
 #include "core/model_config.h"
 #include "core/trace.h"
+#include "optimized/kernel_config.h"
 
 namespace mlaconf::be {
 
@@ -35,6 +36,7 @@ struct BackendOptions {
   std::string fault;                 // negative control: "dense-attention" (both) or any optimized/faults.h name
   int64_t max_ctx = 4096;            // cuda: cache rows per layer
   std::vector<int> devices;          // cuda: the layer split's devices (empty: the current device alone; 0,0: virtual)
+  cuda::KernelConfig kernels;        // cuda: kernel choices (--kernel-config over the MLACONF_* environment)
 };
 
 // A pass over part of the model (the reference only): layers [l_begin, l_end), fed the token

@@ -38,6 +38,7 @@ class CudaBackend : public Backend {
  private:
   static cuda::PipelineOptions options(const BackendOptions& o) {
     cuda::PipelineOptions po;
+    static_cast<cuda::KernelConfig&>(po) = o.kernels;
     po.max_ctx = o.max_ctx;
     po.devices = o.devices;
     return po;
