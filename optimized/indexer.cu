@@ -78,10 +78,10 @@ template <class In>
 void launch_scores(const In* q, const In* k, int64_t k_stride, const float* w, const int32_t* qpos, int64_t T, int64_t Hi,
                    int64_t Di, int64_t L, float* scores, const int64_t* k_off = nullptr) {
   if (Hi <= 0 || Di <= 0 || Di % 2 || Hi > 128 || Di > 512)
-    throw InputError("cuda::indexer_scores: not supported: " + std::to_string(Hi) + " heads x " + std::to_string(Di));
+    throw NotSupported("cuda::indexer_scores: " + std::to_string(Hi) + " heads x " + std::to_string(Di));
   if (T == 0 || L == 0) return;
   const size_t smem = (size_t)(Hi + kKeys) * (Di + 2) * sizeof(In) + Hi * 4 + 16;
-  if (smem > 99 * 1024) throw InputError("cuda::indexer_scores: not supported: shared memory for " + std::to_string(Hi) + " heads x " + std::to_string(Di));
+  if (smem > 99 * 1024) throw NotSupported("cuda::indexer_scores: shared memory for " + std::to_string(Hi) + " heads x " + std::to_string(Di));
   static size_t attr_smem[64] = {};  // the largest allowance set per device (no attribute call in a captured step)
   if (smem > attr_smem[current_device() & 63]) {
     MLACONF_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_kernel<In>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -1328,7 +1328,7 @@ void indexer_scores_f32_rows(const float* d_q, const float* d_k, const int64_t* 
 
 void indexer_scores_f32_simt(const float* d_q, const float* d_k, const int64_t* d_k_off, const float* d_w, const int32_t* d_qpos,
                              int64_t T, int64_t Hi, int64_t Di, int64_t L, float* d_scores) {
-  if (T > 65535) throw InputError("cuda::indexer_scores_f32_simt: not supported: more than 65535 rows");
+  if (T > 65535) throw NotSupported("cuda::indexer_scores_f32_simt: more than 65535 rows");
   launch_scores(d_q, d_k, 0, d_w, d_qpos, T, Hi, Di, L, d_scores, d_k_off);
 }
 
