@@ -283,7 +283,7 @@ void balanced_grid_case(GgmlType t, int64_t rows, int64_t cols, int B, int want_
   gemv_batch_check(kMma, t, rows, cols, B, 3100 + rows + cols + (int)t, 43 + B, no_emulation(), kMmaBound);
 }
 
-// The chained x split (gemv_mma_chain): a single matrix's split is a programmatic dependent of the kernel
+// The chained x split (one matrix, no expert ids): a single matrix's split is a programmatic dependent of the kernel
 // before it, which triggers at its start, so the split must wait for it before reading x. Here that kernel is
 // an rmsnorm over 4096 + B rows whose last B rows (its last CTAs) are x, the buffer filled with NaN first: a
 // split that read x early would read NaN. Chained, by direct launches or a graph's replays (memset, rmsnorm
