@@ -3,7 +3,7 @@
 // optimized/ kernels, core/ggml_types and cuBLAS only (no Eigen, HDF5 or CLI11), so that a GPU host
 // with nvcc alone can build it (bench/gpu_kernel_bench.sh).
 //
-// Method (docs/PERF_H200.md): inputs rotate over more than 200 MB (H200 L2: 60 MB), so no call reads
+// Method (docs/perf/method.md): inputs rotate over more than 200 MB (H200 L2: 60 MB), so no call reads
 // what the previous one left in L2; warm-up, then every call is enqueued back to back between CUDA
 // events and the median of the per-call times is reported. Every case has an explicit byte model (each
 // input read once, each output written once) and FLOP model; the floor is bytes / measured copy bandwidth.

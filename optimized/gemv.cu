@@ -62,7 +62,7 @@ __device__ __forceinline__ float nib(uint32_t word, int byte) {
 // Why this mapping: a kernel whose CTAs of 8-32 rows first summed all of x per sub-block (as many bytes of x
 // read from L2 as of weights), then reduced whole 256-value blocks in one dependent chain per thread, with all
 // of a CTA's loads issued at the start, reached 14 % of the copy floor at 2048 x 6144 (its phases did not
-// overlap; docs/PERF_H200_gemv_blocks.md).
+// overlap; docs/perf/gemv-blocks.md).
 // A CTA takes 8 rows and G groups of 8 lanes (blockDim = 8 G); lane r of a group works on row r, so the
 // 8 lanes of a group read the same x (one broadcast) and each its own row. A row's items are its 64-value
 // pieces: item i = 4 b + j is block b's sub-blocks 2j and 2j + 1 (its 32 qs bytes j: the low nibbles are

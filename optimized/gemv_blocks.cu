@@ -467,7 +467,7 @@ bool launch(const Args& a, int64_t groups, bool wide) {
     return false;
   const dim3 grid(ceil_div(a.n_rows, kRowsPerCta), (unsigned)groups);
   // Q8_0 keeps the mapping of one sub-block per lane (MODE 1): on the H200 the coalesced one was 2 % slower
-  // at B = 1 and 6 % at B = 8 for it (docs/PERF_H200_gemv_blocks.md).
+  // at B = 1 and 6 % at B = 8 for it (docs/perf/gemv-blocks.md).
   constexpr bool kLaneSub = TYPE == kQ8_0;
   // Short rows of 32-value blocks on per-entry matrices without ids (gemv_per_head, apply_wuv): a row per lane
   // (above). Not for one matrix or expert ids: an expert's matrix runs as one matrix in forward() and by id in a

@@ -13,7 +13,7 @@
 //   Q4_K: sc q in fp16 (<= 945, exact), from two nibbles per LOP3 and one HFMA2 (block_q4k), so a whole
 //         block accumulates in the tensor cores; per block y += d 2^-e C - dmin M, M the sub-blocks' m times
 //         their sums of x by one more mma. That took the block's hot loop from 561 to 374 instructions per warp
-//         at one x per pass against scaling each sub-block's partial (sm_90 SASS; docs/PERF_H200_gemv_blocks.md).
+//         at one x per pass against scaling each sub-block's partial (sm_90 SASS; docs/perf/gemv-blocks.md).
 //
 // Precision: x (fp32) is scaled per 256-value block by a power of two and split into two fp16 terms hi + lo
 // (lo the rounding of what hi left), and the 8 columns of an mma are (4 x) x (2 terms): lane t's two output
@@ -21,10 +21,10 @@
 // times a term is exact in the tensor core's fp32 accumulation; x itself is carried to ~2^-22 of its value
 // (bench/x_terms_error.py: at most 1.5e-8 of sum |w x| with 100x outliers, under the fp32 accumulation's own
 // 7e-8-1.4e-7). Why two terms and not three: with three 16-bit terms in 6 of the 8 columns (2 x per mma) the GEMV
-// was bound by its mma work per x from 16 x on, and torch's fp16 F.linear was 2-5x faster (docs/PERF_H200.md).
+// was bound by its mma work per x from 16 x on, and torch's fp16 F.linear was 2-5x faster (docs/perf/h200-2026-12-02.md).
 // Error against float64: suites/gpu test_gemv_mma measures it, including x from 2^-100 to 2^100. The default
 // for matrices of at least 1024 x 2048 (gemv_mma_by_default: on the H200 faster than the SIMT kernels there at
-// B = 8, and for Q6_K at B = 1; docs/PERF_H200_gemv_blocks.md).
+// B = 8, and for Q6_K at B = 1; docs/perf/gemv-blocks.md).
 //
 // Bit-identity across batches: a column's result depends only on its own x and the rows' weights (an mma
 // output element is the same function of its A row and B column whatever the other columns hold), and the
@@ -404,7 +404,7 @@ void launch_w(const MmaArgs& a, dim3 grid) {
     attr[dev] = true;
   }
   // A programmatic dependent launch (sm_90 and later): the CTAs start while split_x runs and stage their first
-  // weight blocks before griddepcontrol.wait (H200: 1-2.5 us less per call, docs/PERF_H200_gemv_blocks.md).
+  // weight blocks before griddepcontrol.wait (H200: 1-2.5 us less per call, docs/perf/gemv-blocks.md).
   launch_dependent(gemv_mma_kernel<TYPE, NCG, W, XS, XW>, grid, dim3(32 * W), smem, a);
   MLACONF_CUDA_LAUNCH_CHECK("gemv_mma_kernel");
 }
@@ -457,7 +457,7 @@ MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, b
   // CTAs of 8 (2048 x 6144 at B = 1 13.7 -> 12.6 us, at B = 8 29.8 -> 22.7 us: it has only 128 CTAs for 132
   // SMs). Grouped experts as the experts by id (the grid has a CTA row per group, so filling the SMs is not the
   // question, and one matrix's 8 warps left each warp 3 of the gate's 24 blocks). Beyond 128 tiles the split is
-  // the order of sums, so a function of the shape alone. (H200 measurements: docs/PERF_H200.md.)
+  // the order of sums, so a function of the shape alone. (H200 measurements: docs/perf/h200-2026-12-02.md.)
   const int64_t tiles = (n_rows + 15) / 16, nb = ncols / 256;
   int rt = tiles >= 132 * 8 ? 8 : tiles >= 132 * 4 ? 4 : tiles >= 132 * 2 ? 2 : 1;
   int ks = tiles > 128 ? kWarps / rt : shared && !grouped ? kWarps : kWarpsSmall;

@@ -15,7 +15,7 @@ namespace mlaconf::cuda {
 // Returns false (launches nothing) for other types, ncols not a multiple of 256, or misaligned pointers:
 // the caller then runs the SIMT kernels.
 // Whether the default GEMV (GemvKernel::Default) runs this shape here: Q4_K or Q6_K with at least 1024
-// rows and 2048 columns. Measured on the H200 (docs/PERF_H200_gemv_blocks.md): there the tensor cores are
+// rows and 2048 columns. Measured on the H200 (docs/perf/gemv-blocks.md): there the tensor cores are
 // 2-3x faster than SIMT at B = 8 and the Q6_K ones 1.3-1.5x at B = 1 too, except at 2048 rows, where one
 // matrix alone is 1.05-1.5x slower but the experts of that shape (by id) 1.3x faster; below (576 x 6144, the
 // 64 per-head 256 x 512 matrices) they lost at both B = 1 and 8. A rule of the shape, never of the batch.

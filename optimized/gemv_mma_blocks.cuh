@@ -21,7 +21,7 @@ namespace {
 constexpr int kWarps = 8, kWarpsSmall = 4;
 // Column groups per pass of a shared matrix: 2 (8 x), or 4 (16 x) where gemv_mma_cta says (from 33 x on, or x through
 // shared memory). With 4 x per group, passes of 8 x measured faster at 16-64 x on the H200 than passes of 16 x in 8
-// groups of 2 x, which decoded each weight less often (docs/PERF_H200.md).
+// groups of 2 x, which decoded each weight less often (docs/perf/h200-2026-12-02.md).
 constexpr int kMaxCg = 4, kMaxCgNarrow = 2;
 constexpr int kGroupedCg = 1;  // column groups of a grouped experts' pass (MmaArgs::groups): its 4 slots
 
@@ -29,7 +29,7 @@ template <int TYPE> struct MmaShape;
 // ts: block bytes; words: 16-byte words a row's block can span; slot: bytes per staged row (a multiple of
 // 16 that is 16 mod 128, so the 8 rows x 4 lanes of a fragment load hit 32 different banks).
 // stages: blocks in flight per warp. Q4_K: 2 (H200: faster than 3, or level, at every Q4_K case of kernel_bench;
-// 4 and 6 were slower than 3 for the experts; docs/PERF_H200_gemv_blocks.md).
+// 4 and 6 were slower than 3 for the experts; docs/perf/gemv-blocks.md).
 template <> struct MmaShape<kQ4_K> { static constexpr int ts = 144, words = 9, slot = 144, stages = 2; };
 template <> struct MmaShape<kQ6_K> { static constexpr int ts = 210, words = 14, slot = 272, stages = 2; };
 
@@ -252,7 +252,7 @@ __device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, 
     }
     // The rows' HFMA2 terms. One x per pass: the chunk's two sub-blocks from one pair. With 4 column groups
     // the pairs measured 6-9 % slower (B = 8, H200), so there each sub-block builds its own: the same values
-    // (docs/PERF_H200_gemv_blocks.md).
+    // (docs/perf/gemv-blocks.md).
     ScaleTerms pair0[2], pair1[2];
     if constexpr (NCG == 1) chunk_terms(sc0, sc1, ch, pair0, pair1);
 #pragma unroll

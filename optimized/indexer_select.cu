@@ -53,7 +53,7 @@ constexpr float kBoundAbs = 1.01f / 33554432.f;  // 2^-25
 constexpr float kHalfMax = 65504.f;
 constexpr int kBoundWarps = 8;
 // Keys per refine CTA, by shape: 256 (one per thread) where the rows' CTAs would not fill the GPU twice over
-// with 1024 (B = 1: many CTAs, each refining few keys), else 1024 (H200, docs/PERF_H200.md: B = 1 at 32K 58.3 ->
+// with 1024 (B = 1: many CTAs, each refining few keys), else 1024 (H200, docs/perf/h200-2026-12-02.md: B = 1 at 32K 58.3 ->
 // 46.9 us with 256; B = 16 at 128K 484 -> 592 us).
 constexpr int kRefineKeysSmall = 256, kRefineKeysLarge = 1024;
 constexpr int kRefineWarps = 8;

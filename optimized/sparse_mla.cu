@@ -367,7 +367,7 @@ __global__ void __launch_bounds__(128 * G, 2 / G) sparse_mla_rows(MmaParams p) {
 // own launch. Up to kMaxAutoSplits splits (the automatic split's most) every load of the thread is issued
 // before any is used, one latency from L2: a loop whose weighted sums sat behind a per-split branch kept
 // the partials' loads in it (sm_90 SASS: 4-5 dependent rounds of LDG.128 for 16 splits), and in the B = 1 decode
-// step the merge ended ~4.4 us after the split kernel (H200 trace, docs/PERF_H200.md). The same sums in the same
+// step the merge ended ~4.4 us after the split kernel (H200 trace, docs/perf/h200-2026-12-03.md). The same sums in the same
 // order either way.
 __global__ void __launch_bounds__(128) sparse_mla_mma_merge(const float* __restrict__ o_part, const float* __restrict__ m_part,
                                                             const float* __restrict__ l_part, int n_splits, int H,
@@ -490,11 +490,11 @@ void sparse_mla(const SparseMlaArgs& a) {
   // The tensor-core kernel copies 16-byte pieces of rows: it needs a 16-byte aligned cache.
   if (a.d_qk == kMmaDqk && a.d_v == kMmaDv && reinterpret_cast<uintptr_t>(a.cache) % 16 == 0) {
     // 32 heads per CTA from plans of 8 queries (a row gathered once for two head groups: B = 8 / 32 / 64
-    // -8 / -13 / -17 %), 16 below (B = 1: 15.9 against 17.7 us; H200, docs/PERF_H200.md). The two give the
+    // -8 / -13 / -17 %), 16 below (B = 1: 15.9 against 17.7 us; H200, docs/perf/h200-2026-12-02.md). The two give the
     // same bits at the same split, and the automatic split is the same for both (half the CTAs, half the
     // resident places), so the choice never changes a result. (A kernel of 64 heads per CTA, with the score
     // exchange and the softmax repeated by the 4 warps of a head group, was slower at every batch measured and
-    // was removed.)
+    // was removed; docs/perf/h200-2026-12-01.md, v6.)
     const int64_t plan = a.plan_queries > 0 ? a.plan_queries : a.T;
     const int hpc = a.heads_per_cta != 0 ? a.heads_per_cta : plan >= 8 ? 32 : 16;
     if (hpc == 32) launch_mma<2>(a, dense, entries);
