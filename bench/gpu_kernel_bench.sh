@@ -15,7 +15,8 @@ NVCC="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 ARCH="${BENCH_ARCH:-90}"
 B=build-bench-sm$ARCH
 mkdir -p "$B"
-SRCS="bench/kernel_bench.cu optimized/sparse_mla.cu optimized/gemv.cu optimized/gemv_blocks.cu optimized/gemv_float.cu optimized/gemv_mma.cu optimized/indexer.cu optimized/dequant.cu
+SRCS="bench/kernel_bench.cu optimized/sparse_mla.cu optimized/sparse_mla_simt.cu optimized/gemv.cu optimized/gemv_blocks.cu optimized/gemv_float.cu optimized/gemv_mma.cu optimized/gemv_mma_x.cu
+      optimized/indexer_scores.cu optimized/indexer_topk.cu optimized/indexer_select.cu optimized/dequant.cu
       optimized/runtime.cu optimized/faults.cu optimized/ops.cu optimized/paged.cu optimized/route.cu"
 FLAGS="-std=c++20 -O3 -I. --expt-relaxed-constexpr -lineinfo --fmad=true -gencode arch=compute_$ARCH,code=sm_$ARCH"
 stale=0

@@ -292,72 +292,18 @@ void random_q4k(DeviceBuffer* w, int64_t n_mats, int64_t rows, int64_t cols) {
   for (int64_t i = 0; i < n_mats; ++i) w->upload(h.data(), per, (size_t)i * per);  // same bytes, distinct addresses
 }
 
-// Variant suffix of a case name (optimized/api.h, set_gemv_variant): none for the default kernels (tensor cores
-// or SIMT by the shape), v1 the v1 SIMT kernels, deep the SIMT v2 kernels with more loads in flight (Q4_K: two
-// items ahead; block kernel: two 256-value passes unrolled), mma Q4_K and Q6_K on the tensor cores at every
-// shape, simt the SIMT v2 kernels at every shape.
-std::string variant_tag(int v) {
+// Kernels suffix of a case name (KernelConfig::gemv, optimized/kernel_config.h): none for the default kernels
+// (tensor cores or SIMT by the shape), mma Q4_K and Q6_K on the tensor cores at every shape, simt the SIMT kernels
+// at every shape.
+std::string variant_tag(GemvKernel v) {
   switch (v) {
-    case kGemvV1: return ",variant=v1";
-    case kGemvDeep: return ",variant=deep";
-    case kGemvMma: return ",variant=mma";
-    case kGemvSimt: return ",variant=simt";
+    case GemvKernel::Mma: return ",variant=mma";
+    case GemvKernel::Simt: return ",variant=simt";
     default: return "";
   }
 }
-// The variants timed on every case (the same inputs).
-constexpr int kVariants[] = {kGemvDefault, kGemvV1, kGemvDeep, kGemvMma, kGemvSimt};
-// The default kernels once more with the tensor-core GEMV's CTA shapes of v11 (set_gemv_mma_balance(false)),
-// where the balanced shape differs (gemv_mma_cta): ",grid=v11" rows beside the default's, in one run.
-template <class F>
-void time_grid_v11(GgmlType t, int64_t rows, int64_t cols, int B, const std::string& stem, F&& row) {
-  if (!gemv_mma_by_default(t, rows, cols)) return;
-  const bool was = gemv_mma_balance();  // MLACONF_MMA_BALANCE=0 leaves it off for the other rows
-  const MmaCta now = gemv_mma_cta(rows, cols, B, true, false);
-  set_gemv_mma_balance(false);
-  if (gemv_mma_cta(rows, cols, B, true, false).rt != now.rt) row(stem + ",grid=v11)");
-  set_gemv_mma_balance(was);
-}
-
-// The default kernels once more with passes of 16 x and of 8 x on a shared matrix (set_gemv_mma_wide(true / false);
-// the default takes 16 from 33 x on), where they differ from the default (more than 8 x, a warp streaming at least 8
-// blocks): ",passes=16x" / ",passes=8x" rows beside the default's, in one run.
-template <class F>
-void time_passes_16x(GgmlType t, int64_t rows, int64_t cols, int B, const std::string& stem, F&& row) {
-  if (!gemv_mma_by_default(t, rows, cols) || B <= 8) return;
-  const std::optional<bool> was = gemv_mma_wide();  // MLACONF_MMA_WIDE=0|1 fixes it for the other rows too
-  const int cg = gemv_mma_cta(rows, cols, B, true, false).cg;
-  for (const bool wide : {true, false}) {
-    set_gemv_mma_wide(wide);
-    if (gemv_mma_cta(rows, cols, B, true, false).cg != cg) row(stem + (wide ? ",passes=16x)" : ",passes=8x)"));
-  }
-  set_gemv_mma_wide(was);
-}
-
-// The default kernels once more with one of the tensor-core GEMV's switches off, where the default takes its path
-// (`takes`): a row named stem + tag beside the default's, in one run; the switch as it was afterwards.
-template <class F>
-void time_switch_off(bool takes, const char* tag, bool (*get)(), void (*set)(bool), const std::string& stem, F&& row) {
-  if (!takes) return;
-  const bool was = get();
-  set(false);
-  row(stem + tag);
-  set(was);
-}
-// Without x through shared memory (set_gemv_mma_xsmem(false): v15's passes of 8 x, each warp loading x), where the
-// default stages it (K not split, more than 8 x): ",xsmem=0" rows.
-template <class F>
-void time_xsmem_off(GgmlType t, int64_t rows, int64_t cols, int B, const std::string& stem, F&& row) {
-  time_switch_off(gemv_mma_by_default(t, rows, cols) && gemv_mma_cta(rows, cols, B, true, false).xs, ",xsmem=0)", gemv_mma_xsmem,
-                  set_gemv_mma_xsmem, stem, row);
-}
-// With each lane loading x inside the block (set_gemv_mma_xwarp(false): v16), where the default stages it per warp
-// (gemv_mma_xwarp_pass: one x on a Q4_K matrix): ",xwarp=0" rows.
-template <class F>
-void time_xwarp_off(GgmlType t, int64_t rows, int64_t cols, int B, const std::string& stem, F&& row) {
-  time_switch_off(gemv_mma_by_default(t, rows, cols) && gemv_mma_xwarp_pass(t, B, true, false), ",xwarp=0)", gemv_mma_xwarp,
-                  set_gemv_mma_xwarp, stem, row);
-}
+// The kernels timed on every case (the same inputs).
+constexpr GemvKernel kVariants[] = {GemvKernel::Default, GemvKernel::Mma, GemvKernel::Simt};
 
 // B x vectors on one rows x cols Q4_K matrix (batched decode: every sequence's token through the same
 // weights; B = 1 is plain decode), rotating over a pool of matrices. Bytes: the matrix once, B x, B y.
@@ -371,22 +317,14 @@ void q4k_case(int64_t rows, int64_t cols, int B) {
   random_q4k(&w, pool, rows, cols);
   DeviceBuffer x = random_f32((size_t)B * cols, 2), y((size_t)B * rows * 4);
   const uint8_t* wp = w.as<uint8_t>();
-  auto time_row = [&](const std::string& name) {  // under the variant and CTA shapes set now
+  for (GemvKernel variant : kVariants) {
     const double us = time_us([&](int i) {
-      gemv(GgmlType::Q4_K, wp + (size_t)(i % pool) * (size_t)mat_bytes, rows, cols, x.as<float>(), y.as<float>(), B, 0, cols, rows);
+      gemv(GgmlType::Q4_K, wp + (size_t)(i % pool) * (size_t)mat_bytes, rows, cols, x.as<float>(), y.as<float>(), B, 0, cols, rows,
+           variant);
     });
-    report({name, "gemv", "rotating " + std::to_string(pool) + " matrices, " + std::to_string(B) + " x on one matrix", us,
+    report({stem + variant_tag(variant) + ")", "gemv", "rotating " + std::to_string(pool) + " matrices, " + std::to_string(B) + " x on one matrix", us,
             mat_bytes + B * (cols + rows) * 4.0, 2.0 * rows * cols * B});
-  };
-  for (int variant : kVariants) {
-    set_gemv_variant(variant);
-    time_row(stem + variant_tag(variant) + ")");
-    set_gemv_variant(0);
   }
-  time_grid_v11(GgmlType::Q4_K, rows, cols, B, stem, time_row);
-  time_passes_16x(GgmlType::Q4_K, rows, cols, B, stem, time_row);
-  time_xsmem_off(GgmlType::Q4_K, rows, cols, B, stem, time_row);
-  time_xwarp_off(GgmlType::Q4_K, rows, cols, B, stem, time_row);
 }
 
 // The 8 used experts of each of `tokens` tokens (distinct within a token), drawn at random from a pool of
@@ -416,23 +354,13 @@ void q4k_experts_case(int64_t rows, int64_t cols) {
   const std::vector<int32_t> ids = draw_expert_ids(rng, pool, 64);  // 64 calls' sets
   DeviceBuffer x = to_device(hx), y((size_t)8 * rows * 4), d_ids = to_device(ids);
   const uint8_t* wp = w.as<uint8_t>();
-  // Each variant, then the default with x loaded inside the block (",xwarp=0"; the default stages it per warp).
-  const bool was = gemv_mma_xwarp();
-  for (int variant : kVariants) {
-    for (const bool xw : {true, false}) {
-      if (!xw && variant != 0) continue;
-      set_gemv_variant(variant);
-      set_gemv_mma_xwarp(xw);
-      const double us = time_us([&](int i) {
-        gemv_experts(GgmlType::Q4_K, wp, (int64_t)mat_bytes, d_ids.as<int32_t>() + (i % 64) * 8, 8, rows, cols, x.as<float>(), 0,
-                     y.as<float>(), rows);
-      });
-      set_gemv_variant(0);
-      set_gemv_mma_xwarp(was);
-      report({stem + variant_tag(variant) + (xw ? ")" : ",xwarp=0)"), "gemv_experts",
-              "8 of " + std::to_string(pool) + " experts, random per call", us, 8 * mat_bytes + cols * 4.0 + 8 * rows * 4.0,
-              8 * 2.0 * rows * cols});
-    }
+  for (GemvKernel variant : kVariants) {
+    const double us = time_us([&](int i) {
+      gemv_experts(GgmlType::Q4_K, wp, (int64_t)mat_bytes, d_ids.as<int32_t>() + (i % 64) * 8, 8, rows, cols, x.as<float>(), 0,
+                   y.as<float>(), rows, nullptr, variant);
+    });
+    report({stem + variant_tag(variant) + ")", "gemv_experts", "8 of " + std::to_string(pool) + " experts, random per call", us,
+            8 * mat_bytes + cols * 4.0 + 8 * rows * 4.0, 8 * 2.0 * rows * cols});
   }
 }
 
@@ -460,13 +388,11 @@ void q4k_experts_batch_case(int64_t rows, int64_t cols, int B) {
   }
   DeviceBuffer x = to_device(hx), y((size_t)n * rows * 4), d_ids = to_device(ids);
   const uint8_t* wp = w.as<uint8_t>();
-  for (int variant : kVariants) {
-  set_gemv_variant(variant);
+  for (GemvKernel variant : kVariants) {
   const double us = time_us([&](int i) {
     gemv_experts(GgmlType::Q4_K, wp, (int64_t)mat_bytes, d_ids.as<int32_t>() + (i % kSets) * n, n, rows, cols, x.as<float>(),
-                 cols, y.as<float>(), rows);
+                 cols, y.as<float>(), rows, nullptr, variant);
   });
-  set_gemv_variant(0);
   report({stem + variant_tag(variant) + ")", "gemv_experts",
           std::to_string(n) + " entries, " + std::to_string((int)distinct) + " distinct experts on average", us,
           distinct * mat_bytes + n * (cols + rows) * 4.0, n * 2.0 * rows * cols});
@@ -478,15 +404,9 @@ void q4k_experts_batch_case(int64_t rows, int64_t cols, int B) {
   std::vector<int32_t> tok((size_t)n);
   for (int64_t j = 0; j < n; ++j) tok[j] = (int32_t)j;
   DeviceBuffer d_tok = to_device(tok), ord((size_t)n * 4), ts((size_t)n * 4), grp((size_t)n * 16), ng(4), xs((size_t)n * cols * 4);
-  // Three times: the default (an expert's gate / up, up to 128 row tiles, split over 4 warps in CTAs of 4; the down
-  // in CTAs of 2 row tiles sharing x through shared memory, v16), with each warp loading x (",xsmem=0";
-  // set_gemv_mma_xsmem_grouped(false): the same CTAs for the gate / up), and the gate / up over 8 warps in CTAs of 8
-  // (",cta=v13", set_gemv_mma_grouped_small(false)).
-  const bool was = gemv_mma_grouped_small(), was_xs = gemv_mma_xsmem_grouped();
-  for (const int config : {0, 1, 2}) {
-    const bool small = config != 2;
-    set_gemv_mma_grouped_small(small);
-    set_gemv_mma_xsmem_grouped(config == 0);
+  // An expert's gate / up (up to 128 row tiles) split over 4 warps in CTAs of 4; the down in CTAs of 2 row tiles
+  // sharing x through shared memory.
+  {
     const double gus = time_us([&](int i) {
       group_pairs(d_ids.as<int32_t>() + (i % kSets) * n, d_tok.as<int32_t>(), n, ord.as<int32_t>(), ts.as<int32_t>(),
                   grp.as<int32_t>(), ng.as<int32_t>());
@@ -494,9 +414,7 @@ void q4k_experts_batch_case(int64_t rows, int64_t cols, int B) {
       gemv_experts_grouped(GgmlType::Q4_K, wp, (int64_t)mat_bytes, rows, cols, grp.as<int32_t>(), ng.as<int32_t>(), n,
                            xs.as<float>(), cols, y.as<float>(), rows, ord.as<int32_t>());
     });
-    set_gemv_mma_grouped_small(was);
-    set_gemv_mma_xsmem_grouped(was_xs);
-    report({stem + (config == 0 ? ",grouped)" : config == 1 ? ",grouped,xsmem=0)" : ",grouped,cta=v13)"), "gemv_experts",
+    report({stem + ",grouped)", "gemv_experts",
             std::to_string(n) + " entries grouped by expert (group_pairs + gather + gemv_experts_grouped), " +
                 std::to_string((int)distinct) + " distinct experts on average",
             gus, distinct * mat_bytes + n * (cols + rows) * 4.0, n * 2.0 * rows * cols});
@@ -509,14 +427,14 @@ void gemv_cases() {
   for (int B : {1, 8})
     for (const auto& sh : shapes) q4k_case(sh[0], sh[1], B);
   // A server's batch: q_b and the dense FFN's gate / up at 16, 32 and 64 x (passes of 16 x from 33 x on where a warp
-  // streams at least 8 blocks; ",passes=16x" / ",passes=8x" the other width), and
+  // streams at least 8 blocks), and
   // kv_a (576 x 6144, below the tensor-core GEMV's default shapes: its ",variant=mma" row beside the SIMT default).
   for (int B : {16, 32, 64})
     for (const auto& sh : {std::array<int64_t, 2>{16384, 2048}, std::array<int64_t, 2>{12288, 6144}, std::array<int64_t, 2>{576, 6144}})
       q4k_case(sh[0], sh[1], B);
   for (const auto& sh : {std::array<int64_t, 2>{2048, 6144}, std::array<int64_t, 2>{6144, 2048}}) q4k_experts_case(sh[0], sh[1]);
-  // 8 and 16 tokens: grouped in the pipeline since v16 (one pick per 4 experts; v14-v15: per expert, 32 tokens for
-  // GLM-5), where v15's grouped passes were level with the experts by id at 8 (docs/perf/h200-2026-12-02.md v15's Next).
+  // 8 and 16 tokens: grouped in the pipeline (from one pick per 4 experts on average), where grouped passes were level
+  // with the experts by id at 8.
   for (int B : {8, 16, 32, 64}) q4k_experts_batch_case(2048, 6144, B);
   q4k_experts_batch_case(6144, 2048, 64);  // the down (beyond 128 row tiles: K over 2 warps, CTAs of 2 row tiles)
 }
@@ -562,22 +480,13 @@ void gemv_block_case(GgmlType t, int64_t rows, int64_t cols, int B) {
   random_mats(&w, t, pool, rows, cols, 11);
   DeviceBuffer x = random_f32((size_t)B * cols, 5), y((size_t)B * rows * 4);
   const uint8_t* wp = w.as<uint8_t>();
-  auto time_row = [&](const std::string& name) {  // under the variant and CTA shapes set now
+  for (GemvKernel variant : kVariants) {
     const double us = time_us([&](int i) {
-      gemv(t, wp + (size_t)(i % pool) * (size_t)mat_bytes, rows, cols, x.as<float>(), y.as<float>(), B, 0, cols, rows);
+      gemv(t, wp + (size_t)(i % pool) * (size_t)mat_bytes, rows, cols, x.as<float>(), y.as<float>(), B, 0, cols, rows, variant);
     });
-    report({name, "gemv_blocks", "rotating " + std::to_string(pool) + " matrices, " + std::to_string(B) + " x on one matrix", us,
+    report({stem + variant_tag(variant) + ")", "gemv_blocks", "rotating " + std::to_string(pool) + " matrices, " + std::to_string(B) + " x on one matrix", us,
             mat_bytes + B * (cols + rows) * 4.0, 2.0 * rows * cols * B});
-  };
-  for (int variant : kVariants) {
-    set_gemv_variant(variant);
-    time_row(stem + variant_tag(variant) + ")");
-    set_gemv_variant(0);
   }
-  time_grid_v11(t, rows, cols, B, stem, time_row);
-  time_passes_16x(t, rows, cols, B, stem, time_row);
-  time_xsmem_off(t, rows, cols, B, stem, time_row);
-  time_xwarp_off(t, rows, cols, B, stem, time_row);
 }
 
 // Per-head matrices as the pipeline runs them at decode (T tokens x H heads, entry b on head b % H):
@@ -592,12 +501,11 @@ void gemv_per_head_case(GgmlType t, int64_t rows, int64_t cols, int64_t H, int64
   random_mats(&w, t, pool * H, rows, cols, 13);
   DeviceBuffer x = random_f32((size_t)T * H * cols, 6), y((size_t)T * H * rows * 4);
   const uint8_t* wp = w.as<uint8_t>();
-  for (int variant : kVariants) {
-  set_gemv_variant(variant);
+  for (GemvKernel variant : kVariants) {
   const double us = time_us([&](int i) {
-    gemv_per_head(t, wp + (size_t)(i % pool) * (size_t)set_bytes, rows, cols, H, x.as<float>(), cols, y.as<float>(), rows, T * H);
+    gemv_per_head(t, wp + (size_t)(i % pool) * (size_t)set_bytes, rows, cols, H, x.as<float>(), cols, y.as<float>(), rows, T * H,
+                  variant);
   });
-  set_gemv_variant(0);
   report({stem + variant_tag(variant) + ")", "gemv_blocks", "rotating " + std::to_string(pool) + " head sets", us,
           set_bytes + T * H * (cols + rows) * 4.0, 2.0 * rows * cols * H * T});
   }
@@ -611,9 +519,8 @@ void gemv_block_cases() {
     gemv_block_case(GgmlType::Q8_0, 6144, 16384, B);
     gemv_block_case(GgmlType::Q5_K, 6144, 16384, B);
   }
-  // The head and attn_output at a server's batch: the head stages x in shared memory from 9 x on, in passes of 16 x
-  // (",xsmem=0": each warp loading x, passes of 8); attn_output takes passes of 16 x from 33 x on (",passes=16x" /
-  // ",passes=8x": the other width).
+  // The head and attn_output at a server's batch: the head stages x in shared memory from 9 x on, in passes of 16 x;
+  // attn_output takes passes of 16 x from 33 x on.
   for (int B : {16, 32, 64}) {
     gemv_block_case(GgmlType::Q6_K, 154880, 6144, B);
     gemv_block_case(GgmlType::Q6_K, 6144, 16384, B);
@@ -882,10 +789,9 @@ void checks() {
   if (!family_wanted("sparse_mla")) return;
   check_sparse_mla(1, 0, 0);
   check_sparse_mla(3, 16, 0);
-  check_sparse_mla(3, 64, 0);
-  check_sparse_mla(2, 64, 2048);  // no split: the direct epilogue
+  check_sparse_mla(2, 32, 2048);  // no split: the direct epilogue
   check_sparse_mla(2, 16, 48);    // many splits: the merge kernel
-  check_sparse_mla(4, 64, 512);   // 4 splits: merged by the last CTA
+  check_sparse_mla(4, 32, 512);   // 4 splits: merged by the last CTA
   check_sparse_mla(2, 16, 2048);  // sparse_mla_rows: no split, and 4 splits merged by the last CTA
   check_sparse_mla(4, 16, 512);
   check_sparse_mla(36, 0, 0);     // automatic: 32 heads per CTA, no split
@@ -930,15 +836,9 @@ int main(int argc, char** argv) {
     sparse_mla_case(1, 32768);
     sparse_mla_case(64, 32768);
     // The configuration space around the automatic choice (16 heads per CTA: sparse_mla_rows).
-    sparse_mla_case(64, 32768, 64);
-    sparse_mla_case(64, 32768, 64, 2048);  // no split: 64 CTAs
-    sparse_mla_case(1, 32768, 64);
-    for (int64_t split : {128, 512}) sparse_mla_case(1, 32768, 64, split);
     for (int64_t split : {32, 64, 128, 256, 512}) sparse_mla_case(1, 32768, 16, split);
     sparse_mla_case(8, 32768);
-    sparse_mla_case(8, 32768, 64);
     sparse_mla_case(32, 32768);
-    sparse_mla_case(32, 32768, 64);
     // The other of 16 and 32 heads per CTA (automatic: 32 from 8 queries) at each batch; and the stack's plan of
     // one query (16 splits of 128 rows at any batch: bit-identical to the query alone) at B = 64 with both.
     sparse_mla_case(1, 32768, 32);

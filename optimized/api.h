@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/ggml_types.h"
+#include "optimized/kernel_config.h"
 
 #ifdef __CUDACC__
 #define MLACONF_HD __host__ __device__
@@ -205,8 +206,10 @@ void dequantize_host(GgmlType t, const uint8_t* src, int64_t n, float* dst);
 // ---- fused dequant GEMV and prefill GEMM (optimized/gemv.cu) --------------------------------------
 // y[b][r] = sum_c W_b[r][c] * x[b][c].  W_b: n_rows rows of ncols values of type t, read directly as
 // ggml blocks, at d_w + b * w_batch_stride bytes; x_b = d_x + b * x_stride (f32), y_b = d_y + b * y_stride.
+// k: which kernels (KernelConfig::gemv; the pipeline passes its options', suites/gpu pins the one it checks).
 void gemv(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const float* d_x, float* d_y,
-          int64_t batch = 1, int64_t w_batch_stride = 0, int64_t x_stride = 0, int64_t y_stride = 0);
+          int64_t batch = 1, int64_t w_batch_stride = 0, int64_t x_stride = 0, int64_t y_stride = 0,
+          GemvKernel k = GemvKernel::Default);
 // All used experts of a token (or of a batch) in one launch: y_j = W[ids[j]] x_j for j < n, where
 // expert e's matrix (n_rows x ncols, type t) starts at d_w + e * expert_stride bytes and ids [n] is on
 // the device; x_j = d_x + j * x_stride (0: one x for all), y_j = d_y + j * y_stride.
@@ -214,10 +217,10 @@ void gemv(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const floa
 // run as one more entry of the launch, with the bits it has alone. Only where gemv_experts_mma_ok says so.
 void gemv_experts(GgmlType t, const void* d_w, int64_t expert_stride, const int32_t* d_ids, int64_t n, int64_t n_rows,
                   int64_t ncols, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride,
-                  const void* d_w_alt = nullptr);
+                  const void* d_w_alt = nullptr, GemvKernel k = GemvKernel::Default);
 // Whether gemv_experts takes d_w_alt, and gemv_experts_grouped runs, for this type and shape under the current
-// kernel variant (the tensor-core GEMV runs both).
-bool gemv_experts_mma_ok(GgmlType t, int64_t n_rows, int64_t ncols);
+// kernels k (the tensor-core GEMV runs both).
+bool gemv_experts_mma_ok(GgmlType t, int64_t n_rows, int64_t ncols, GemvKernel k = GemvKernel::Default);
 // The (token, expert) pairs of a batched decode step grouped by expert, so that an expert picked by several
 // tokens decodes its weights once for them (gemv_experts_grouped): n pairs (ids [n] expert ids, tok [n] their
 // token rows) stably sorted by expert id into slots, ord [n] (slot s holds pair ord[s]) and tok_sorted [n]
@@ -233,66 +236,11 @@ void group_pairs(const int32_t* d_ids, const int32_t* d_tok, int64_t n, int32_t*
 // a launch sized for n groups (the count stays on the device: a CUDA graph can hold it).
 void gemv_experts_grouped(GgmlType t, const void* d_w, int64_t expert_stride, int64_t n_rows, int64_t ncols,
                           const int32_t* d_groups, const int32_t* d_n_groups, int64_t n, const float* d_x, int64_t x_stride,
-                          float* d_y, int64_t y_stride, const int32_t* d_out_rows);
+                          float* d_y, int64_t y_stride, const int32_t* d_out_rows, GemvKernel k = GemvKernel::Default);
 // Per-head GEMV: y[b] = W[b % H] x[b] for b < batch; W[h] (rows x cols, type t) at d_w + h * rows * row bytes;
 // x[b] = d_x + b * x_stride, y[b] = d_y + b * y_stride.
 void gemv_per_head(GgmlType t, const void* d_w, int64_t rows, int64_t cols, int64_t H, const float* d_x, int64_t x_stride,
-                   float* d_y, int64_t y_stride, int64_t batch);
-// Kernel variant of gemv / gemv_experts / gemv_per_head (kernel_bench times each on the same shapes in
-// one run; suites/gpu pins the kernel it checks; the pipeline never calls this):
-//   kGemvDefault: Q4_K and Q6_K on the tensor cores where gemv_mma_by_default says so (by the shape alone,
-//                 never by the batch), the SIMT kernels elsewhere;
-//   kGemvV1:      the v1 SIMT kernels (Q4_K gemv_q4k_kernel with its per-CTA x pre-pass; the block kernel
-//                 with one sub-block per lane);
-//   kGemvDeep:    the SIMT v2 kernels with more loads in flight (the same fp32 orders as kGemvSimt);
-//   kGemvMma:     Q4_K and Q6_K on the tensor cores at every shape (gemv_mma.cu; suites/gpu test_gemv_mma);
-//   kGemvSimt:    the SIMT v2 kernels at every shape (the orders suites/gpu emulates bit for bit).
-// MLACONF_GEMV_VARIANT=N sets it for a process.
-constexpr int kGemvDefault = 0, kGemvV1 = 1, kGemvDeep = 2, kGemvMma = 3, kGemvSimt = 4;
-void set_gemv_variant(int v);
-int gemv_variant();
-// The tensor-core GEMV's CTA size for matrices beyond 128 row tiles: balanced over the SMs (default; v12 in
-// docs/perf/README.md) or v11's rule (false; MLACONF_MMA_BALANCE=0 for a process). The bits are the same either
-// way; kernel_bench times both, suites/gpu compares them.
-void set_gemv_mma_balance(bool on);
-bool gemv_mma_balance();
-// A shared matrix's passes on the tensor cores where a warp streams at least 8 blocks: 16 x from 33 x on, else 8
-// (unset: the default since v16 in docs/perf/h200-2026-12-02.md), 16 at every batch (true; MLACONF_MMA_WIDE=1 for a process:
-// v14's rule) or 8 at every batch (false; MLACONF_MMA_WIDE=0: v15's). The bits are the same either way (a column's
-// result depends only on its x and the rows); kernel_bench times them side by side.
-void set_gemv_mma_wide(std::optional<bool> on);
-std::optional<bool> gemv_mma_wide();
-// Grouped experts' matrices of up to 128 row tiles (an expert's gate and up) split K over 4 warps in CTAs of 4,
-// each warp taking two of the 8 chunks as the experts by id do (default; v14), or over 8 warps in CTAs of 8
-// (false; MLACONF_MMA_GROUPED_SMALL=0: v13). The same order of sums, so the same bits.
-void set_gemv_mma_grouped_small(bool on);
-bool gemv_mma_grouped_small();
-// Where K is not split over warps (ks = 1: GLM-5's output head) and a shared matrix has more than 8 x, each CTA of 8
-// warps stages x in shared memory once and its warps read it there, in passes of 16 x (default since v16 in
-// docs/perf/README.md); false (MLACONF_MMA_XSMEM=0 for a process): v15's passes of 8 x, each warp loading x from L1 /
-// L2. The same bits either way (suites/gpu gemv_mma.xsmem_bits); kernel_bench times both.
-void set_gemv_mma_xsmem(bool on);
-bool gemv_mma_xsmem();
-// Grouped experts' matrices of more than 128 row tiles in CTAs of 2 (the down): the 2 warps of each K part share its
-// x through shared memory (default since v16); false (MLACONF_MMA_XSMEM_GROUPED=0): each warp loads x (v15). The
-// same CTAs and order of sums, so the same bits (suites/gpu gemv_mma.experts_grouped(...,xsmem=0|1)); kernel_bench
-// times both.
-void set_gemv_mma_xsmem_grouped(bool on);
-bool gemv_mma_xsmem_grouped();
-// A Q4_K pass of one live x slot (the experts by id; one matrix at one x) has each warp copy its blocks' x (that slot's
-// two columns) by cp.async with the weights and read it from shared memory (default since v17 in
-// docs/perf/README.md); false (MLACONF_MMA_XWARP=0): each lane loads its fragments from L1 / L2 inside the block (a
-// shared pass at one x with its 3 slots of zero padding). The same bits either way (suites/gpu gemv_mma.xwarp_bits);
-// kernel_bench times both.
-void set_gemv_mma_xwarp(bool on);
-bool gemv_mma_xwarp();
-// The tensor-core GEMV's x split, chained (default; v13 in docs/perf/h200-2026-12-02.md): for one matrix (no expert ids) it
-// is launched as a programmatic dependent of the kernel before it, which triggers at its start (rmsnorm, the
-// SiLU gate, the Q4_K SIMT GEMV), so that the split and the GEMV's CTAs launch while that kernel runs and the
-// GEMV stages its first weight blocks meanwhile. MLACONF_MMA_CHAIN=0 (or false here): the split starts after
-// that kernel, as before. The bits are the same either way (suites/gpu gemv_mma.chained).
-void set_gemv_mma_chain(bool on);
-bool gemv_mma_chain();
+                   float* d_y, int64_t y_stride, int64_t batch, GemvKernel k = GemvKernel::Default);
 // Y [T, n_rows] f32 = X [T, ncols] f16 times W^T, W [n_rows, ncols] f16 row-major: cuBLAS, fp32 accumulate.
 void gemm_f16(const uint16_t* d_x, const uint16_t* d_w, int64_t T, int64_t n_rows, int64_t ncols, float* d_y);
 // Prefill linear: dequantize W to an fp16 scratch buffer, then gemm_f16. X [T, ncols] f32 is split into
@@ -372,9 +320,8 @@ int64_t count_nonfinite(const float* d_x, int64_t n);
 //
 // d_qk = 576, d_v = 512 (GLM-5, DeepSeek V3.2) run a tensor-core kernel (mma.sync, ldmatrix): a CTA
 // takes 16 or 32 heads of one query (heads_per_cta 16 or 32; 0: 32 from plans of 8 queries, else 16; rows by
-// bulk copies, each warp scoring 8 rows of a tile over all dims for 16 heads, the same bits either way) or
-// 64 (rows by cp.async, each read once for all 64 heads, the dims split over 4 warps; slower at every batch
-// measured, kept as a variant) and a split of its list; up to 4 split-K
+// bulk copies, each warp scoring 8 rows of a tile over all dims for 16 heads, the same bits either way) and a
+// split of its list; up to 4 split-K
 // partials are merged by the last CTA of each (query, head block), more by a merge kernel. Other sizes
 // run a SIMT kernel.
 struct SparseMlaArgs {
@@ -396,7 +343,7 @@ struct SparseMlaArgs {
 void sparse_mla(const SparseMlaArgs& a);
 // out_v [T, H, v] = per head W_UV[h] (v x d_v, type t, ggml blocks, head stride in bytes) times latent [T, H, d_v].
 void apply_wuv(GgmlType t, const void* d_wuv, int64_t v, int64_t d_v, const float* d_latent, int64_t T, int64_t H,
-               float* d_out);
+               float* d_out, GemvKernel k = GemvKernel::Default);
 
 // ---- test data made on the device (a multi-GB cache is filled without a host copy) --------------------
 // The f16 bits of pattern value (row, col) under `seed`: uniform in about [-1, 1], the same on host and device.
@@ -439,7 +386,7 @@ struct RouteArgs {
   int32_t* tok = nullptr;
   // route_experts only: ids[T * k] = -1 too (ids then holds T k + 1), the shared expert as one more entry of the
   // experts' launch (a one-token step). Written by the routing's own launch: in a traced decode step a memset node
-  // for it held the graph's next kernel back 4-9 us (H200, docs/perf/h200-2026-12-02.md v18).
+  // for it held the graph's next kernel back 4-9 us (H200, docs/PERF_H200.md v18).
   bool shared_tail = false;
 };
 void route_experts(const RouteArgs& a);

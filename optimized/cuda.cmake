@@ -12,8 +12,9 @@ target_include_directories(mlaconf_optimized PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(mlaconf_optimized PUBLIC mlaconf_core CUDA::cudart_static CUDA::cublas)
 target_compile_options(mlaconf_optimized PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo --expt-relaxed-constexpr -Xcompiler=-Wall,-Wno-unused-parameter>)
-# Kernel code must never contract a*b+c where the reference rounds twice (dequant is bit-exact);
-# kernels that want FMA use fmaf explicitly.
+# --fmad=true (nvcc's default, stated): a plain a*b+c in kernel code may become one FMA. Where the bits must match
+# a reference that rounds twice (dequant, routing) the kernels use the _rn intrinsics (MUL_RN / ADD_RN in
+# common.cuh, __fmul_rn, __fadd_rn), which nvcc never contracts; where they want an FMA they say fmaf.
 target_compile_options(mlaconf_optimized PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--fmad=true>)
 target_compile_definitions(mlaconf_optimized PUBLIC MLACONF_HAVE_CUDA=1)
 # The kernel benchmark (bench/kernel_bench.cu), built here (this folder's CUDA 20 set-up) so that it

@@ -7,7 +7,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "core/error.h"
 #include "optimized/api.h"
@@ -20,17 +19,6 @@
 #include "optimized/iq_grids.cuh"
 
 namespace mlaconf::cuda {
-
-namespace {
-// MLACONF_GEMV_VARIANT selects a variant for a whole process (a debugging and measuring knob; kernel_bench
-// sets it per case; api.h lists them: kGemvDefault .. kGemvSimt).
-int g_gemv_variant = [] {
-  const char* v = std::getenv("MLACONF_GEMV_VARIANT");
-  return v && v[0] >= '1' && v[0] - '0' <= kGemvSimt && !v[1] ? v[0] - '0' : kGemvDefault;  // kGemvSimt: the last variant
-}();
-}
-int gemv_variant() { return g_gemv_variant; }
-void set_gemv_variant(int v) { g_gemv_variant = v; }
 
 namespace {
 
@@ -66,139 +54,16 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(int type, const uint
 }
 
 // ---- Q4_K GEMV (the quantization GLM-5 GGUFs use for their large matrices) -------------------------
-// A CTA takes kQ4Rows(R) rows of one matrix; thread tid works on row tid % R and on the blocks
-// tid / R, tid / R + 256 / R, ..., so the 8 lanes of a quarter-warp share a block index and read the
-// same 16 bytes of x (one broadcast) while each streams its own row's 144-byte block with nine 16-byte
-// loads. Each sub-block of 32 values contributes d*sc * sum(q x) - dmin*m * sum(x); the sums of x per
-// sub-block are computed once per CTA into shared memory. Nibbles become floats exactly by the
-// 2^23 trick (byte in the mantissa of 2^23, minus 2^23). Matrix b of the batch is ids[b] (or b % w_count).
-// batch_major: grid (batch, row blocks), so that the CTAs of one row block over the whole batch run
-// together and its weights come from L2 after the first (batched decode); the arithmetic is the same.
-constexpr int kQ4Threads = 256;
-constexpr int kQ4MaxSub = 4096;  // sub-blocks of x in shared memory: ncols <= 131072
-
+// Nibbles become floats exactly by the 2^23 trick (byte in the mantissa of 2^23, minus 2^23).
 __device__ __forceinline__ float nib(uint32_t word, int byte) {
   return __uint_as_float(__byte_perm(word, 0x4B000000u, (uint32_t)byte | 0x7540u)) - 8388608.f;
 }
 
-template <int R>
-__global__ void __launch_bounds__(kQ4Threads) gemv_q4k_kernel(const uint8_t* __restrict__ w, int64_t n_rows, int nb,
-                                                              const int32_t* __restrict__ ids, int64_t w_count, int64_t mat_stride,
-                                                              const float* __restrict__ x, int64_t x_stride,
-                                                              float* __restrict__ y, int64_t y_stride, bool batch_major) {
-  __shared__ float sumx[kQ4MaxSub];
-  __shared__ float red[kQ4Threads];
-  const int tid = threadIdx.x;
-  const int64_t b = batch_major ? blockIdx.x : blockIdx.y;
-  const int64_t mat = ids ? (int64_t)ids[b] : b % w_count;
-  const float* xb = x + b * x_stride;
-  const int64_t row_bytes_ = (int64_t)nb * 144;
-  const int r = tid % R;
-  const int64_t row = (int64_t)(batch_major ? blockIdx.y : blockIdx.x) * R + r;
-  // Issue the first block's loads before the x pre-pass, so they are in flight during it.
-  const uint4* wr = reinterpret_cast<const uint4*>(w + mat * mat_stride + min(row, n_rows - 1) * row_bytes_);
-  int blk = tid / R;
-  uint4 c[9];
-  if (blk < nb) {
-#pragma unroll
-    for (int i = 0; i < 9; ++i) c[i] = __ldg(wr + blk * 9 + i);
-  }
-  for (int s = tid; s < nb * 8; s += kQ4Threads) {
-    const float4* xs = reinterpret_cast<const float4*>(xb + s * 32);
-    float a = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float4 v = __ldg(xs + i);
-      a += (v.x + v.y) + (v.z + v.w);
-    }
-    sumx[s] = a;
-  }
-  __syncthreads();
-  float acc = 0.f;
-  for (; blk < nb; blk += kQ4Threads / R) {
-    const float d = __half2float(__ushort_as_half((unsigned short)(c[0].x & 0xffff)));
-    const float dmin = __half2float(__ushort_as_half((unsigned short)(c[0].x >> 16)));
-    const uint32_t sw[3] = {c[0].y, c[0].z, c[0].w};  // the 12 scale bytes
-    auto sbyte = [&](int i) { return (int)((sw[i >> 2] >> (8 * (i & 3))) & 0xff); };
-    const float4* xv = reinterpret_cast<const float4*>(xb + (int64_t)blk * 256);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t q[8] = {c[1 + 2 * j].x, c[1 + 2 * j].y, c[1 + 2 * j].z, c[1 + 2 * j].w,
-                             c[2 + 2 * j].x, c[2 + 2 * j].y, c[2 + 2 * j].z, c[2 + 2 * j].w};
-      float dot_lo = 0.f, dot_hi = 0.f;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const uint32_t lo = q[k] & 0x0F0F0F0Fu, hi = (q[k] >> 4) & 0x0F0F0F0Fu;
-        const float4 a = __ldg(xv + 16 * j + k), h = __ldg(xv + 16 * j + 8 + k);
-        dot_lo = fmaf(nib(lo, 0), a.x, dot_lo);
-        dot_lo = fmaf(nib(lo, 1), a.y, dot_lo);
-        dot_lo = fmaf(nib(lo, 2), a.z, dot_lo);
-        dot_lo = fmaf(nib(lo, 3), a.w, dot_lo);
-        dot_hi = fmaf(nib(hi, 0), h.x, dot_hi);
-        dot_hi = fmaf(nib(hi, 1), h.y, dot_hi);
-        dot_hi = fmaf(nib(hi, 2), h.z, dot_hi);
-        dot_hi = fmaf(nib(hi, 3), h.w, dot_hi);
-      }
-      // Sub-blocks 2j (low nibbles) and 2j + 1 (high nibbles): ggml's get_scale_min_k4.
-      int sc0, m0, sc1, m1;
-      const int s0 = 2 * j, s1 = 2 * j + 1;
-      if (s0 < 4) sc0 = sbyte(s0) & 63, m0 = sbyte(s0 + 4) & 63;
-      else sc0 = (sbyte(s0 + 4) & 0xF) | ((sbyte(s0 - 4) >> 6) << 4), m0 = (sbyte(s0 + 4) >> 4) | ((sbyte(s0) >> 6) << 4);
-      if (s1 < 4) sc1 = sbyte(s1) & 63, m1 = sbyte(s1 + 4) & 63;
-      else sc1 = (sbyte(s1 + 4) & 0xF) | ((sbyte(s1 - 4) >> 6) << 4), m1 = (sbyte(s1 + 4) >> 4) | ((sbyte(s1) >> 6) << 4);
-      acc += (d * (float)sc0) * dot_lo - (dmin * (float)m0) * sumx[blk * 8 + s0];
-      acc += (d * (float)sc1) * dot_hi - (dmin * (float)m1) * sumx[blk * 8 + s1];
-    }
-    const int next = blk + kQ4Threads / R;
-    if (next < nb) {
-#pragma unroll
-      for (int i = 0; i < 9; ++i) c[i] = __ldg(wr + next * 9 + i);
-    }
-  }
-  red[tid] = acc;
-  __syncthreads();
-  if (tid < R && row < n_rows) {
-    float s = 0.f;
-#pragma unroll
-    for (int k = 0; k < kQ4Threads / R; ++k) s += red[tid + k * R];
-    y[b * y_stride + row] = s;
-  }
-}
-
-
-// True when the Q4_K kernel ran (16-byte aligned weights and x, x rows a multiple of 4 floats).
-bool gemv_q4k(const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_ids, int64_t w_count, int64_t mat_stride,
-              const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride, int64_t batch) {
-  const int64_t nb = ncols / 256;
-  if (nb * 8 > kQ4MaxSub || (reinterpret_cast<uintptr_t>(d_w) % 16) || mat_stride % 16 ||
-      (reinterpret_cast<uintptr_t>(d_x) % 16) || x_stride % 4 || batch > 65535)
-    return false;
-  // The most rows per CTA (x pre-pass amortised) that still gives every SM two CTAs, chosen from the
-  // matrix alone: R sets the order of each row's sums, so a row's result must not depend on the batch
-  // (batched decode gives each sequence the bits of decoding it alone).
-  const int64_t want = 2 * (int64_t)device_sm_count();
-  const uint8_t* w = static_cast<const uint8_t*>(d_w);
-  const int R = ceil_div(n_rows, 32) >= want ? 32 : ceil_div(n_rows, 16) >= want ? 16 : 8;
-  const unsigned blocks = ceil_div(n_rows, R);
-  const bool bm = blocks <= 65535;  // batch-major grid where the row blocks fit grid.y
-  const dim3 grid = bm ? dim3((unsigned)batch, blocks) : dim3(blocks, (unsigned)batch);
-  if (R == 32) {
-    gemv_q4k_kernel<32><<<grid, kQ4Threads, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride, d_y, y_stride, bm);
-  } else if (R == 16) {
-    gemv_q4k_kernel<16><<<grid, kQ4Threads, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride, d_y, y_stride, bm);
-  } else {
-    gemv_q4k_kernel<8><<<grid, kQ4Threads, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride, d_y, y_stride, bm);
-  }
-  MLACONF_CUDA_LAUNCH_CHECK("gemv_q4k_kernel");
-  return true;
-}
-
-// ---- Q4_K GEMV, v2 (the default) -----------------------------------------------------------------
-// Why v1 fell short (14 % of the copy floor at 2048 x 6144): every CTA of 8-32 rows first summed all of x
-// per sub-block (as many bytes of x read from L2 as of weights), then each thread reduced whole 256-value
-// blocks in one dependent chain, with all of a CTA's loads issued once at the start: one short wave whose
-// phases (load, pre-pass, compute) did not overlap.
-// v2: a CTA takes 8 rows and G groups of 8 lanes (blockDim = 8 G); lane r of a group works on row r, so the
+// Why this mapping: a kernel whose CTAs of 8-32 rows first summed all of x per sub-block (as many bytes of x
+// read from L2 as of weights), then reduced whole 256-value blocks in one dependent chain per thread, with all
+// of a CTA's loads issued at the start, reached 14 % of the copy floor at 2048 x 6144 (its phases did not
+// overlap; docs/perf/gemv-blocks.md).
+// A CTA takes 8 rows and G groups of 8 lanes (blockDim = 8 G); lane r of a group works on row r, so the
 // 8 lanes of a group read the same x (one broadcast) and each its own row. A row's items are its 64-value
 // pieces: item i = 4 b + j is block b's sub-blocks 2j and 2j + 1 (its 32 qs bytes j: the low nibbles are
 // sub-block 2j, the high ones 2j + 1), read as three 16-byte loads (the 16-byte header: d, dmin, scales;
@@ -369,7 +234,7 @@ bool gemv_q4k_v2(const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* 
   const int G = q4k_v2_groups(n_rows, nb);
   // One matrix for the whole batch (batched decode): kQ4v2MaxX x per CTA, each weight decoded once for them.
   // Per-head matrices (entry b on matrix b % w_count: W_UV in a decode step of several tokens) the same way,
-  // each pass on one matrix (v12): at B = 64 each head's matrix was decoded 64 times, once per token.
+  // each pass on one matrix: one entry per pass decoded each head's matrix 64 times at B = 64, once per token.
   const bool shared = !d_ids && (mat_stride == 0 || w_count == 1) && batch > 1;
   const bool per_mat = !d_ids && !shared && w_count > 1 && batch >= 2 * w_count;
   const int es = per_mat ? (int)w_count : 1;  // w_count < batch <= 65535 where per_mat
@@ -380,18 +245,10 @@ bool gemv_q4k_v2(const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* 
   const bool bm = blocks <= 65535;  // batch-major grid where the row blocks fit grid.y
   const dim3 grid = bm ? dim3((unsigned)passes, blocks) : dim3(blocks, (unsigned)passes);
   const uint8_t* w = static_cast<const uint8_t*>(d_w);
-  // Variant 2 keeps two items' loads ahead in flight instead of one (the same order of sums).
-  const bool deep = gemv_variant() == kGemvDeep;
   const int T = G * kQ4v2Rows;
-  if ((shared || per_mat) && deep)
-    gemv_q4k_v2_kernel<kQ4v2MaxX, 2><<<grid, T, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride,
-                                                                   d_y, y_stride, batch, bm, es);
-  else if (shared || per_mat)
+  if (shared || per_mat)
     gemv_q4k_v2_kernel<kQ4v2MaxX, 1><<<grid, T, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride,
                                                                    d_y, y_stride, batch, bm, es);
-  else if (deep)
-    gemv_q4k_v2_kernel<1, 2><<<grid, T, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride, d_y,
-                                                           y_stride, batch, bm, es);
   else
     gemv_q4k_v2_kernel<1, 1><<<grid, T, 0, cur_stream()>>>(w, n_rows, (int)nb, d_ids, w_count, mat_stride, d_x, x_stride, d_y,
                                                            y_stride, batch, bm, es);
@@ -412,8 +269,8 @@ cublasHandle_t cublas() {
 // Matrix of batch entry b: ids[b] when ids is given, else b % w_count.
 void gemv_impl(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const float* d_x, float* d_y, int64_t batch,
                int64_t w_count, int64_t w_stride, int64_t x_stride, int64_t y_stride, const int32_t* d_ids = nullptr,
-               const void* d_w_alt = nullptr) {
-  if (!can_dequantize(t)) throw InputError(std::string("cuda::gemv: unsupported weight type ") + type_name(t));
+               const void* d_w_alt = nullptr, GemvKernel k = GemvKernel::Default) {
+  if (!can_dequantize(t)) throw NotSupported(std::string("cuda::gemv: unsupported weight type ") + type_name(t));
   if (n_rows <= 0 || ncols <= 0 || batch <= 0) throw InputError("cuda::gemv: empty shape");
   const auto& tr = traits(t);
   const int64_t rb = row_bytes(t, ncols);  // throws InputError when ncols is not a block multiple
@@ -421,18 +278,14 @@ void gemv_impl(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const
   if (active_fault() == Fault::GemvDropTail) n_rows -= n_rows % 8;
   if (n_rows == 0) return;
   // Q4_K and Q6_K on the tensor cores: by the shape alone in the default (one kernel whatever the batch:
-  // batched decode needs each row's bits independent of it), at every shape in kGemvMma.
-  const int v = gemv_variant();
-  if ((v == kGemvMma || (v == kGemvDefault && gemv_mma_by_default(t, n_rows, ncols))) &&
+  // batched decode needs each row's bits independent of it), at every shape in GemvKernel::Mma.
+  if ((k == GemvKernel::Mma || (k == GemvKernel::Default && gemv_mma_by_default(t, n_rows, ncols))) &&
       gemv_mma(t, d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch, d_w_alt))
     return;
   // Only the tensor-core GEMV takes an id of -1 (gemv_experts_mma_ok tells the caller beforehand).
   if (d_w_alt) throw InputError("cuda::gemv_experts: a matrix for id -1 needs the tensor-core GEMV (gemv_experts_mma_ok)");
   // Q4_K: the vectorised SIMT kernel, for every batch shape.
-  if (t == GgmlType::Q4_K && v != kGemvV1 &&
-      gemv_q4k_v2(d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch))
-    return;
-  if (t == GgmlType::Q4_K && gemv_q4k(d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch))
+  if (t == GgmlType::Q4_K && gemv_q4k_v2(d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch))
     return;
   // F32, F16, BF16 (the router): the float GEMV (gemv_float.cu), rows split over a whole CTA.
   if (gemv_float(t, d_w, n_rows, ncols, d_ids, w_count, w_stride, d_x, x_stride, d_y, y_stride, batch)) return;
@@ -450,44 +303,44 @@ void gemv_impl(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const
 }  // namespace
 
 void gemv(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const float* d_x, float* d_y, int64_t batch,
-          int64_t w_batch_stride, int64_t x_stride, int64_t y_stride) {
-  gemv_impl(t, d_w, n_rows, ncols, d_x, d_y, batch, batch, w_batch_stride, x_stride, y_stride);
+          int64_t w_batch_stride, int64_t x_stride, int64_t y_stride, GemvKernel k) {
+  gemv_impl(t, d_w, n_rows, ncols, d_x, d_y, batch, batch, w_batch_stride, x_stride, y_stride, nullptr, nullptr, k);
 }
 
 void gemv_experts(GgmlType t, const void* d_w, int64_t expert_stride, const int32_t* d_ids, int64_t n, int64_t n_rows,
-                  int64_t ncols, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride, const void* d_w_alt) {
+                  int64_t ncols, const float* d_x, int64_t x_stride, float* d_y, int64_t y_stride, const void* d_w_alt,
+                  GemvKernel k) {
   if (n == 0) return;
-  gemv_impl(t, d_w, n_rows, ncols, d_x, d_y, n, n, expert_stride, x_stride, y_stride, d_ids, d_w_alt);
+  gemv_impl(t, d_w, n_rows, ncols, d_x, d_y, n, n, expert_stride, x_stride, y_stride, d_ids, d_w_alt, k);
 }
 
 void gemv_experts_grouped(GgmlType t, const void* d_w, int64_t expert_stride, int64_t n_rows, int64_t ncols,
                           const int32_t* d_groups, const int32_t* d_n_groups, int64_t n, const float* d_x, int64_t x_stride,
-                          float* d_y, int64_t y_stride, const int32_t* d_out_rows) {
+                          float* d_y, int64_t y_stride, const int32_t* d_out_rows, GemvKernel k) {
   if (n == 0) return;
-  if (!gemv_experts_mma_ok(t, n_rows, ncols)) throw InputError("cuda::gemv_experts_grouped: needs the tensor-core GEMV (gemv_experts_mma_ok)");
+  if (!gemv_experts_mma_ok(t, n_rows, ncols, k)) throw InputError("cuda::gemv_experts_grouped: needs the tensor-core GEMV (gemv_experts_mma_ok)");
   const ExpertGroupsArg g{d_groups, d_n_groups, d_out_rows};
   // w_count (1) is unused by grouped passes: each takes its expert from the table (the router's ids, unchecked).
   if (!gemv_mma(t, d_w, n_rows, ncols, nullptr, 1, expert_stride, d_x, x_stride, d_y, y_stride, n, nullptr, &g))
     throw InputError("cuda::gemv_experts_grouped: shape or alignment the tensor-core GEMV does not take");
 }
 
-bool gemv_experts_mma_ok(GgmlType t, int64_t n_rows, int64_t ncols) {
-  const int v = gemv_variant();
+bool gemv_experts_mma_ok(GgmlType t, int64_t n_rows, int64_t ncols, GemvKernel k) {
   return (t == GgmlType::Q4_K || t == GgmlType::Q6_K) && ncols % 256 == 0 &&
-         (v == kGemvMma || (v == kGemvDefault && gemv_mma_by_default(t, n_rows, ncols)));
+         (k == GemvKernel::Mma || (k == GemvKernel::Default && gemv_mma_by_default(t, n_rows, ncols)));
 }
 
 void apply_wuv(GgmlType t, const void* d_wuv, int64_t v, int64_t d_v, const float* d_latent, int64_t T, int64_t H,
-               float* d_out) {
+               float* d_out, GemvKernel k) {
   // batch b = t * H + h uses head h's matrix (v rows of d_v values).
   if (T == 0) return;
-  gemv_impl(t, d_wuv, v, d_v, d_latent, d_out, T * H, H, row_bytes(t, d_v) * v, d_v, v);
+  gemv_impl(t, d_wuv, v, d_v, d_latent, d_out, T * H, H, row_bytes(t, d_v) * v, d_v, v, nullptr, nullptr, k);
 }
 
 void gemv_per_head(GgmlType t, const void* d_w, int64_t rows, int64_t cols, int64_t H, const float* d_x, int64_t x_stride,
-                   float* d_y, int64_t y_stride, int64_t batch) {
+                   float* d_y, int64_t y_stride, int64_t batch, GemvKernel k) {
   if (batch == 0) return;
-  gemv_impl(t, d_w, rows, cols, d_x, d_y, batch, H, row_bytes(t, cols) * rows, x_stride, y_stride);
+  gemv_impl(t, d_w, rows, cols, d_x, d_y, batch, H, row_bytes(t, cols) * rows, x_stride, y_stride, nullptr, nullptr, k);
 }
 
 static void gemm_f16_beta(const uint16_t* d_x, const uint16_t* d_w, int64_t T, int64_t n_rows, int64_t ncols, float* d_y,

@@ -8,16 +8,15 @@
 // 8-value groups l, l + 32, l + 64, l + 96 (values [256 p + 8 l, + 8) for p = 0..3) of each of the 4 rows
 // with the exact ggml formulas (dq_elem, the dequant kernels' function; word-wise for Q6_K / Q5_K) and
 // multiplies every value with every x of the pass (up to kMaxX): the 32 lanes read 1 KB of contiguous x
-// per pass (v2; v1 gave lane l sub-block l, so one x load touched 32 cache lines). The batch entries that
+// per pass (giving lane l sub-block l instead, one x load touched 32 cache lines). The batch entries that
 // use the same matrix form one group (one grid.y index); weights are decoded once per pass of kMaxX of them.
 //
 // Bit-identity (batched decode promises each sequence the bits of decoding alone): the result of
 // (row, x) is lane l's fmaf chain over the values of the 8-value groups l, l + 32, l + 64, ... (columns
 // c with (c / 8) % 32 == l) in column order, then a fixed xor-shuffle tree over the 32 lanes. Nothing in
 // it depends on the batch, the grouping, the pass width NB or the other rows; products and sums are
-// explicit intrinsics (no contraction choices). Q8_0 keeps the v1 mapping and its order (lane l sums
-// sub-blocks l, l + 32, ... in column order; measured faster for it), which variant 1 (kernel_bench's
-// comparison) runs for every type.
+// explicit intrinsics (no contraction choices). Q8_0 keeps the mapping of a sub-block per lane and its order
+// (lane l sums sub-blocks l, l + 32, ... in column order; measured faster for it).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -155,12 +154,12 @@ __device__ __forceinline__ int step_members(const Args& a, int64_t& cursor, int6
 // grid (ceil(n_rows / kRowsPerCta), groups). Group g: without ids, the batch entries g, g + step, ...
 // (one matrix); with ids, entry g and every later entry with the same id, run by the CTA of the
 // group's first entry (the CTAs of the other entries return at once).
-// MODE 0: the v2 mapping; 1: the v1 mapping (lane = sub-block; another order); 2: the v2 mapping with two
-// of the four 256-value passes unrolled together (the same order as 0).
+// MODE 0: lane l takes the 8-value groups l, l + 32, ...; 1: lane l takes sub-block l (another order; Q8_0's).
+// (kUnroll is 1: a MODE that took two of the four 256-value passes together measured mixed and was removed.)
 template <int TYPE, int NB, int MODE>
 __global__ void __launch_bounds__(kThreads) gemv_blocks_kernel(Args a) {
-  constexpr bool LEGACY = MODE == 1;
-  constexpr int kUnroll = MODE == 2 ? 2 : 1;
+  constexpr bool LEGACY = MODE == 1;  // a sub-block per lane
+  constexpr int kUnroll = 1;  // 256-value passes taken together (see above)
   using S = Shape<TYPE>;
   constexpr int kSpb = S::bs / 32;                        // sub-blocks (lanes) per block
   constexpr int kBpc = 32 / kSpb;                         // blocks per chunk (32 sub-blocks)
@@ -264,7 +263,7 @@ __global__ void __launch_bounds__(kThreads) gemv_blocks_kernel(Args a) {
         const int buf = (int)(c & 1);
         if (!LEGACY) {
           // Lane l takes values [256 p + 8 l, + 8) of the chunk's 1024 for p = 0..3: the lanes of a warp read
-          // 1 KB of contiguous x per pass (v1's lane-per-sub-block mapping spread them over 32 lines).
+          // 1 KB of contiguous x per pass (MODE 1's lane-per-sub-block mapping spreads them over 32 lines).
           int base[kRowsPerWarp];
           bool ok[kRowsPerWarp];
 #pragma unroll
@@ -298,7 +297,7 @@ __global__ void __launch_bounds__(kThreads) gemv_blocks_kernel(Args a) {
             }
           }
         }
-        const int64_t u = c * 32 + lane;  // v1: this lane's sub-block of the row
+        const int64_t u = c * 32 + lane;  // MODE 1: this lane's sub-block of the row
         if (LEGACY && u < nsub) {
           const int kb = lane / kSpb, sub = lane % kSpb;
           const uint8_t* bp[kRowsPerWarp];
@@ -467,35 +466,23 @@ bool launch(const Args& a, int64_t groups, bool wide) {
       traits(static_cast<GgmlType>(TYPE)).block_size != Shape<TYPE>::bs)
     return false;
   const dim3 grid(ceil_div(a.n_rows, kRowsPerCta), (unsigned)groups);
-  // The v1 mapping (variant 1: one sub-block per lane) is kept for kernel_bench's comparison.
-  // Q8_0 keeps the v1 mapping (lane = sub-block) in every variant: on the H200 the coalesced one was 2 % slower
-  // at B = 1 and 6 % at B = 8 for it (docs/perf/gemv-blocks.md, v2 measured); its order is v1's.
+  // Q8_0 keeps the mapping of one sub-block per lane (MODE 1): on the H200 the coalesced one was 2 % slower
+  // at B = 1 and 6 % at B = 8 for it (docs/perf/gemv-blocks.md).
   constexpr bool kLaneSub = TYPE == kQ8_0;
-  constexpr bool kHot = TYPE == kQ6_K || TYPE == kQ5_K || TYPE == kQ5_0;  // GLM-5's other block types
   // Short rows of 32-value blocks on per-entry matrices without ids (gemv_per_head, apply_wuv): a row per lane
-  // (above), in every variant but v1's comparison. Not for one matrix or expert ids: an expert's matrix runs as
-  // one matrix in forward() and by id in a batched decode, and both must keep the same order of sums.
+  // (above). Not for one matrix or expert ids: an expert's matrix runs as one matrix in forward() and by id in a
+  // batched decode, and both must keep the same order of sums.
   if constexpr (Shape<TYPE>::bs == 32) {
-    if (!a.ids && a.w_stride != 0 && a.w_count > 1 && a.nblocks * 32 <= kShortMaxCols && gemv_variant() != kGemvV1) {
+    if (!a.ids && a.w_stride != 0 && a.w_count > 1 && a.nblocks * 32 <= kShortMaxCols) {
       launch_short<TYPE>(a, groups, wide);
       return true;
     }
   }
-  if (kLaneSub || gemv_variant() == kGemvV1) {
-    if (wide)
-      gemv_blocks_kernel<TYPE, kMaxX, 1><<<grid, kThreads, 0, cur_stream()>>>(a);
-    else
-      gemv_blocks_kernel<TYPE, 1, 1><<<grid, kThreads, 0, cur_stream()>>>(a);
-  } else if (kHot && gemv_variant() == kGemvDeep) {
-    if (wide)
-      gemv_blocks_kernel<TYPE, kMaxX, kHot ? 2 : 0><<<grid, kThreads, 0, cur_stream()>>>(a);
-    else
-      gemv_blocks_kernel<TYPE, 1, kHot ? 2 : 0><<<grid, kThreads, 0, cur_stream()>>>(a);
-  } else if (wide) {
-    gemv_blocks_kernel<TYPE, kMaxX, 0><<<grid, kThreads, 0, cur_stream()>>>(a);
-  } else {
-    gemv_blocks_kernel<TYPE, 1, 0><<<grid, kThreads, 0, cur_stream()>>>(a);
-  }
+  constexpr int kMode = kLaneSub ? 1 : 0;  // one mapping per type: the other is never instantiated
+  if (wide)
+    gemv_blocks_kernel<TYPE, kMaxX, kMode><<<grid, kThreads, 0, cur_stream()>>>(a);
+  else
+    gemv_blocks_kernel<TYPE, 1, kMode><<<grid, kThreads, 0, cur_stream()>>>(a);
   MLACONF_CUDA_LAUNCH_CHECK("gemv_blocks_kernel");
   return true;
 }

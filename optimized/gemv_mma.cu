@@ -8,23 +8,23 @@
 // block is contiguous, so a warp's copy touches few cache lines); one mma.sync m16n8k16 multiplies 16 rows x
 // 16 values by 8 columns of x. The A operand, exactly:
 //   Q6_K: each lane turns 4 values of each of its two rows into fp16 q - 32 (1024 + q built in the mantissa,
-//         1056 subtracted; v7-v14: bf16); per sub-block (16 values) the fp32 partial is multiplied by its
+//         1056 subtracted); per sub-block (16 values) the fp32 partial is multiplied by its
 //         integer scale, per block by d 2^-e.
-//   Q4_K (v7): sc q in fp16 (<= 945, exact), from two nibbles per LOP3 and one HFMA2 (block_q4k), so a whole
+//   Q4_K: sc q in fp16 (<= 945, exact), from two nibbles per LOP3 and one HFMA2 (block_q4k), so a whole
 //         block accumulates in the tensor cores; per block y += d 2^-e C - dmin M, M the sub-blocks' m times
-//         their sums of x by one more mma. v7 took the block's hot loop from 561 to 374 instructions per warp
-//         at one x per pass (sm_90 SASS; docs/perf/gemv-blocks.md v7).
+//         their sums of x by one more mma. That took the block's hot loop from 561 to 374 instructions per warp
+//         at one x per pass against scaling each sub-block's partial (sm_90 SASS; docs/perf/gemv-blocks.md).
 //
-// Precision (v15): x (fp32) is scaled per 256-value block by a power of two and split into two fp16 terms hi + lo
+// Precision: x (fp32) is scaled per 256-value block by a power of two and split into two fp16 terms hi + lo
 // (lo the rounding of what hi left), and the 8 columns of an mma are (4 x) x (2 terms): lane t's two output
 // columns are x slot t's hi and lo, added per block in the lane. The integer q - 32 (Q6_K) or sc q (Q4_K)
 // times a term is exact in the tensor core's fp32 accumulation; x itself is carried to ~2^-22 of its value
 // (bench/x_terms_error.py: at most 1.5e-8 of sum |w x| with 100x outliers, under the fp32 accumulation's own
-// 7e-8-1.4e-7). v7-v14 carried three 16-bit terms in 6 of the 8 columns (2 x per mma): from 16 x on the GEMV
-// was bound by its mma work per x, and torch's fp16 F.linear was 2-5x faster (docs/perf/h200-2026-12-02.md v14).
+// 7e-8-1.4e-7). Why two terms and not three: with three 16-bit terms in 6 of the 8 columns (2 x per mma) the GEMV
+// was bound by its mma work per x from 16 x on, and torch's fp16 F.linear was 2-5x faster (docs/perf/h200-2026-12-02.md).
 // Error against float64: suites/gpu test_gemv_mma measures it, including x from 2^-100 to 2^100. The default
 // for matrices of at least 1024 x 2048 (gemv_mma_by_default: on the H200 faster than the SIMT kernels there at
-// B = 8, and for Q6_K at B = 1; docs/perf/gemv-blocks.md v4).
+// B = 8, and for Q6_K at B = 1; docs/perf/gemv-blocks.md).
 //
 // Bit-identity across batches: a column's result depends only on its own x and the rows' weights (an mma
 // output element is the same function of its A row and B column whatever the other columns hold), and the
@@ -44,101 +44,18 @@
 #include <string>
 #include <type_traits>
 
-#include "core/env_switch.h"
 #include "core/error.h"
 #include "optimized/api.h"
 #include "optimized/common.cuh"
 #include "optimized/dequant_elem.cuh"
 #include "optimized/faults.h"
 #include "optimized/gemv_mma.cuh"
+#include "optimized/gemv_mma_blocks.cuh"
+#include "optimized/gemv_mma_x.cuh"
 #include "optimized/mma.cuh"
 
 namespace mlaconf::cuda {
 namespace {
-
-// Warps per CTA: kWarps or kWarpsSmall (gemv_mma's split rule).
-constexpr int kWarps = 8, kWarpsSmall = 4;
-// x slots per column group (an mma's 8 columns: 4 x, 2 terms each).
-constexpr int kSlots = 4;
-// Column groups per pass of a shared matrix: 2 (8 x), or 4 (16 x) where gemv_mma_cta says (gemv_mma_wide, x through
-// shared memory).
-// v14 took 16 x (8 groups of 2 x) to decode each weight less often; with 4 x per group (v15) the passes of 8 x were
-// the faster at 16-64 x on the H200 (docs/perf/h200-2026-12-02.md v15).
-constexpr int kMaxCg = 4, kMaxCgNarrow = 2;
-constexpr int kGroupedCg = 1;  // column groups of a grouped experts' pass (MmaArgs::groups): its 4 slots
-
-// ---- x as two fp16 terms (one launch per GEMV call) ----
-// bf16 terms of the dmin term's sums (three, each the rounding of what the previous ones left: every
-// difference exact in fp32).
-struct Bf16Terms3 {
-  __nv_bfloat16 hi, mid, lo;
-};
-__device__ __forceinline__ Bf16Terms3 split3_bf16(float v) {
-  const __nv_bfloat16 hi = __float2bfloat16_rn(v);
-  const float r1 = __fsub_rn(v, __bfloat162float(hi));
-  const __nv_bfloat16 mid = __float2bfloat16_rn(r1);
-  return {hi, mid, __float2bfloat16_rn(__fsub_rn(r1, __bfloat162float(mid)))};
-}
-
-// One CTA per (block of 256 values, slot): both types' x (Q4_K's sc q and Q6_K's q - 32 ride in fp16 A operands,
-// so x is fp16 too, whose exponent range needs the scale). x' = x 2^e, e = 15 - E with max |x| (finite values)
-// in [2^(E-1), 2^E): every |x'| < 2^15, so hi + lo carry x' to ~2^-22 of itself (down to fp16's subnormals,
-// ~2^-39 of the block's largest value); e <= 100 keeps 2^-e a normal float. Inf and NaN pass through (their lo
-// is NaN). Slot s is column group s / 4, columns 2 (s % 4) (hi) and + 1 (lo). Writes:
-//   xi: [groups][K / 16][8 columns][16 values] fp16, each 4-value group stored (0, 2, 1, 3): lane t's B fragment
-//       is 4 t .. 4 t + 3 of a column, and the A fragment takes bytes (0, 2) and (1, 3) of a weight word by one
-//       instruction each (block_q4k, block_q6k);
-//   xf: [groups][K / 256][4 slots] fp32, 2^-e;
-//   xm: (Q4_K, else null) [groups][K / 256][8 columns][4 lanes][4 values] bf16, the B fragments of the dmin
-//       term's mma: the unscaled fp32 sum of x over each 32-value sub-block w as three bf16 terms, k = w (first
-//       term, column 2 (s % 4); third term, column + 1) and k = 8 + w (second term; zero in the odd column), so
-//       lane t's two columns add up to the sums' m-weighted total.
-// hi_only (the fault gemv-x-bf16): x as its first 16-bit term, lo zero.
-__global__ void split_x_kernel(const float* __restrict__ x, int64_t x_stride, int64_t K, int64_t ntok,
-                               __half* __restrict__ xi, float* __restrict__ xf, __nv_bfloat16* __restrict__ xm,
-                               bool hi_only) {
-  __shared__ float wmax[8];
-  pdl_trigger();  // the GEMV may launch now (it waits for x's terms)
-  pdl_wait();     // chained (gemv_mma_chain): x is the previous kernel's output
-  const int64_t blk = blockIdx.x, nb = K / 256, pos = blk * 256 + threadIdx.x;
-  const int64_t s = blockIdx.y;  // grid.y: the slots of whole column groups; the padding slots are zero
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const float v = s < ntok ? x[s * x_stride + pos] : 0.f;
-  float m = fabsf(v) <= FLT_MAX ? fabsf(v) : 0.f;  // NaN and inf do not set the scale
-#pragma unroll
-  for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-  if (lane == 0) wmax[warp] = m;
-  __syncthreads();
-#pragma unroll
-  for (int i = 0; i < 8; ++i) m = fmaxf(m, wmax[i]);
-  int E = 0;
-  (void)frexpf(m, &E);  // m = f 2^E, f in [0.5, 1); E = 0 for m = 0
-  const int e = min(15 - E, 100);  // >= 15 - 128: no finite x' reaches 2^15
-  const float xs = __fmul_rn(v, __int_as_float((127 + e) << 23));  // exact: a power of two, x' normal or tiny
-  const __half hi = __float2half_rn(xs);
-  const __half lo = hi_only ? __float2half_rn(0.f) : __float2half_rn(__fsub_rn(xs, __half2float(hi)));
-  const int64_t cg = s / kSlots, col = 2 * (s % kSlots);
-  const int p = (int)(pos & 15), q = (p & ~3) | ((p & 1) << 1) | ((p >> 1) & 1);  // (0, 2, 1, 3) in each 4
-  __half* o = xi + (cg * (K / 16) + pos / 16) * 128 + col * 16 + q;
-  o[0] = hi;
-  o[16] = lo;
-  if (threadIdx.x == 0) xf[(cg * nb + blk) * kSlots + s % kSlots] = __int_as_float((127 - e) << 23);
-  if (!xm) return;
-  // Warp w holds sub-block w: a butterfly gives every lane the same sum (fadd commutes).
-  float sum = v;
-#pragma unroll
-  for (int off = 16; off; off >>= 1) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, off));
-  if (lane == 0) {
-    const Bf16Terms3 t3 = split3_bf16(sum);
-    const __nv_bfloat16 zero = __float2bfloat16_rn(0.f);
-    // k = w: lane w / 2, value w % 2; k = 8 + w: the same lane, value 2 + w % 2.
-    __nv_bfloat16* ev = xm + ((cg * nb + blk) * 8 + col) * 16 + (warp >> 1) * 4 + (warp & 1);
-    ev[0] = t3.hi;
-    ev[2] = hi_only ? zero : t3.mid;
-    ev[16] = hi_only ? zero : t3.lo;  // the odd column
-    ev[18] = zero;
-  }
-}
 
 // ---- the GEMV ----
 struct MmaArgs {
@@ -165,289 +82,18 @@ struct MmaArgs {
   const int4* groups;
   const int32_t* n_groups;
   const int32_t* out_rows;
-  const uint2* xi;     // split_x_kernel's xi, xf and xm (Q4_K)
+  const uint2* xi;     // split_x's xi, xf and xm (Q4_K; gemv_mma_x.cu)
   const float* xf;
   const uint2* xm;
   float* y;
   int64_t y_stride;
 };
 
-template <int TYPE> struct MmaShape;
-// ts: block bytes; words: 16-byte words a row's block can span; slot: bytes per staged row (a multiple of
-// 16 that is 16 mod 128, so the 8 rows x 4 lanes of a fragment load hit 32 different banks).
-// stages: blocks in flight per warp. Q4_K: 2 (v8, H200: faster than 3, or level, at every Q4_K case of kernel_bench;
-// 4 and 6 were slower than 3 for the experts; docs/perf/gemv-blocks.md v8).
-template <> struct MmaShape<kQ4_K> { static constexpr int ts = 144, words = 9, slot = 144, stages = 2; };
-template <> struct MmaShape<kQ6_K> { static constexpr int ts = 210, words = 14, slot = 272, stages = 2; };
-
-// x through shared memory (XS, v16; gemv_mma_xsmem): where K is not split (ks = 1: the head) every warp of a CTA
-// reads the same x, so the CTA stages each block's x fragments once (NCG x 4 KB, two stages) by cp.async and the
-// warps read them by LDS, instead of every warp loading them from L1 / L2 (v15, ncu: in passes of 16 x the head's
-// warps stalled on those loads, 4.6 per issue). Its staged rows take 240 bytes (15 x 16: the 8 rows' 16-byte
-// segments still fall in 8 different bank groups) so that 8 warps and the x stages fit in 99 KB (sm_120).
-template <int TYPE, bool XS>
-constexpr int stage_slot() {
-  return XS && TYPE == kQ6_K ? 240 : MmaShape<TYPE>::slot;
-}
-template <int TYPE, bool XS = false>
-constexpr size_t smem_bytes(int warps) {
-  return (size_t)warps * MmaShape<TYPE>::stages * 16 * stage_slot<TYPE, XS>();
-}
-constexpr size_t kXsBlockBytes = 16 * 32 * sizeof(uint2);  // one column group's B fragments of one block: 4 KB
-// The x stages: 2 per K part, NCG column groups each: the head's one part of kMaxCg groups, or grouped experts' ks
-// parts (ks <= W / 2: their row tiles come in pairs) of one group.
-// x staged per warp (XW, v17; gemv_mma_xwarp): a Q4_K pass of one live x slot (the experts by id, one matrix at one x) has
-// each warp copy its block's x with the weights by cp.async, the slot's two columns only: per stage 16 k-steps x 8
-// uint2, then the block's 8 uint2 of the dmin term. After the warps' weight stages.
-constexpr int kXwStage = 16 * 8 + 8;  // uint2
-template <int TYPE, int NCG, int W, bool XS, bool XW = false>
-constexpr size_t kernel_smem() {
-  return smem_bytes<TYPE, XS>(W) + (XS ? 2 * kXsBlockBytes * (NCG > 1 ? NCG : W / 2) : 0) +
-         (XW ? (size_t)W * MmaShape<TYPE>::stages * kXwStage * sizeof(uint2) : 0);
-}
-
-// Not volatile: a pure function of its operands, so the compiler may schedule the x loads ahead of it.
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint2 b) {
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
-}
-__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint2 b) {
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
-}
-
-// bf16 128's high byte in every byte. A __constant__ (not a literal) so that PRMT takes it from the constant
-// bank and the selector as its immediate: with both literal, the compiler re-materialised the selector in
-// a register before every PRMT (6 extra instructions per k-step).
-__constant__ uint32_t c_bf128_bytes = 0x43434343u;
-
-// Bytes 0,1 (sel 0x4140) or 2,3 (0x4342) of q (each < 128) as two bf16 128 + q, minus `off` (bf16x2 bits).
-__device__ __forceinline__ uint32_t q_pair(uint32_t q, unsigned sel, uint32_t off) {
-  const uint32_t v = __byte_perm(q, c_bf128_bytes, sel);
-  const __nv_bfloat162 r = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), *reinterpret_cast<const __nv_bfloat162*>(&off));
-  return *reinterpret_cast<const uint32_t*>(&r);
-}
-constexpr uint32_t kBf128 = 0x43004300u;
-
-
-// A row's block in shared memory as aligned 32-bit words and the funnel shift that undoes its misalignment
-// (Q6_K's 210-byte blocks start at any even byte): one LOP3 per row and block, and every word after it at a
-// fixed offset (LDS with an immediate; v3 recomputed the alignment of every word, ~6 instructions each).
-struct Words {
-  const uint32_t* w;
-  unsigned sh;
-  __device__ __forceinline__ explicit Words(const uint8_t* p) {
-    const unsigned mis = (unsigned)reinterpret_cast<uintptr_t>(p) & 3u;
-    w = reinterpret_cast<const uint32_t*>(p - mis);
-    sh = 8 * mis;
-  }
-  // The u32 at byte offset 4 i of the block (i a compile-time constant after unrolling, plus a lane term).
-  __device__ __forceinline__ uint32_t at(int i) const { return __funnelshift_r(w[i], w[i + 1], sh); }
-};
-
-// 2^23's exponent bytes, a __constant__ for the reason of c_bf128_bytes (byte_as_float's exp_bytes).
-__constant__ uint32_t c_f2p23_bits = 0x4B000000u;
-
-// fp16 1024's high byte in every byte, and 1024 as an fp16 pair; __constant__ for the reason of c_bf128_bytes.
-__constant__ uint32_t c_f16_1024_bytes = 0x64646464u;
-constexpr uint32_t kH1024 = 0x64006400u;
-__device__ __forceinline__ __half2 as_h2(uint32_t u) { return *reinterpret_cast<const __half2*>(&u); }
-__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
-// Bytes 0, 2 (sel 0x4240) or 1, 3 (0x4341) of q (each < 64) as two fp16 1024 + q, minus 1056: q - 32, exact.
-__device__ __forceinline__ uint32_t q6_pair(uint32_t q, unsigned sel) {
-  return h2_bits(__hsub2(as_h2(__byte_perm(q, c_f16_1024_bytes, sel)), as_h2(0x64206420u)));
-}
-
-// x's B fragment: from shared memory (XS: the CTA's stage) or through the read-only path.
-template <bool XS>
-__device__ __forceinline__ uint2 ld_x(const uint2* p) {
-  if constexpr (XS) return *p;
-  else return __ldg(p);
-}
-
-// One Q6_K block (ql[128] qh[64] scales[16] d) of rows g (s0) and g + 8 (s1). Sub-block u (16 values,
-// u = 8 half + 2 j + lh) is positions 16 u of the block: lane t takes l = 16 lh + 4 t .. + 3 of its quarter j,
-// from ql[64 half + 32 (j & 1) + l] (nibble j / 2) and qh[32 half + l] (bits 2 j), as the pairs (0, 2) and
-// (1, 3) that split_x stored x in. xb: the lane's B fragment of the block's first k-step in column group 0
-// (k-step u at xb[32 u], group c at + c * xg_stride; XS: in the CTA's stage); xf: the 2^-e of the lane's slot for
-// this block in group 0 (group c at + c * xf_stride). Per sub-block and row: the fp32 sum of its hi and lo columns
-// times the integer scale; per block times d 2^-e.
-template <int NCG, bool XS = false>
-__device__ __forceinline__ void block_q6k(const uint8_t* s0, const uint8_t* s1, int t, const uint2* xb,
-                                          int64_t xg_stride, const float* xf, int64_t xf_stride, float (&acc)[NCG][2]) {
-  float bacc[NCG][2];
-#pragma unroll
-  for (int c = 0; c < NCG; ++c) bacc[c][0] = bacc[c][1] = 0.f;
-  const Words r0(s0), r1(s1);
-  // The 16 int8 scales of each row as words, offset to unsigned (x ^ 0x80) for the exact float trick.
-  uint32_t scw0[4], scw1[4];
-#pragma unroll
-  for (int w = 0; w < 4; ++w) scw0[w] = r0.at(48 + w) ^ 0x80808080u, scw1[w] = r1.at(48 + w) ^ 0x80808080u;
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-    for (int lh = 0; lh < 2; ++lh) {
-      const int o = 4 * lh + t;  // word index of l = 16 lh + 4 t
-      const uint32_t wa0 = r0.at(16 * hf + o), wb0 = r0.at(16 * hf + 8 + o), h0 = r0.at(32 + 8 * hf + o);
-      const uint32_t wa1 = r1.at(16 * hf + o), wb1 = r1.at(16 * hf + 8 + o), h1 = r1.at(32 + 8 * hf + o);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int u = 8 * hf + 2 * j + lh;
-        const uint32_t n0 = ((j >= 2) ? (j & 1 ? wb0 : wa0) >> 4 : (j & 1 ? wb0 : wa0)) & 0x0F0F0F0Fu;
-        const uint32_t n1 = ((j >= 2) ? (j & 1 ? wb1 : wa1) >> 4 : (j & 1 ? wb1 : wa1)) & 0x0F0F0F0Fu;
-        const uint32_t q0 = n0 | ((j == 0 ? h0 << 4 : j == 1 ? h0 << 2 : j == 2 ? h0 : h0 >> 2) & 0x30303030u);
-        const uint32_t q1 = n1 | ((j == 0 ? h1 << 4 : j == 1 ? h1 << 2 : j == 2 ? h1 : h1 >> 2) & 0x30303030u);
-        const uint32_t a[4] = {q6_pair(q0, 0x4240u), q6_pair(q1, 0x4240u), q6_pair(q0, 0x4341u), q6_pair(q1, 0x4341u)};
-        // The int8 scales (stored ^ 0x80, so unsigned): 128 + sc as a float, minus 128.
-        const float sc0 = byte_as_float(scw0[u >> 2], u & 3, 128.f, c_f2p23_bits);
-        const float sc1 = byte_as_float(scw1[u >> 2], u & 3, 128.f, c_f2p23_bits);
-#pragma unroll
-        for (int c = 0; c < NCG; ++c) {  // every group: padded with zero x (no branch around the mma)
-          float C[4] = {0.f, 0.f, 0.f, 0.f};
-          mma_f16(C, a, ld_x<XS>(xb + c * xg_stride + 32 * u));
-          bacc[c][0] = fmaf(sc0, __fadd_rn(C[0], C[1]), bacc[c][0]);
-          bacc[c][1] = fmaf(sc1, __fadd_rn(C[2], C[3]), bacc[c][1]);
-        }
-      }
-    }
-  const float d0 = ld_f16_hw(s0 + 208), d1 = ld_f16_hw(s1 + 208);
-#pragma unroll
-  for (int c = 0; c < NCG; ++c) {
-    const float f = __ldg(xf + c * xf_stride);
-    acc[c][0] = fmaf(__fmul_rn(d0, f), bacc[c][0], acc[c][0]);
-    acc[c][1] = fmaf(__fmul_rn(d1, f), bacc[c][1], acc[c][1]);
-  }
-}
-
-// (w & mask) | kH1024 in one LOP3 (written as C, the compiler emitted an AND and an OR: one instruction
-// takes one immediate, so ptxas keeps 1024's bits in a register here).
-__device__ __forceinline__ uint32_t nibbles_1024(uint32_t w, uint32_t mask) {
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(w), "r"(mask), "r"(kH1024));
-  return r;
-}
-
-// The HFMA2 terms of one row's sub-block in block_q4k: the multiplier (sc, or sc / 16 for a high nibble) and
-// the offset (-1024 sc, or -64 sc), each broadcast over a pair, all exact in fp16. sc: ggml's scale words
-// (sub-blocks 0-3, 4-7).
-struct ScaleTerms {
-  __half2 mul, add;
-};
-// Two bytes of a scale word (PRMT selector sel: the low selector nibbles pick them, 0x4040 the 1024 bytes above)
-// as an fp16 pair: (1024 + byte) built in each mantissa, minus 1024.
-__device__ __forceinline__ __half2 byte_pair(uint32_t w, unsigned sel) {
-  return __hsub2(as_h2(__byte_perm(w, c_f16_1024_bytes, sel)), as_h2(kH1024));
-}
-// Sub-block sb alone: (sc, sc).
-__device__ __forceinline__ ScaleTerms sub_block_terms(const uint32_t (&sc)[2], int sb) {
-  const __half2 p = byte_pair(sc[sb >> 2], 0x4040u | (unsigned)(sb & 3) | ((unsigned)(sb & 3) << 8));
-  const bool hi = sb & 1;
-  return {hi ? __hmul2(p, __float2half2_rn(0.0625f)) : p, __hmul2(p, __float2half2_rn(hi ? -64.f : -1024.f))};
-}
-// Both sub-blocks of chunk ch (2 ch: low nibbles, 2 ch + 1: high) of the two rows (scale words sc0, sc1),
-// each row's from one pair (1024 + sc_lo, 1024 + sc_hi), each term then taking its half broadcast (.H0_H0 /
-// .H1_H1 operands of the HFMA2): 4 instructions per row and chunk instead of 7.
-__device__ __forceinline__ void chunk_terms(const uint32_t (&sc0)[2], const uint32_t (&sc1)[2], int ch, ScaleTerms (&r0)[2],
-                                            ScaleTerms (&r1)[2]) {
-  const unsigned sel = 0x4040u | (unsigned)(2 * (ch & 1)) | ((unsigned)(2 * (ch & 1) + 1) << 8);
-  const __half2 p0 = byte_pair(sc0[ch >> 1], sel), p1 = byte_pair(sc1[ch >> 1], sel);
-  const __half2 kmul = __halves2half2(__float2half_rn(1.f), __float2half_rn(0.0625f));
-  const __half2 kadd = __halves2half2(__float2half_rn(-1024.f), __float2half_rn(-64.f));
-  const __half2 mul0 = __hmul2(p0, kmul), mul1 = __hmul2(p1, kmul);
-  const __half2 add0 = __hmul2(p0, kadd), add1 = __hmul2(p1, kadd);
-  r0[0] = {__low2half2(mul0), __low2half2(add0)}, r0[1] = {__high2half2(mul0), __high2half2(add0)};
-  r1[0] = {__low2half2(mul1), __low2half2(add1)}, r1[1] = {__high2half2(mul1), __high2half2(add1)};
-}
-
-// One Q4_K block (d dmin scales[12] qs[128]) of rows g (s0, 16-byte aligned) and g + 8 (s1), block b of the
-// row. Chunk ch's 32 qs bytes hold sub-block 2 ch (low nibbles) and 2 ch + 1 (high); k-step (sub-block sb,
-// half s) is qs bytes 32 ch + 16 s .. + 15, lane t taking bytes 4 t .. 4 t + 3 of it, whose x split_x_q4k
-// stored as (0, 2, 1, 3). The A operand is sc q in fp16, exact (sc q <= 945): one LOP3 puts two nibbles in
-// the mantissa of 1024 (a low nibble n as 1024 + n, a high one in place as 1024 + 16 n), one HFMA2 takes
-// (1024 + n) sc - 1024 sc (or (1024 + 16 n) sc / 16 - 64 sc), so a whole block accumulates in fp32 in the
-// tensor cores (two chains, low and high nibbles, added last). The dmin term is one more mma: A = m of
-// sub-blocks 2 t, 2 t + 1 (bf16, exact) in k 0-7 and again in 8-15, B = xm (each sub-block's sum of x as three
-// bf16 terms over k and the slot's two columns). xb: the lane's B fragment of the block's first k-step in column
-// group 0 (group c at + c * xg_stride; XS: in the CTA's stage). Then per row y += d 2^-e (C_hi + C_lo) - dmin
-// (M_hi + M_lo), the lane's two columns being its slot's two terms. XU: uint2 between k-steps of xb (32; 8 in a
-// warp's x stage, XW); XMS: xm is the lane's dmin fragment of this block in that stage.
-template <int NCG, bool XS = false, int XU = 32, bool XMS = false>
-__device__ __forceinline__ void block_q4k(const uint8_t* s0, const uint8_t* s1, int64_t b, int t, const uint2* xb,
-                                          int64_t xg_stride, const float* xf, int64_t xf_stride, const uint2* xm,
-                                          int64_t xm_stride, float (&acc)[NCG][2]) {
-  const uint4 h0 = *reinterpret_cast<const uint4*>(s0), h1 = *reinterpret_cast<const uint4*>(s1);
-  // ggml's get_scale_min_k4, four sub-blocks per word: SC[0] for sub-blocks 0-3, [1] for 4-7.
-  const uint32_t sc0[2] = {h0.y & 0x3F3F3F3Fu, (h0.w & 0x0F0F0F0Fu) | ((h0.y >> 2) & 0x30303030u)};
-  const uint32_t sc1[2] = {h1.y & 0x3F3F3F3Fu, (h1.w & 0x0F0F0F0Fu) | ((h1.y >> 2) & 0x30303030u)};
-  float C[2][NCG][4];
-#pragma unroll
-  for (int n = 0; n < 2; ++n)
-#pragma unroll
-    for (int c = 0; c < NCG; ++c) C[n][c][0] = C[n][c][1] = C[n][c][2] = C[n][c][3] = 0.f;
-#pragma unroll
-  for (int ch = 0; ch < 4; ++ch) {
-    uint32_t w0[2], w1[2], v0[2], v1[2];
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      w0[s] = *reinterpret_cast<const uint32_t*>(s0 + 16 + 32 * ch + 16 * s + 4 * t);
-      w1[s] = *reinterpret_cast<const uint32_t*>(s1 + 16 + 32 * ch + 16 * s + 4 * t);
-      v0[s] = w0[s] >> 8, v1[s] = w1[s] >> 8;
-    }
-    // The rows' HFMA2 terms. One x per pass: the chunk's two sub-blocks from one pair. With 4 column groups
-    // the pairs measured 6-9 % slower (B = 8, H200), so there each sub-block builds its own: the same values
-    // (docs/perf/gemv-blocks.md v7).
-    ScaleTerms pair0[2], pair1[2];
-    if constexpr (NCG == 1) chunk_terms(sc0, sc1, ch, pair0, pair1);
-#pragma unroll
-    for (int hi = 0; hi < 2; ++hi) {
-      const int sb = 2 * ch + hi;
-      const ScaleTerms r0 = NCG == 1 ? pair0[hi] : sub_block_terms(sc0, sb), r1 = NCG == 1 ? pair1[hi] : sub_block_terms(sc1, sb);
-      const __half2 m0 = r0.mul, z0 = r0.add, m1 = r1.mul, z1 = r1.add;
-      const uint32_t mask = hi ? 0x00F000F0u : 0x000F000Fu;
-#pragma unroll
-      for (int s = 0; s < 2; ++s) {
-        const uint32_t a[4] = {h2_bits(__hfma2(as_h2(nibbles_1024(w0[s], mask)), m0, z0)),
-                               h2_bits(__hfma2(as_h2(nibbles_1024(w1[s], mask)), m1, z1)),
-                               h2_bits(__hfma2(as_h2(nibbles_1024(v0[s], mask)), m0, z0)),
-                               h2_bits(__hfma2(as_h2(nibbles_1024(v1[s], mask)), m1, z1))};
-#pragma unroll
-        for (int c = 0; c < NCG; ++c)  // every group: padded with zero x (no branch around the mma)
-          mma_f16(C[hi][c], a, ld_x<XS>(xb + c * xg_stride + (2 * sb + s) * XU));
-      }
-    }
-  }
-  // The dmin term: m of sub-blocks 2 t, 2 t + 1 (word t / 2 of ggml's M, bytes 2 (t & 1), + 1) as bf16 128 + m
-  // minus 128, in k 0-7 (against the sums' first or third terms) and 8-15 (the second).
-  const uint32_t mw0 = t < 2 ? h0.z & 0x3F3F3F3Fu : ((h0.w >> 4) & 0x0F0F0F0Fu) | ((h0.z >> 2) & 0x30303030u);
-  const uint32_t mw1 = t < 2 ? h1.z & 0x3F3F3F3Fu : ((h1.w >> 4) & 0x0F0F0F0Fu) | ((h1.z >> 2) & 0x30303030u);
-  const unsigned msel = 0x4040u | (2u * (t & 1)) | ((2u * (t & 1) + 1) << 8);
-  const uint32_t m0p = q_pair(mw0, msel, kBf128), m1p = q_pair(mw1, msel, kBf128);
-  const uint32_t am[4] = {m0p, m1p, m0p, m1p};
-  const float d0 = __half2float(__ushort_as_half((unsigned short)(h0.x & 0xffff)));
-  const float dm0 = __half2float(__ushort_as_half((unsigned short)(h0.x >> 16)));
-  const float d1 = __half2float(__ushort_as_half((unsigned short)(h1.x & 0xffff)));
-  const float dm1 = __half2float(__ushort_as_half((unsigned short)(h1.x >> 16)));
-#pragma unroll
-  for (int c = 0; c < NCG; ++c) {
-    float M[4] = {0.f, 0.f, 0.f, 0.f};
-    mma_bf16(M, am, XMS ? xm[c * xm_stride] : __ldg(xm + c * xm_stride + b * 32));
-    const float f = __ldg(xf + c * xf_stride + b * kSlots);
-    const float c0 = __fadd_rn(__fadd_rn(C[0][c][0], C[1][c][0]), __fadd_rn(C[0][c][1], C[1][c][1]));
-    const float c1 = __fadd_rn(__fadd_rn(C[0][c][2], C[1][c][2]), __fadd_rn(C[0][c][3], C[1][c][3]));
-    acc[c][0] = fmaf(-dm0, __fadd_rn(M[0], M[1]), fmaf(__fmul_rn(d0, f), c0, acc[c][0]));
-    acc[c][1] = fmaf(-dm1, __fadd_rn(M[2], M[3]), fmaf(__fmul_rn(d1, f), c1, acc[c][1]));
-  }
-}
-
 // grid: shared matrix, ceil(tiles / rt) * ny (row-tile block tb = blockIdx.x / ny, entry group blockIdx.x % ny);
 // else (ceil(tiles / rt), batch). Warp w: row tile tb * rt + w / ks, blocks [nb * kp / ks, nb * (kp + 1) / ks)
 // of it for kp = w % ks. W warps per CTA (rt * ks == W).
-// Resident warps per SM the registers must allow: 16 (128 registers). v14's 8 column groups of 2 x (64-96 fp32
-// sums per lane) needed 8 (~255 registers); v15's at most 4 groups of 4 x hold 8 sums and 32 mma outputs.
+// Resident warps per SM the registers must allow: 16 (128 registers): at most 4 groups of 4 x hold 8 sums and 32 mma
+// outputs per lane (8 groups of 2 x, 64-96 fp32 sums per lane, needed ~255 registers: 8 warps).
 template <int NCG, int W>
 constexpr int min_ctas() {
   static_assert(NCG <= kMaxCg, "16 resident warps per SM hold at most kMaxCg column groups");
@@ -511,8 +157,8 @@ __global__ void __launch_bounds__(32 * W, min_ctas<NCG, W>()) gemv_mma_kernel(Mm
 
   // Block b of the warp's 16 rows into stage st by 16-byte cp.async: lane l copies aligned word l % 16 of
   // rows l / 16, l / 16 + 2, ..., l / 16 + 14, so one instruction reads two rows' consecutive words (a few
-  // cache lines). The v4 mapping (lanes 2 r and 2 r + 1: the two halves of row r) touched 32 lines per
-  // instruction, 8x the ideal L1 wavefronts, and the shared-memory queue was the head's largest stall (ncu).
+  // cache lines). Lanes 2 r and 2 r + 1 taking the two halves of row r touched 32 lines per instruction, 8x the
+  // ideal L1 wavefronts, and the shared-memory queue was the head's largest stall (ncu).
   // The matrix's last word by byte loads (nothing past the matrix is read, whatever the block alignment).
   const int cw = lane & 15, ch = lane >> 4;
   const bool full_tile = (tile + 1) * 16 <= a.n_rows;
@@ -758,7 +404,7 @@ void launch_w(const MmaArgs& a, dim3 grid) {
     attr[dev] = true;
   }
   // A programmatic dependent launch (sm_90 and later): the CTAs start while split_x runs and stage their first
-  // weight blocks before griddepcontrol.wait (H200: 1-2.5 us less per call, docs/perf/gemv-blocks.md v8).
+  // weight blocks before griddepcontrol.wait (H200: 1-2.5 us less per call, docs/perf/gemv-blocks.md).
   launch_dependent(gemv_mma_kernel<TYPE, NCG, W, XS, XW>, grid, dim3(32 * W), smem, a);
   MLACONF_CUDA_LAUNCH_CHECK("gemv_mma_kernel");
 }
@@ -799,43 +445,6 @@ void launch_cg(int tcg, const MmaArgs& a, dim3 grid, bool xs, bool xw) {
 
 }  // namespace
 
-namespace {
-// The switches of this file (kernel_bench and suites/gpu compare both settings in one process): the setter's value,
-// else the environment variable's at the first call (core/env_switch.h: "0" off, "1" on, unset the default, any
-// other value an InputError).
-int g_mma_balance = -1;  // MLACONF_MMA_BALANCE
-int g_mma_chain = -1;    // MLACONF_MMA_CHAIN
-int g_mma_wide = -2;     // MLACONF_MMA_WIDE: -2 not read yet, -1 unset (by the batch), 0, 1
-int g_mma_grouped_small = -1;  // MLACONF_MMA_GROUPED_SMALL
-int g_mma_xsmem = -1;          // MLACONF_MMA_XSMEM
-int g_mma_xsmem_grouped = -1;  // MLACONF_MMA_XSMEM_GROUPED
-int g_mma_xwarp = -1;          // MLACONF_MMA_XWARP
-bool switch_value(int& v, const char* name, bool dflt = true) {
-  if (v < 0) v = env_switch(name).value_or(dflt) ? 1 : 0;
-  return v == 1;
-}
-}  // namespace
-void set_gemv_mma_chain(bool on) { g_mma_chain = on ? 1 : 0; }
-bool gemv_mma_chain() { return switch_value(g_mma_chain, "MLACONF_MMA_CHAIN"); }
-void set_gemv_mma_balance(bool on) { g_mma_balance = on ? 1 : 0; }
-bool gemv_mma_balance() { return switch_value(g_mma_balance, "MLACONF_MMA_BALANCE"); }
-void set_gemv_mma_wide(std::optional<bool> on) { g_mma_wide = on ? (*on ? 1 : 0) : -1; }
-std::optional<bool> gemv_mma_wide() {
-  if (g_mma_wide == -2) {
-    const std::optional<bool> v = env_switch("MLACONF_MMA_WIDE");
-    g_mma_wide = v ? (*v ? 1 : 0) : -1;
-  }
-  return g_mma_wide < 0 ? std::nullopt : std::optional<bool>(g_mma_wide == 1);
-}
-void set_gemv_mma_grouped_small(bool on) { g_mma_grouped_small = on ? 1 : 0; }
-bool gemv_mma_grouped_small() { return switch_value(g_mma_grouped_small, "MLACONF_MMA_GROUPED_SMALL"); }
-void set_gemv_mma_xsmem(bool on) { g_mma_xsmem = on ? 1 : 0; }
-bool gemv_mma_xsmem() { return switch_value(g_mma_xsmem, "MLACONF_MMA_XSMEM"); }
-void set_gemv_mma_xsmem_grouped(bool on) { g_mma_xsmem_grouped = on ? 1 : 0; }
-bool gemv_mma_xsmem_grouped() { return switch_value(g_mma_xsmem_grouped, "MLACONF_MMA_XSMEM_GROUPED"); }
-void set_gemv_mma_xwarp(bool on) { g_mma_xwarp = on ? 1 : 0; }
-bool gemv_mma_xwarp() { return switch_value(g_mma_xwarp, "MLACONF_MMA_XWARP"); }
-
 bool gemv_mma_by_default(GgmlType t, int64_t n_rows, int64_t ncols) {
   return (t == GgmlType::Q4_K || t == GgmlType::Q6_K) && n_rows >= 1024 && ncols >= 2048;
 }
@@ -843,47 +452,43 @@ bool gemv_mma_by_default(GgmlType t, int64_t n_rows, int64_t ncols) {
 MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, bool grouped) {
   // Row tiles per CTA and the split of K. At least ~8 warps per SM of a 132-SM device, K split over up to 8
   // warps. Up to 128 tiles (2048 rows: an expert's gate and up, q_a) the order of sums is fixed (8 chunks,
-  // split8), so the CTA's shape is free: the experts split K over 4 warps in CTAs of 4 (one tile each; v4: 22 %
-  // faster at B = 8 and 32 than 8 warps, each warp streaming 6 blocks instead of 3), one matrix over 8 warps
-  // in CTAs of 8 (v8: 2048 x 6144 at B = 1 13.7 -> 12.6 us, at B = 8 29.8 -> 22.7 us: it has only 128 CTAs
-  // for 132 SMs). Grouped experts as the experts by id (v14; v13 gave them one matrix's 8 warps, 3 blocks each
-  // of the gate's 24: the grid has a CTA row per group, so filling the SMs is not the question). Beyond 128 tiles
-  // the split is the order of sums, so a function of the shape alone.
+  // split8), so the CTA's shape is free: the experts split K over 4 warps in CTAs of 4 (one tile each: 22 %
+  // faster at B = 8 and 32 than 8 warps, each warp streaming 6 blocks instead of 3), one matrix over 8 warps in
+  // CTAs of 8 (2048 x 6144 at B = 1 13.7 -> 12.6 us, at B = 8 29.8 -> 22.7 us: it has only 128 CTAs for 132
+  // SMs). Grouped experts as the experts by id (the grid has a CTA row per group, so filling the SMs is not the
+  // question, and one matrix's 8 warps left each warp 3 of the gate's 24 blocks). Beyond 128 tiles the split is
+  // the order of sums, so a function of the shape alone. (H200 measurements: docs/perf/h200-2026-12-02.md.)
   const int64_t tiles = (n_rows + 15) / 16, nb = ncols / 256;
   int rt = tiles >= 132 * 8 ? 8 : tiles >= 132 * 4 ? 4 : tiles >= 132 * 2 ? 2 : 1;
-  int ks = tiles > 128 ? kWarps / rt : shared && !(grouped && gemv_mma_grouped_small()) ? kWarps : kWarpsSmall;
-  // Beyond 128 tiles, at least 4 blocks per warp where halving the split leaves a CTA of 4 warps or more (v8:
-  // the experts' down, 6144 x 2048, 2 blocks per warp -> 4 in CTAs of 4 warps: 34.2 -> 29.3 us for 8).
+  int ks = tiles > 128 ? kWarps / rt : shared && !grouped ? kWarps : kWarpsSmall;
+  // Beyond 128 tiles, at least 4 blocks per warp where halving the split leaves a CTA of 4 warps or more (the
+  // experts' down, 6144 x 2048, 2 blocks per warp -> 4 in CTAs of 4 warps: 34.2 -> 29.3 us for 8).
   while (tiles > 128 && ks > 1 && nb / ks < 4 && rt * ks / 2 >= kWarpsSmall) ks /= 2;
-  // A shared matrix's column groups per pass (4 x each since v15): 2 (8 x), or 4 (16 x) by the rules below. v15 on
-  // the H200 (ncu, the head at 64 x): passes of 16 x with each warp loading x issue a third fewer instructions but
-  // stall on x's loads (4.6 warps waiting on the long scoreboard per issue, 41 % issue-active, L1 hits 71 %): 2.49 ms
-  // against 2.08 for passes of 8 x (74 % issue-active); attn_output and the dense gate were 6-11 % faster in passes
-  // of 16 at 64 x, 5-20 % slower at 16 and 32 (kernel_bench, one run).
-  // x through shared memory (v16, gemv_mma_xsmem, default on): where K is not split (ks = 1, the head) the CTA
-  // stages x once for its 8 warps, which then read it by LDS, and passes of 16 x no longer wait on its loads. From
-  // 9 x on (a pass of 3-4 column groups): at 8 x the passes of 2 groups in CTAs of 4 (the balance below) were
-  // faster (H200, the head at 8 x: 304.9 us against 340.1 in CTAs of 8 with x staged; docs/perf/h200-2026-12-02.md v16).
-  const bool xs = shared && !grouped && ks == 1 && rt == kWarps && gemv_mma_xsmem() && batch > 2 * kSlots;
+  // A shared matrix's column groups per pass (4 x each): 2 (8 x), or 4 (16 x) by the rules below. With each warp
+  // loading x, passes of 16 x issue a third fewer instructions but stall on x's loads (ncu, the head at 64 x:
+  // 4.6 warps waiting on the long scoreboard per issue, 41 % issue-active: 2.49 ms against 2.08 for passes of 8 x).
+  // x through shared memory (xs): where K is not split (ks = 1, the head) the CTA stages x once for its 8 warps,
+  // which then read it by LDS, so that passes of 16 x no longer wait on its loads. From 9 x on (a pass of 3-4
+  // column groups): at 8 x the passes of 2 groups in CTAs of 4 (the balance below) were faster (the head at 8 x:
+  // 304.9 us against 340.1 in CTAs of 8 with x staged).
+  const bool xs = shared && !grouped && ks == 1 && rt == kWarps && batch > 2 * kSlots;
   // Grouped experts in CTAs of 2 row tiles (beyond 128 tiles: the down, 6144 x 2048, K over 2 warps) share x through
-  // shared memory between the 2 warps of each K part (gemv_mma_xsmem_grouped, default on; H200, kernel_bench, 64
-  // tokens: the down 753.0 -> 717.3 us). Not the gate / up (up to 128 tiles, one tile per CTA of 4 warps): made CTAs
-  // of 2 tiles (8 warps) to share x, they measured 724.7 -> 824.6 us (docs/perf/h200-2026-12-02.md v16).
-  const bool xs_grouped = grouped && gemv_mma_xsmem_grouped() && tiles > 128 && rt == 2 && rt * ks <= kWarps;
-  // Passes of 16 x (v16) from 33 x on where each warp streams at least 8 blocks: the stack at 64 x measured +1.5 %
-  // with them (attn_output, the dense FFN, q_b; H200, one run), at 32 x -2.1 %, at 16 x -0.9 % (docs/perf/README.md
-  // v16). gemv_mma_wide() true / false: at every batch / never.
-  const bool wide = gemv_mma_wide().value_or(batch > 32);
+  // shared memory between the 2 warps of each K part (64 tokens: the down 753.0 -> 717.3 us). Not the gate / up (up
+  // to 128 tiles, one tile per CTA of 4 warps): made CTAs of 2 tiles (8 warps) to share x, they measured 724.7 ->
+  // 824.6 us.
+  const bool xs_grouped = grouped && tiles > 128 && rt == 2 && rt * ks <= kWarps;
+  // Passes of 16 x from 33 x on where each warp streams at least 8 blocks: the decode step at 64 x measured +1.5 %
+  // with them (attn_output, the dense FFN, q_b), at 32 x -2.1 %, at 16 x -0.9 %.
+  const bool wide = batch > 32;
   const int cg = xs || (shared && !grouped && wide && nb / ks >= 8) ? kMaxCg : kMaxCgNarrow;
-  // The CTA's size by balance (v12): ks fixes the order of sums, but a row tile's ks warps may sit in CTAs of 4
-  // or 8 warps. Where the grid takes several rounds of resident CTAs (2 of 8 warps per SM), the last round's
-  // share sets the tail: with CTAs spread evenly the busiest SM runs ceil(CTAs / SMs) x warps per CTA, and
-  // CTAs of 4 are taken where that is less (the head, 154880 rows: 1210 CTAs of 8 warps, 80 warp-shares on the
-  // busiest SM against 76 as 2420 CTAs of 4; H200: 262.1 -> 245.2 us at B = 1, -3 % at B = 8). Not in one
-  // round (attn_output, 192 CTAs for 264 places): there CTAs of 4 measured level or 2 % slower (v12). The
-  // same bits either way (suites/gpu gemv_mma.balanced_grid_bits); set_gemv_mma_balance(false) or
-  // MLACONF_MMA_BALANCE=0 keeps v11's shapes, for kernel_bench's comparison in one run.
-  if (tiles > 128 && !grouped && !xs && gemv_mma_balance() && rt * ks == kWarps && rt > 1) {
+  // The CTA's size by balance: ks fixes the order of sums, but a row tile's ks warps may sit in CTAs of 4 or 8
+  // warps. Where the grid takes several rounds of resident CTAs (2 of 8 warps per SM), the last round's share
+  // sets the tail: with CTAs spread evenly the busiest SM runs ceil(CTAs / SMs) x warps per CTA, and CTAs of 4
+  // are taken where that is less (the head, 154880 rows: 1210 CTAs of 8 warps, 80 warp-shares on the busiest SM
+  // against 76 as 2420 CTAs of 4: 262.1 -> 245.2 us at B = 1, -3 % at B = 8). Not in one round (attn_output, 192
+  // CTAs for 264 places): there CTAs of 4 measured level or 2 % slower. The same bits either way (a row's order
+  // of sums depends on ks alone).
+  if (tiles > 128 && !grouped && !xs && rt * ks == kWarps && rt > 1) {
     const int64_t per_row = shared ? (batch + kSlots * cg - 1) / (kSlots * cg) : batch, sms = device_sm_count();
     auto busiest = [&](int r) { return (int64_t)ceil_div((int64_t)ceil_div(tiles, r) * per_row, sms) * r * ks; };
     const bool rounds = (int64_t)ceil_div(tiles, rt) * per_row > sms * (16 / kWarps);
@@ -892,13 +497,13 @@ MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, b
   return {rt, ks, cg, xs || xs_grouped};
 }
 
-// Those warps loaded x's fragments inside each block (16 LDG.64 per lane, from L2 at one matrix's 1 CTA per SM), and a
-// shared pass at one x also its 3 slots of padding. Such a pass has one column group and no x through shared memory
-// per CTA (that needs more than 8 x, or grouped experts). Not Q6_K: its staged loop took 43 more instructions per
-// block (656 -> 699, sm_90) and attn_output's 6144 x 16384 ran 38.6-39.3 -> 41.1-42.0 us in the B = 1 step, the head
-// level (H200, docs/perf/h200-2026-12-02.md v17).
+// x staged per warp with its weights: a pass of one live x slot (the experts by id; one matrix at one x) otherwise
+// has each lane load x's fragments inside each block (16 LDG.64 per lane, from L2 at one matrix's 1 CTA per SM),
+// and a shared pass at one x also its 3 slots of padding. Such a pass has one column group and no x through shared
+// memory per CTA (that needs more than 8 x, or grouped experts). Not Q6_K: its staged loop took 43 more instructions
+// per block (656 -> 699, sm_90) and attn_output's 6144 x 16384 ran 38.6-39.3 -> 41.1-42.0 us in the B = 1 step.
 bool gemv_mma_xwarp_pass(GgmlType t, int64_t batch, bool shared, bool grouped) {
-  return t == GgmlType::Q4_K && !grouped && (!shared || batch == 1) && gemv_mma_xwarp();
+  return t == GgmlType::Q4_K && !grouped && (!shared || batch == 1);
 }
 
 bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const int32_t* d_ids, int64_t w_count,
@@ -929,8 +534,8 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   if (cta.xs && cta.rt != 2 * tcg) throw CudaError("gemv_mma: x staging with " + std::to_string(cta.rt) + " row tiles and " +
                                                    std::to_string(tcg) + " column groups");
   // Column groups hold 4 slots each. A shared pass reads the template's NCG groups from cap y on, so past the
-  // last entry they are padded with zero x (the kernel never branches around an mma; v13 sized one pass by ncg
-  // and so read one group past the split's at B = 5 and 6); a grouped pass 4 slots from any even slot, so up to
+  // last entry they are padded with zero x (the kernel never branches around an mma; sized by ncg instead, one pass
+  // would read one group past the split's at B = 5 and 6); a grouped pass 4 slots from any even slot, so up to
   // slot ntok + 2.
   const int64_t groups = grouped ? (ntok + 2) / kSlots + 1 : shared ? (ny == 1 ? tcg : cap * ny) : (ntok + kSlots - 1) / kSlots;
   if (kSlots * groups > 65535 || (shared && (n_rows + 15) / 16 * ny > 0x7fffffff)) return false;
@@ -939,15 +544,11 @@ bool gemv_mma(GgmlType t, const void* d_w, int64_t n_rows, int64_t ncols, const 
   const bool q4k = t == GgmlType::Q4_K;
   auto* xf = static_cast<float*>(scratch(6, (size_t)groups * nb * (16 + (q4k ? 256 : 0))));
   auto* xm = q4k ? reinterpret_cast<__nv_bfloat16*>(xf + groups * nb * kSlots) : nullptr;
-  const dim3 sgrid((unsigned)nb, (unsigned)(kSlots * groups));
   const bool hi_only = active_fault() == Fault::GemvXBf16;
   // Chained: one matrix only. The GEMV reads expert ids and the group table before it waits, and the kernel
   // before the split may be the one writing them (route, group_pairs): those splits wait for it in stream order.
-  const bool chain = !d_ids && !grouped && gemv_mma_chain();
-  auto* xh = static_cast<__half*>(xi);
-  if (chain) launch_dependent(split_x_kernel, sgrid, dim3(256), 0, d_x, x_stride, K, ntok, xh, xf, xm, hi_only);
-  else split_x_kernel<<<sgrid, 256, 0, cur_stream()>>>(d_x, x_stride, K, ntok, xh, xf, xm, hi_only);
-  MLACONF_CUDA_LAUNCH_CHECK("split_x_kernel");
+  const bool chain = !d_ids && !grouped;
+  split_x(d_x, x_stride, K, ntok, groups, static_cast<__half*>(xi), xf, xm, hi_only, chain);
 
   const int64_t tiles = (n_rows + 15) / 16;
   const int rt = cta.rt, ks = cta.ks;

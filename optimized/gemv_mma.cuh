@@ -1,5 +1,5 @@
 // mlaconf optimized: the tensor-core dequant GEMV for Q4_K and Q6_K (optimized/gemv_mma.cu), called by
-// gemv.cu's dispatch: in the default where gemv_mma_by_default says so, at every shape for kGemvMma.
+// gemv.cu's dispatch: in the default where gemv_mma_by_default says so, at every shape for GemvKernel::Mma.
 #pragma once
 #include <cstdint>
 
@@ -14,8 +14,8 @@ namespace mlaconf::cuda {
 // matrix at d_w_alt (16-byte aligned, the shape of the others): a shared expert as one more entry.
 // Returns false (launches nothing) for other types, ncols not a multiple of 256, or misaligned pointers:
 // the caller then runs the SIMT kernels.
-// Whether the default GEMV (kernel variant kGemvDefault) runs this shape here: Q4_K or Q6_K with at least 1024
-// rows and 2048 columns. Measured on the H200 (docs/perf/gemv-blocks.md v4): there the tensor cores are
+// Whether the default GEMV (GemvKernel::Default) runs this shape here: Q4_K or Q6_K with at least 1024
+// rows and 2048 columns. Measured on the H200 (docs/perf/gemv-blocks.md): there the tensor cores are
 // 2-3x faster than SIMT at B = 8 and the Q6_K ones 1.3-1.5x at B = 1 too, except at 2048 rows, where one
 // matrix alone is 1.05-1.5x slower but the experts of that shape (by id) 1.3x faster; below (576 x 6144, the
 // 64 per-head 256 x 512 matrices) they lost at both B = 1 and 8. A rule of the shape, never of the batch.
@@ -34,12 +34,12 @@ struct ExpertGroupsArg {
 // balanced shapes keep the bits, and for kernel_bench.
 struct MmaCta {
   int rt, ks;
-  int cg;  // a shared matrix's column groups per pass (4 x each since v15): 4 or 2
-  bool xs;  // x through shared memory (v16: K not split, CTAs of 8 warps, more than 8 x, gemv_mma_xsmem; or grouped
-            // experts in CTAs of 2 row tiles, gemv_mma_xsmem_grouped)
+  int cg;  // a shared matrix's column groups per pass (4 x each): 4 or 2
+  bool xs;  // x through shared memory (K not split, CTAs of 8 warps, more than 8 x; or grouped experts in CTAs of 2 row
+            // tiles)
 };
 MmaCta gemv_mma_cta(int64_t n_rows, int64_t ncols, int64_t batch, bool shared, bool grouped);
-// Whether a launch stages x per warp (v17, gemv_mma_xwarp): a Q4_K pass of one live x slot, i.e. an entry that is not a
+// Whether a launch stages x per warp: a Q4_K pass of one live x slot, i.e. an entry that is not a
 // shared pass (the experts by id; not grouped) or one matrix at one x. Exposed for kernel_bench.
 bool gemv_mma_xwarp_pass(GgmlType t, int64_t batch, bool shared, bool grouped);
 

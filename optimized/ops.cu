@@ -165,7 +165,7 @@ __global__ void rope_kernel(float* x, int64_t T, int64_t n_vec, int64_t stride, 
 // then RoPE on values [0, dim) by rope_pair, then written to y and, where idx is set, to dst row idx[t]: the
 // indexer's key (layernorm, RoPE, scatter) in one launch instead of three. Why: at one token these are one-CTA
 // launches on the indexer's side stream, each costing 2-7 us of launch and latency beside the query path's GEMVs
-// (docs/perf/h200-2026-12-02.md v13). Dynamic shared memory: D floats.
+// (docs/perf/h200-2026-12-02.md). Dynamic shared memory: D floats.
 __global__ void layernorm_rope_kernel(const float* x, const float* w, const float* b, int64_t D, float eps, const int32_t* pos,
                                       int64_t dim, double theta, bool neox, float* y, const int32_t* idx, float* dst, int64_t ld_dst) {
   __shared__ float red[32];

@@ -1,37 +1,9 @@
 // mlaconf optimized: the GLM-5 forward pass, composed from the kernels of api.h (host code only).
 #include "optimized/pipeline.h"
 
-#include "core/env_switch.h"
 #include "optimized/pipeline_impl.h"
 
 namespace mlaconf::cuda {
-
-// The MLACONF_CUDA_* environment overrides of the options (pipeline.h), and the kernels' switches, read once
-// before any work.
-void Pipeline::Impl::apply_environment_overrides() {
-  Impl& m = *this;
-  if (const char* e = std::getenv("MLACONF_CUDA_PREFILL")) {
-    const std::string v = e;
-    if (v == "fp16") m.opt.prefill = PipelineOptions::Prefill::Fp16;
-    else if (v == "fp16x3") m.opt.prefill = PipelineOptions::Prefill::Fp16x3;
-    else if (v == "fp32") m.opt.prefill = PipelineOptions::Prefill::Fp32;
-    else throw InputError("MLACONF_CUDA_PREFILL must be fp16, fp16x3 or fp32, not '" + v + "'");
-  }
-  if (const char* e = std::getenv("MLACONF_CUDA_GEMV_MAX_TOKENS")) m.opt.gemv_max_tokens = std::atoll(e);
-  // The 0|1 switches (core/env_switch.h): the environment overrides the option; read before any work, so that a
-  // bad value stops the run at once.
-  auto env_option = [](const char* name, bool& option) {
-    if (const std::optional<bool> v = env_switch(name)) option = *v;
-  };
-  env_option("MLACONF_CUDA_GRAPH", m.opt.decode_graph);
-  env_option("MLACONF_CUDA_FUSED_KEY", m.opt.indexer_key_fused);
-  env_option("MLACONF_CUDA_INDEXER_Q_MAIN", m.opt.indexer_q_main);
-  env_option("MLACONF_CUDA_BATCH_INVARIANT", m.opt.batch_invariant);
-  m.group_forced = env_switch("MLACONF_GROUP_EXPERTS");
-  // The tensor-core GEMV's switches (MLACONF_MMA_*, read once per process) are read now too, not in a first step.
-  (void)gemv_mma_chain(), (void)gemv_mma_balance(), (void)gemv_mma_wide(), (void)gemv_mma_grouped_small(), (void)gemv_mma_xsmem(), (void)gemv_mma_xsmem_grouped(),
-      (void)gemv_mma_xwarp();
-}
 
 Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt) : impl_(std::make_unique<Impl>(f, c, opt)) {
   std::string why;
@@ -42,7 +14,6 @@ Pipeline::Pipeline(const GgufFile& f, const ModelConfig& c, PipelineOptions opt)
     throw NotSupported(f.path() + ": YaRN RoPE scaling (factor " + std::to_string(c.rope_scaling_factor) +
                      ") in the CUDA pipeline");
   Impl& m = *impl_;
-  m.apply_environment_overrides();
   if (opt.max_seqs < 0 || opt.max_seqs > 65535 || opt.page_rows < 1 || opt.pool_pages < 0 || opt.pass_arena_bytes < 0)
     throw InputError("PipelineOptions: max_seqs in [0, 65535], page_rows >= 1, pool_pages >= 0 and pass_arena_bytes >= 0");
   m.ctx = std::min<int64_t>(opt.max_ctx, c.n_ctx_train > 0 ? c.n_ctx_train : opt.max_ctx);

@@ -39,6 +39,7 @@
 #include "core/memory_plan.h"
 #include "core/model_config.h"
 #include "core/trace.h"
+#include "optimized/kernel_config.h"
 
 namespace mlaconf::cuda {
 
@@ -49,17 +50,11 @@ class OverflowError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-struct PipelineOptions {
+// The kernel and plan choices (KernelConfig: the GEMV kernels, prefill precision, graphs, batch invariance, ...)
+// are the base, so that a pipeline reads them as options; the rest sizes the pipeline.
+struct PipelineOptions : KernelConfig {
   int64_t max_ctx = 4096;         // cache rows per layer (capped at the model's context length)
   bool overflow_check = true;
-  int64_t gemv_max_tokens = 8;    // passes of at most this many tokens use the fused GEMVs
-  // Prefill GEMM precision. Fp16: weights rounded to fp16 (activations hi+lo): measured on the tiny
-  // model, the rounding flips indexer near-ties that cascade (greedy diverged at step 1 against a
-  // reference margin of 0.56). Fp16x3 (default): weights and activations as fp16 hi + lo, three
-  // tensor-core GEMMs: 24/24 greedy tokens equal. Fp32: SGEMM on fp32 weights (no TF32), same result,
-  // slower. Environment MLACONF_CUDA_PREFILL=fp16|fp16x3|fp32 overrides.
-  enum class Prefill { Fp16, Fp16x3, Fp32 };
-  Prefill prefill = Prefill::Fp16x3;
   // Layer split: the CUDA devices of the stages, in order (empty = the current device alone). The layers
   // are split into contiguous ranges by core/memory_plan.h (balanced by bytes, the embedding on the first
   // stage, the output head on the last); each layer's weights and caches live on its stage's device and
@@ -73,28 +68,11 @@ struct PipelineOptions {
   int64_t max_seqs = 0;
   int64_t page_rows = 64;
   int64_t pool_pages = 0;
-  // decode_step plans sparse MLA (heads per CTA, split of the index list) as for one query, so that each
-  // row is computed exactly as when its sequence decodes alone (forward() of one token); false: planned
-  // for the B queries (fewer, larger splits at large B; the bits then depend on B). Environment
-  // MLACONF_CUDA_BATCH_INVARIANT=0|1 overrides.
-  bool batch_invariant = true;
-  // decode_step as a CUDA graph per B (captured on its second step, replayed after): the indexer over
-  // max_ctx keys, the same logits as without.
-  // Used where the pipeline has one stage and overflow_check is off (otherwise steps run directly).
-  // Environment MLACONF_CUDA_GRAPH=0|1 overrides.
-  bool decode_graph = false;
   // Bytes per device for the temporaries of a pass (forward(), prefill(), decode_step()): bump-allocated
   // from one buffer and poisoned (0xFF) by one memset per pass (optimized/arena.h); what does not fit
   // comes from the pool buffer by buffer (its own allocation and poison memset), as all did before. The
   // arena grows to 1.5x the largest pass that asked for more, up to this. 0: no arena.
   int64_t pass_arena_bytes = (int64_t)kPassArenaDefaultBytes;
-  // A one-token decode step with the indexer on the side stream runs the indexer's query projection on the
-  // main stream, beside the side's key and weights (docs/perf/h200-2026-12-02.md v13); false: on the side stream after
-  // them, as before. The same launches, so the same bits. Environment MLACONF_CUDA_INDEXER_Q_MAIN=0|1 overrides.
-  bool indexer_q_main = true;
-  // The indexer key's layernorm, RoPE and (in a pass over sequences) scatter to its sequence's region in one launch
-  // (layernorm_rope), the same bits as three (docs/perf/h200-2026-12-02.md v13). Environment MLACONF_CUDA_FUSED_KEY=0|1 overrides.
-  bool indexer_key_fused = true;
 };
 
 // A host tensor of op replay: row-major values, shape.
@@ -123,7 +101,7 @@ class Pipeline {
   std::map<std::string, OpTensor> replay_op(int layer, const std::string& op, const std::map<std::string, OpTensor>& in,
                                             int64_t pos0);
   const ModelConfig& config() const;
-  // The options in force: those given, with the MLACONF_CUDA_* environment overrides applied.
+  // The options in force (as given).
   const PipelineOptions& options() const;
   // The split, e.g. "devices 0,0: layers 0-1 | 2-3" ("" without a split).
   std::string split_summary() const;

@@ -122,8 +122,6 @@ struct Pipeline::Impl {
 
   Impl(const GgufFile& file, const ModelConfig& cfg, PipelineOptions o)
       : f(file), c(cfg), opt(o), arenas((size_t)std::max<int64_t>(o.pass_arena_bytes, 0)) {}
-  // Called by the constructor (pipeline.cpp): the documented environment overrides of opt.
-  void apply_environment_overrides();
 
   const DevTensor& W(const std::string& name) const {
     auto it = w.find(name);
@@ -307,8 +305,7 @@ struct Pipeline::Impl {
   // B = 16 then); with v15's grouped passes of 4 slots in one column group the stack at B = 16 / 8 measured +11.1 /
   // +3.2 % grouped (H200, docs/perf/h200-2026-12-02.md v16). v11-v13 took 2 picks per expert.
   // MLACONF_GROUP_EXPERTS=0 / 1 turns it off / on at every size, for measurements; the bits are the same either way.
-  std::optional<bool> group_forced;  // MLACONF_GROUP_EXPERTS, read by the constructor
-  bool group_experts(int64_t n) const { return group_forced.value_or(4 * n >= c.n_expert); }
+  bool group_experts(int64_t n) const { return opt.group_experts.value_or(4 * n >= c.n_expert); }
   // Whether a one-token decode step runs layer l's shared expert as one more entry of the experts' launches
   // (expert_pairs with_shared): one shared expert whose three matrices have the experts' types and shapes, on
   // the GEMV that takes an id of -1 (gemv_experts_mma_ok). It saves three launches (and their x splits) per

@@ -60,12 +60,12 @@ void Pipeline::Impl::expert_pairs(int64_t l, const float* y, int64_t T, const in
     gather_rows(y, E, toks.as<int32_t>(), n, E, xe.as<float>(), E);
     const int32_t *g = grp.as<int32_t>(), *cnt = ng.as<int32_t>();
     gemv_experts_grouped(gw.type, gw.buf.get(), gw.ne1 * gw.row_bytes, gw.ne1, gw.ne0, g, cnt, n, xe.as<float>(), E, ge.as<float>(),
-                         F, nullptr);
+                         F, nullptr, opt.gemv);
     gemv_experts_grouped(uw.type, uw.buf.get(), uw.ne1 * uw.row_bytes, uw.ne1, uw.ne0, g, cnt, n, xe.as<float>(), E, ue.as<float>(),
-                         F, nullptr);
+                         F, nullptr, opt.gemv);
     silu_gate(ge.as<float>(), ue.as<float>(), n * F, ge.as<float>());
     gemv_experts_grouped(dw.type, dw.buf.get(), dw.ne1 * dw.row_bytes, dw.ne1, dw.ne0, g, cnt, n, ge.as<float>(), F, eo, E,
-                         ord.as<int32_t>());
+                         ord.as<int32_t>(), opt.gemv);
     return;
   }
   // One token: every pair's x is y itself, read in place (x stride 0) instead of gathered into k copies;
@@ -78,10 +78,10 @@ void Pipeline::Impl::expert_pairs(int64_t l, const float* y, int64_t T, const in
     gather_rows(y, E, d_tok, n, E, xe.as<float>(), E);
     xp = xe.as<float>(), xs = E;
   }
-  gemv_experts(gw.type, gw.buf.get(), gw.ne1 * gw.row_bytes, d_ids, n, gw.ne1, gw.ne0, xp, xs, ge.as<float>(), F, gs);
-  gemv_experts(uw.type, uw.buf.get(), uw.ne1 * uw.row_bytes, d_ids, n, uw.ne1, uw.ne0, xp, xs, ue.as<float>(), F, us);
+  gemv_experts(gw.type, gw.buf.get(), gw.ne1 * gw.row_bytes, d_ids, n, gw.ne1, gw.ne0, xp, xs, ge.as<float>(), F, gs, opt.gemv);
+  gemv_experts(uw.type, uw.buf.get(), uw.ne1 * uw.row_bytes, d_ids, n, uw.ne1, uw.ne0, xp, xs, ue.as<float>(), F, us, opt.gemv);
   silu_gate(ge.as<float>(), ue.as<float>(), n * F, ge.as<float>());
-  gemv_experts(dw.type, dw.buf.get(), dw.ne1 * dw.row_bytes, d_ids, n, dw.ne1, dw.ne0, ge.as<float>(), F, eo, E, ds);
+  gemv_experts(dw.type, dw.buf.get(), dw.ne1 * dw.row_bytes, d_ids, n, dw.ne1, dw.ne0, ge.as<float>(), F, eo, E, ds, opt.gemv);
 }
 
 void Pipeline::Impl::experts(int64_t l, const float* y, int64_t T, const std::vector<int32_t>& ids, float* eo) {
@@ -191,7 +191,7 @@ bool Pipeline::Impl::shared_as_entry(int64_t l, int64_t T) const {
 bool Pipeline::Impl::experts_on_mma(int64_t l) const {
   for (const char* n : {wname::kGateExps, wname::kUpExps, wname::kDownExps}) {
     const DevTensor& t = L(l, n);
-    if (!gemv_experts_mma_ok(t.type, t.ne1, t.ne0) || !mma_aligned(t)) return false;
+    if (!gemv_experts_mma_ok(t.type, t.ne1, t.ne0, opt.gemv) || !mma_aligned(t)) return false;
   }
   return true;
 }

@@ -9,7 +9,7 @@ void Pipeline::Impl::linear(const DevTensor& t, const float* x, int64_t T, float
   if (T == 0) return;
   const uint8_t* base = t.buf.as<uint8_t>() + (expert >= 0 ? expert * t.ne1 * t.row_bytes : 0);
   if (T <= opt.gemv_max_tokens || all_gemv || t.type == GgmlType::F32) {
-    gemv(t.type, base, t.ne1, t.ne0, x, y, T, 0, t.ne0, t.ne1);  // F32 weights (the router) stay in fp32
+    gemv(t.type, base, t.ne1, t.ne0, x, y, T, 0, t.ne0, t.ne1, opt.gemv);  // F32 weights (the router) stay in fp32
     return;
   }
   if (fp32 || opt.prefill == PipelineOptions::Prefill::Fp32)
@@ -81,7 +81,7 @@ void Pipeline::Impl::latent_rows(int64_t l, const float* kva, int64_t T, const i
 void Pipeline::Impl::absorb(int64_t l, const float* qb, int64_t T, float* qabs) {
   const int64_t H = c.n_head, dn = c.qk_nope(), R = c.qk_rope(), dq = c.qk_head(), dl = c.kv_lora_rank, dlat = dl + R;
   const DevTensor& kb = L(l, wname::kKB);
-  gemv_per_head(kb.type, kb.buf.get(), dl, dn, H, qb, dq, qabs, dlat, T * H);
+  gemv_per_head(kb.type, kb.buf.get(), dl, dn, H, qb, dq, qabs, dlat, T * H, opt.gemv);
   copy2d(qabs + dl, dlat * 4, qb + dn, dq * 4, R * 4, T * H);
 }
 
@@ -171,7 +171,7 @@ void Pipeline::Impl::attend(const uint16_t* qabs_h, const uint16_t* cache_h, int
 
 void Pipeline::Impl::v_up(int64_t l, const float* att, int64_t T, float* vout) {
   const DevTensor& vb = L(l, wname::kVB);
-  apply_wuv(vb.type, vb.buf.get(), c.v_head(), c.kv_lora_rank, att, T, c.n_head, vout);
+  apply_wuv(vb.type, vb.buf.get(), c.v_head(), c.kv_lora_rank, att, T, c.n_head, vout, opt.gemv);
 }
 
 void Pipeline::Impl::o_proj(int64_t l, const float* vout, int64_t T, float* ao) {

@@ -1,11 +1,10 @@
-// mlaconf optimized: sparse MLA in the absorbed form (decode and prefill share one kernel).
+// mlaconf optimized: sparse MLA in the absorbed form (decode and prefill share one kernel): the dispatch, and the
+// tensor-core kernel for GLM-5's and DeepSeek V3.2's d_qk = 576, d_v = 512 (other sizes: sparse_mla_simt.cu).
 //
-// One latent cache row (d_qk f16: [c | k_pe]) serves every head (MQA), so a CTA takes kHeads heads
-// of one query and one split of its index list: it gathers kRows listed rows at a time into shared
-// memory (64-bit row offsets), scores them against its heads' queries, keeps an online softmax per
-// head (base-2 exponent) and accumulates the first d_v values of each row. Each split writes its
-// unnormalised partial output with its running max and sum; a second kernel merges the splits with
-// the log-sum-exp rule. Index -1 is "no token"; a head with no valid token ends with zeros.
+// One latent cache row (d_qk f16: [c | k_pe]) serves every head (MQA), so a CTA takes the heads of one query and
+// one split of its index list, gathers the listed rows into shared memory, keeps an online softmax per head
+// (base-2 exponent) and accumulates the first d_v values of each row; splits are merged with the log-sum-exp
+// rule. Index -1 is "no token"; a head with no valid token ends with zeros.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -16,223 +15,21 @@
 #include "optimized/common.cuh"
 #include "optimized/faults.h"
 #include "optimized/mma.cuh"
+#include "optimized/sparse_mla_list.cuh"
 
 namespace mlaconf::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-constexpr int kHeads = 16;           // heads per CTA (2 per warp in the score phase)
-constexpr int kRows = 32;            // listed rows per step (one per lane in the score phase)
-constexpr int kMaxDv = 2 * kThreads;  // each thread owns 2 output columns
-constexpr int kMaxDqk = 1024;
-
-// What both kernels take from SparseMlaArgs: the query's list, its split, and the fp32 partials of the
-// splits (filled by list_params, so that the two launchers cannot pack them differently).
-struct ListParams {
-  const __half* q;       // [T, H, dqk]
-  const __half* cache;   // [L, dqk]
-  int64_t L;
-  const int32_t* idx;    // [T, top_k]
-  const int32_t* q_pos;  // [T] or null (dense fault only)
-  const int32_t* row_base;  // [T] or null (dense fault only)
-  int T, H, top_k;
-  int entries;           // list length per query (top_k, or L for the dense fault)
-  int split;             // entries per split (a multiple of the kernel's tile rows)
-  int n_splits;
-  bool dense;
-  float scale_log2;      // scale * log2(e)
-  float* o_part;         // [T, n_splits, H, dv]
-  float* m_part;         // [T, n_splits, H]
-  float* l_part;         // [T, n_splits, H]
-};
-
-// partials: allocate the split partials (scratch slots 0-2) for d_v values per head.
-ListParams list_params(const SparseMlaArgs& a, bool dense, int64_t entries, int64_t split, int64_t n_splits, bool partials,
-                       int64_t d_v) {
-  ListParams p{};
-  p.q = reinterpret_cast<const __half*>(a.q);
-  p.cache = reinterpret_cast<const __half*>(a.cache);
-  p.L = a.L;
-  p.idx = a.idx;
-  p.q_pos = a.q_pos;
-  p.row_base = a.row_base;
-  p.T = (int)a.T;
-  p.H = (int)a.H;
-  p.top_k = (int)a.top_k;
-  p.entries = (int)entries;
-  p.split = (int)split;
-  p.n_splits = (int)n_splits;
-  p.dense = dense;
-  p.scale_log2 = a.scale * 1.4426950408889634f;
-  if (partials) {
-    const size_t n_part = (size_t)a.T * n_splits * a.H;
-    p.o_part = static_cast<float*>(scratch(0, n_part * d_v * 4));
-    p.m_part = static_cast<float*>(scratch(1, n_part * 4));
-    p.l_part = static_cast<float*>(scratch(2, n_part * 4));
-  }
-  return p;
-}
-
-struct Params : ListParams {
-  int dqk, dv;
-};
-
-__global__ void __launch_bounds__(kThreads) sparse_mla_partial(Params p) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  const int ldk = p.dqk + 2;  // halves per shared row: an odd number of 4-byte words, no bank conflicts
-  __half* q_s = reinterpret_cast<__half*>(smem);          // [kHeads][ldk]
-  __half* k_s = q_s + kHeads * ldk;                        // [kRows][ldk]
-  float* p_s = reinterpret_cast<float*>(k_s + kRows * ldk);  // [kHeads][kRows]
-  float* m_s = p_s + kHeads * kRows;                        // [kHeads] running max (log2 domain)
-  float* l_s = m_s + kHeads;                                // [kHeads] running sum
-  float* a_s = l_s + kHeads;                                // [kHeads] rescale of this step
-  int64_t* row_s = reinterpret_cast<int64_t*>(a_s + kHeads);  // [kRows] row of each slot, -1 = none
-
-  const int split = blockIdx.x, h0 = blockIdx.y * kHeads, t = blockIdx.z;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int nh = min(kHeads, p.H - h0);
-  const int words = p.dqk / 2;  // 4-byte words per row
-
-  // Queries of this CTA's heads.
-  for (int i = tid; i < kHeads * words; i += kThreads) {
-    const int h = i / words, w = i - h * words;
-    uint32_t v = 0;
-    if (h < nh) v = reinterpret_cast<const uint32_t*>(p.q + ((int64_t)t * p.H + h0 + h) * p.dqk)[w];
-    reinterpret_cast<uint32_t*>(q_s + h * ldk)[w] = v;
-  }
-  if (tid < kHeads) {
-    m_s[tid] = -INFINITY;
-    l_s[tid] = 0.f;
-  }
-  float acc[kHeads][2];
-#pragma unroll
-  for (int h = 0; h < kHeads; ++h) acc[h][0] = acc[h][1] = 0.f;
-  const int c0 = 2 * tid;  // this thread's two output columns
-
-  const int begin = split * p.split, end = min(begin + p.split, p.entries);
-  const int64_t limit = p.dense ? (p.q_pos ? (int64_t)p.q_pos[t] : p.L - 1) : 0;
-  const int64_t base = (p.dense && p.row_base) ? (int64_t)p.row_base[t] : 0;
-  for (int step = begin; step < end; step += kRows) {
-    __syncthreads();  // previous step's k_s / p_s reads are done
-    if (tid < kRows) {
-      const int e = step + tid;
-      int64_t row = -1;
-      if (e < end) {
-        if (p.dense) {
-          row = (e <= limit && base + e < p.L) ? base + e : -1;
-        } else {
-          const int32_t r = p.idx[(int64_t)t * p.top_k + e];
-          row = (r >= 0 && r < p.L) ? r : -1;
-        }
-      }
-      row_s[tid] = row;
-    }
-    __syncthreads();
-    // Gather the listed rows (4-byte loads; a row's words are contiguous in global memory).
-    for (int i = tid; i < kRows * words; i += kThreads) {
-      const int r = i / words, w = i - r * words;
-      const int64_t row = row_s[r];
-      uint32_t v = 0;
-      if (row >= 0) v = __ldg(reinterpret_cast<const uint32_t*>(p.cache + row * (int64_t)p.dqk) + w);
-      reinterpret_cast<uint32_t*>(k_s + r * ldk)[w] = v;
-    }
-    __syncthreads();
-    // Scores: warp w handles heads w and w + kWarps; lane = row. Online softmax per head.
-    for (int hh = warp; hh < kHeads; hh += kWarps) {
-      float s = -INFINITY;
-      if (hh < nh && row_s[lane] >= 0) {
-        const __half2* qa = reinterpret_cast<const __half2*>(q_s + hh * ldk);
-        const __half2* ka = reinterpret_cast<const __half2*>(k_s + lane * ldk);
-        float d0 = 0.f, d1 = 0.f;
-        for (int w = 0; w < words; ++w) {
-          const float2 qf = __half22float2(qa[w]), kf = __half22float2(ka[w]);
-          d0 = fmaf(qf.x, kf.x, d0);
-          d1 = fmaf(qf.y, kf.y, d1);
-        }
-        s = (d0 + d1) * p.scale_log2;
-      }
-      float mx = s;
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      const float m_old = m_s[hh];
-      const float m_new = fmaxf(m_old, mx);
-      const float pr = (s == -INFINITY) ? 0.f : exp2f(s - m_new);
-      float sum = pr;
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-      p_s[hh * kRows + lane] = pr;
-      __syncwarp();
-      if (lane == 0) {
-        const float alpha = (m_old == -INFINITY) ? 1.f : exp2f(m_old - m_new);
-        a_s[hh] = alpha;
-        l_s[hh] = l_s[hh] * alpha + sum;
-        m_s[hh] = m_new;
-      }
-    }
-    __syncthreads();
-    // Accumulate: acc[h][c] = acc[h][c] * alpha[h] + sum_r p[h][r] * k[r][c].
-    if (c0 < p.dv) {
-#pragma unroll
-      for (int h = 0; h < kHeads; ++h) {
-        const float a = a_s[h];
-        acc[h][0] *= a;
-        acc[h][1] *= a;
-      }
-      for (int r = 0; r < kRows; ++r) {
-        const float2 kv = __half22float2(*reinterpret_cast<const __half2*>(k_s + r * ldk + c0));
-#pragma unroll
-        for (int h = 0; h < kHeads; ++h) {
-          const float pr = p_s[h * kRows + r];
-          acc[h][0] = fmaf(pr, kv.x, acc[h][0]);
-          acc[h][1] = fmaf(pr, kv.y, acc[h][1]);
-        }
-      }
-    }
-  }
-  __syncthreads();
-  const int64_t pbase = ((int64_t)t * p.n_splits + split) * p.H;
-  if (c0 < p.dv) {
-#pragma unroll
-    for (int h = 0; h < kHeads; ++h)
-      if (h < nh) *reinterpret_cast<float2*>(p.o_part + (pbase + h0 + h) * p.dv + c0) = make_float2(acc[h][0], acc[h][1]);
-  }
-  if (tid < nh) {
-    p.m_part[pbase + h0 + tid] = m_s[tid];
-    p.l_part[pbase + h0 + tid] = l_s[tid];
-  }
-}
-
-// out[t, h, :] = sum_s 2^(m_s - M) O_s / sum_s 2^(m_s - M) l_s; zeros when no split saw a token.
-__global__ void sparse_mla_merge(const float* o_part, const float* m_part, const float* l_part, int n_splits, int H, int dv,
-                                 bool plain_sum, float* out) {
-  const int h = blockIdx.x, t = blockIdx.y;
-  float M = -INFINITY;
-  for (int s = 0; s < n_splits; ++s) M = fmaxf(M, m_part[((int64_t)t * n_splits + s) * H + h]);
-  float L = 0.f;
-  for (int s = 0; s < n_splits; ++s) {
-    const int64_t k = ((int64_t)t * n_splits + s) * H + h;
-    const float w = plain_sum ? 1.f : (m_part[k] == -INFINITY ? 0.f : exp2f(m_part[k] - M));
-    L += w * l_part[k];
-  }
-  const float inv = (M == -INFINITY || L == 0.f) ? 0.f : 1.f / L;
-  for (int c = threadIdx.x; c < dv; c += blockDim.x) {
-    float acc = 0.f;
-    for (int s = 0; s < n_splits; ++s) {
-      const int64_t k = ((int64_t)t * n_splits + s) * H + h;
-      const float w = plain_sum ? 1.f : (m_part[k] == -INFINITY ? 0.f : exp2f(m_part[k] - M));
-      if (w != 0.f) acc += w * o_part[k * dv + c];
-    }
-    out[((int64_t)t * H + h) * dv + c] = acc * inv;
-  }
-}
+using mla::kMaxDqk;
+using mla::kMaxDv;
+using mla::list_params;
+using mla::ListParams;
 
 // ---- tensor-core kernels for d_qk = 576, d_v = 512 ------------------------------------------------
-// Two kernels share the pieces below: sparse_mla_rows (16 or 32 heads per CTA, the default) and
-// sparse_mla_mma<4> (64 heads per CTA). Both read the split's rows (validated; -1 = none) into shared
-// memory once, up front, so that no gather waits on an index load; both take P rounded to fp16 for the
-// P . V product, the normaliser summing the rounded P so that the weights stay consistent, with fp32
-// accumulation throughout; both end a split with finish_split.
+// sparse_mla_rows (16 or 32 heads per CTA) reads the split's rows (validated; -1 = none) into shared memory once,
+// up front, so that no gather waits on an index load; takes P rounded to fp16 for the P . V product, the
+// normaliser summing the rounded P so that the weights stay consistent, with fp32 accumulation throughout; and
+// ends a split with finish_split.
 constexpr int kMmaDqk = 576, kMmaDv = 512;
 constexpr int kTileRows = 16;
 constexpr int kLdk = kMmaDqk + 8;       // halves per shared row: 1168 bytes, ldmatrix rows hit distinct banks
@@ -375,178 +172,6 @@ __device__ __forceinline__ void finish_split(const MmaParams& p, const float (&a
   if (tid == 0) *ticket = 0;  // ready for the next launch
 }
 
-// ---- 64 heads per CTA: sparse_mla_mma<4> ----------------------------------------------------------------
-// A CTA holds HG groups of 16 heads of one query and one split of its index list; 4 warps per head
-// group. Each step gathers kTileRows listed rows (1152 bytes each) into shared memory with 16-byte
-// cp.async copies, kMmaStages deep, so every row is read from memory once for all the CTA's heads.
-// Warp (group g, part p): S partial = Q[16 heads, dims 144p..144p+143] . K^T over the tile (Q's A
-// fragments stay in registers for the whole split), the 4 parts are summed through shared memory (a
-// barrier of the group's 4 warps only, so that groups drift apart within a step), every warp of the
-// group runs the same online softmax on the full S, and accumulates O[16 heads, values 128p..128p+127]
-// += P . V. Slower than sparse_mla_rows at every batch measured: the score exchange and the softmax
-// repeated by the 4 warps of a group, and 128 registers for 16 warps (docs/perf/h200-2026-12-01.md v6).
-constexpr int kMmaStages = 3;  // one CTA per SM (registers): 3 stages fit 99 KB next to the 32 KB score exchange
-
-template <int HG>
-constexpr size_t mma_smem_bytes(int split) {
-  return (size_t)kMmaStages * kTileRows * kLdk * 2 + (size_t)2 * HG * 4 * 32 * 8 * 4 + (size_t)round_up(split, kTileRows) * 4;
-}
-
-template <int HG>
-__global__ void __launch_bounds__(HG * 128, HG == 4 ? 1 : 2) sparse_mla_mma(MmaParams p) {
-  pdl_trigger();  // the merge kernel may launch now (it waits for us)
-  constexpr int kThreadsM = HG * 128;
-  constexpr int kStages = kMmaStages;
-  extern __shared__ __align__(16) unsigned char smem[];
-  __half* k_s = reinterpret_cast<__half*>(smem);                            // [kStages][kTileRows][kLdk]
-  float* sp_s = reinterpret_cast<float*>(k_s + kStages * kTileRows * kLdk);  // [2][HG][4][2][32 lanes][4]
-  int* rows_s = reinterpret_cast<int*>(sp_s + 2 * HG * 4 * 32 * 8);          // [split rounded to tiles]: row or -1
-
-  const int split = blockIdx.x, t = blockIdx.z;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int grp = warp >> 2, part = warp & 3;
-  const int g = lane >> 2, tq = lane & 3;
-  const int head_block = blockIdx.y * 16 * HG;
-  const int hA = head_block + grp * 16 + g, hB = hA + 8;  // this thread's two heads (fragment rows g, g+8)
-
-  const int begin = split * p.split, n_rows = min(p.split, p.entries - begin);  // this split's entries
-  const int n_tiles = (n_rows + kTileRows - 1) / kTileRows;
-  load_split_rows<kThreadsM>(p, t, begin, n_rows, n_tiles * kTileRows, rows_s);
-  __syncthreads();
-
-  // Gather tile i into stage i % kStages: row slots past the split's end or with index -1 become zeros.
-  // kThreadsM / kTileRows threads per row slot, each copying every (that many)-th 16-byte word of
-  // it: one row lookup per thread and tile, and the words' offsets are immediates.
-  constexpr int kPerRow = kThreadsM / kTileRows;
-  constexpr int kWords = (kChunks + kPerRow - 1) / kPerRow;
-  const int slot = tid / kPerRow, word0 = tid % kPerRow;
-  const uint32_t dst0 = smem_addr(k_s + slot * kLdk + word0 * 8);
-  auto issue = [&](int i) {
-    if (i < n_tiles) {
-      const uint32_t dst = dst0 + (uint32_t)((i % kStages) * kTileRows * kLdk * 2);
-      const int row = rows_s[i * kTileRows + slot];
-      // For a missing row, words of q stand in as addresses (inside its first 576 halves); nothing is read.
-      const __half* src = (row >= 0 ? p.cache + (int64_t)row * kMmaDqk : p.q) + word0 * 8;
-      const int bytes = row >= 0 ? 16 : 0;
-#pragma unroll
-      for (int k = 0; k < kWords; ++k)
-        if (kChunks % kPerRow == 0 || word0 + k * kPerRow < kChunks) cp_async_16(dst + k * kPerRow * 16, src + k * kPerRow * 8, bytes);
-    }
-    cp_async_commit();  // an empty group keeps the wait counts uniform
-  };
-#pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) issue(i);
-
-  // Q's A fragments for this warp's 16 heads and 144 dims (zeros for heads past H).
-  uint32_t qa[kKPart / 16][4];
-  {
-    const uint32_t* qA = reinterpret_cast<const uint32_t*>(p.q + ((int64_t)t * p.H + min(hA, p.H - 1)) * kMmaDqk);
-    const uint32_t* qB = reinterpret_cast<const uint32_t*>(p.q + ((int64_t)t * p.H + min(hB, p.H - 1)) * kMmaDqk);
-#pragma unroll
-    for (int ks = 0; ks < kKPart / 16; ++ks) {
-      const int w = (part * kKPart + ks * 16 + 2 * tq) / 2;
-      qa[ks][0] = hA < p.H ? __ldg(qA + w) : 0u;
-      qa[ks][1] = hB < p.H ? __ldg(qB + w) : 0u;
-      qa[ks][2] = hA < p.H ? __ldg(qA + w + 4) : 0u;
-      qa[ks][3] = hB < p.H ? __ldg(qB + w + 4) : 0u;
-    }
-  }
-
-  float acc[kNPart / 8][4];
-#pragma unroll
-  for (int n = 0; n < kNPart / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-  float mA = -INFINITY, mB = -INFINITY, lA = 0.f, lB = 0.f;  // running max (log2 domain), thread-partial sums
-
-  // ldmatrix lane addresses (byte offsets inside a stage): matrix i = lane / 8, row lane % 8.
-  const int mi = lane >> 3, mr = lane & 7;
-  const uint32_t k_base = smem_addr(k_s);
-  const uint32_t qk_off = (uint32_t)(((mr + (mi >> 1) * 8) * kLdk + part * kKPart + (mi & 1) * 8) * 2);
-  const uint32_t pv_off = (uint32_t)(((mr + (mi & 1) * 8) * kLdk + part * kNPart + (mi >> 1) * 8) * 2);
-
-  for (int i = 0; i < n_tiles; ++i) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // tile i is in place for everyone; step i - 1 is over, so its stage can be refilled
-    issue(i + kStages - 1);
-    const int stage = i % kStages;
-    const uint32_t st = k_base + (uint32_t)(stage * kTileRows * kLdk * 2);
-
-    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-    for (int ks = 0; ks < kKPart / 16; ++ks) {
-      uint32_t b[4];
-      ldmatrix_x4(b, st + qk_off + ks * 32);
-      mma_16816(s[0], qa[ks], b[0], b[1]);
-      mma_16816(s[1], qa[ks], b[2], b[3]);
-    }
-    // Each n-tile's 4 floats per lane are one float4, lanes adjacent: conflict-free 16-byte accesses.
-    float* my = sp_s + ((((i & 1) * HG + grp) * 4 + part) * 64 + lane) * 4;
-    *reinterpret_cast<float4*>(my) = make_float4(s[0][0], s[0][1], s[0][2], s[0][3]);
-    *reinterpret_cast<float4*>(my + 128) = make_float4(s[1][0], s[1][1], s[1][2], s[1][3]);
-    // All four parts of S are written: a barrier of this head group's 4 warps (ids 1..HG; 0 is
-    // __syncthreads). The buffer (i & 1) is written again at step i + 2, after the next CTA barrier.
-    asm volatile("bar.sync %0, 128;\n" ::"r"(grp + 1) : "memory");
-    // Summed in part order by every warp, so that the four warps of a group hold the same bits of S
-    // (and so the same max, P and sum: the merge takes part 0's max and sum for all four quarters).
-#pragma unroll
-    for (int o = 0; o < 4; ++o) {
-      const float* src = sp_s + ((((i & 1) * HG + grp) * 4 + o) * 64 + lane) * 4;
-      const float4 u = *reinterpret_cast<const float4*>(src), v = *reinterpret_cast<const float4*>(src + 128);
-      if (o == 0) {
-        s[0][0] = u.x, s[0][1] = u.y, s[0][2] = u.z, s[0][3] = u.w;
-        s[1][0] = v.x, s[1][1] = v.y, s[1][2] = v.z, s[1][3] = v.w;
-      } else {
-        s[0][0] += u.x, s[0][1] += u.y, s[0][2] += u.z, s[0][3] += u.w;
-        s[1][0] += v.x, s[1][1] += v.y, s[1][2] += v.z, s[1][3] += v.w;
-      }
-    }
-    // Online softmax; columns (rows of the tile) 8n + 2tq + j.
-    float mxA = -INFINITY, mxB = -INFINITY;
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const bool ok = rows_s[i * kTileRows + 8 * n + 2 * tq + j] >= 0;
-        s[n][j] = ok ? s[n][j] * p.scale_log2 : -INFINITY;
-        s[n][2 + j] = ok ? s[n][2 + j] * p.scale_log2 : -INFINITY;
-        mxA = fmaxf(mxA, s[n][j]);
-        mxB = fmaxf(mxB, s[n][2 + j]);
-      }
-#pragma unroll
-    for (int o = 1; o < 4; o <<= 1) {
-      mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, o));
-      mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, o));
-    }
-    lazy_rescale(mxA, mxB, mA, mB, lA, lB, acc);
-    const float uA = mA == -INFINITY ? 0.f : mA, uB = mB == -INFINITY ? 0.f : mB;  // no (-inf) - (-inf)
-    uint32_t pa[4];
-    float sumA = 0.f, sumB = 0.f;
-#pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      pa[2 * n] = pack_half2(exp2f(s[n][0] - uA), exp2f(s[n][1] - uA));
-      pa[2 * n + 1] = pack_half2(exp2f(s[n][2] - uB), exp2f(s[n][3] - uB));
-      const float2 ra = unpack_half2(pa[2 * n]), rb = unpack_half2(pa[2 * n + 1]);
-      sumA += ra.x + ra.y;
-      sumB += rb.x + rb.y;
-    }
-    lA += sumA;
-    lB += sumB;
-#pragma unroll
-    for (int n = 0; n < kNPart / 16; ++n) {
-      uint32_t b[4];
-      ldmatrix_x4_trans(b, st + pv_off + n * 32);
-      mma_16816(acc[2 * n], pa, b[0], b[1]);
-      mma_16816(acc[2 * n + 1], pa, b[2], b[3]);
-    }
-  }
-  cp_async_wait<0>();
-#pragma unroll
-  for (int o = 1; o < 4; o <<= 1) {
-    lA += __shfl_xor_sync(0xffffffffu, lA, o);
-    lB += __shfl_xor_sync(0xffffffffu, lB, o);
-  }
-  finish_split<kThreadsM, 16 * HG>(p, acc, mA, mB, lA, lB, hA, hB, part * kNPart + 2 * tq, part == 0 && tq == 0, t, split, head_block, sp_s);
-}
-
 // ---- 16 or 32 heads per CTA, rows split over the warps (d_qk = 576, d_v = 512) ------------------------
 // A CTA holds G groups of 16 heads of one query (G = 1: 16 heads, 4 warps; G = 2: 32 heads, 8 warps) and
 // one split of its list. Warp w of a group computes S for the group's 16 heads over all 576 dims, for
@@ -659,7 +284,7 @@ __global__ void __launch_bounds__(128 * G, 2 / G) sparse_mla_rows(MmaParams p) {
   const uint32_t k_base = smem_addr(k_s);
   // K of this warp's 8 rows, 4 consecutive 8-dim blocks (two k16 steps) per x4.
   const uint32_t qk_off = (uint32_t)(((warp * 8 + mr) * kLdk + mi * 8) * 2);
-  // V, as in sparse_mla_mma: rows mr + 8 (mi & 1), values 128w + 8 (mi >> 1).
+  // V: rows mr + 8 (mi & 1), values 128w + 8 (mi >> 1).
   const uint32_t pv_off = (uint32_t)(((mr + (mi & 1) * 8) * kLdk + warp * kNPart + (mi >> 1) * 8) * 2);
   // P's A fragments: heads mr + 8 (mi & 1), rows 8 (mi >> 1) of a k16 step.
   const uint32_t p_addr = smem_addr(p_s + (mr + (mi & 1) * 8) * kPLd + (mi >> 1) * 8);
@@ -740,9 +365,9 @@ __global__ void __launch_bounds__(128 * G, 2 / G) sparse_mla_rows(MmaParams p) {
 // 128 threads per (head, query), a float4 column each. Launched as a programmatic dependent of the split
 // kernel, which lets it launch at once: it waits here for that kernel's completion and memory, not for its
 // own launch. Up to kMaxAutoSplits splits (the automatic split's most) every load of the thread is issued
-// before any is used, one latency from L2: the v6 loop's weighted sums sat behind a per-split branch that kept
+// before any is used, one latency from L2: a loop whose weighted sums sat behind a per-split branch kept
 // the partials' loads in it (sm_90 SASS: 4-5 dependent rounds of LDG.128 for 16 splits), and in the B = 1 decode
-// step the merge ended ~4.4 us after the split kernel (H200 trace, docs/perf/h200-2026-12-03.md v19). The same sums in the same
+// step the merge ended ~4.4 us after the split kernel (H200 trace, docs/perf/h200-2026-12-03.md). The same sums in the same
 // order either way.
 __global__ void __launch_bounds__(128) sparse_mla_mma_merge(const float* __restrict__ o_part, const float* __restrict__ m_part,
                                                             const float* __restrict__ l_part, int n_splits, int H,
@@ -826,14 +451,11 @@ void launch_mma(const SparseMlaArgs& a, bool dense, int64_t entries) {
     p.fused_merge = n_splits <= kFusedMaxSplits;
     if (p.fused_merge) p.tickets = tickets((size_t)(head_blocks * a.T));  // one per (query, head block) launched
   }
-  // 16 or 32 heads per CTA: sparse_mla_rows<HG>; 64: sparse_mla_mma<4>.
-  constexpr bool rows = HG <= 2;
-  constexpr size_t smem_max = rows ? rows_smem_bytes<rows ? HG : 1>(kMaxSplitRows) : mma_smem_bytes<HG>(kMaxSplitRows);
+  // 16 or 32 heads per CTA: sparse_mla_rows<HG>.
+  constexpr size_t smem_max = rows_smem_bytes<HG>(kMaxSplitRows);
   static_assert(smem_max <= 99 * 1024, "sparse MLA tile must fit sm_120's 99 KB");
-  const size_t smem = rows ? rows_smem_bytes<rows ? HG : 1>((int)split) : mma_smem_bytes<HG>((int)split);
-  void (*kernel)(MmaParams);
-  if constexpr (rows) kernel = sparse_mla_rows<HG>;
-  else kernel = sparse_mla_mma<HG>;
+  const size_t smem = rows_smem_bytes<HG>((int)split);
+  void (*kernel)(MmaParams) = sparse_mla_rows<HG>;
   static bool attr_set[64] = {};  // one attribute call per device and instantiation (the attribute is per device)
   if (!attr_set[current_device() & 63]) {
     MLACONF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max));
@@ -841,7 +463,7 @@ void launch_mma(const SparseMlaArgs& a, bool dense, int64_t entries) {
   }
   const dim3 grid((unsigned)n_splits, (unsigned)head_blocks, (unsigned)a.T);
   kernel<<<grid, HG * 128, smem, cur_stream()>>>(p);
-  MLACONF_CUDA_LAUNCH_CHECK(rows ? "sparse_mla_rows" : "sparse_mla_mma");
+  MLACONF_CUDA_LAUNCH_CHECK("sparse_mla_rows");
   if (n_splits > 1 && !p.fused_merge) {
     // Programmatic dependent launch: the merge's launch overlaps the split kernel (sm_90 and later).
     launch_dependent(sparse_mla_mma_merge, dim3((unsigned)a.H, (unsigned)a.T), dim3(kMmaDv / 4), 0, (const float*)p.o_part,
@@ -856,47 +478,30 @@ void sparse_mla(const SparseMlaArgs& a) {
   if (a.T < 0 || a.H <= 0 || a.d_qk <= 0 || a.d_v <= 0 || a.top_k < 0 || a.L < 0)
     throw InputError("cuda::sparse_mla: negative or zero dimension");
   if (a.d_qk % 2 || a.d_v % 2 || a.d_v > a.d_qk || a.d_qk > kMaxDqk || a.d_v > kMaxDv)
-    throw InputError("cuda::sparse_mla: not supported: d_qk " + std::to_string(a.d_qk) + ", d_v " + std::to_string(a.d_v) +
+    throw NotSupported("cuda::sparse_mla: d_qk " + std::to_string(a.d_qk) + ", d_v " + std::to_string(a.d_v) +
                      " (need even, d_v <= d_qk <= 1024, d_v <= 512)");
   if (a.T == 0) return;
   const bool dense = active_fault() == Fault::DenseAttention;
   if (a.L > INT32_MAX && dense) throw InputError("cuda::sparse_mla: dense fault needs L < 2^31");
   const int64_t entries = dense ? a.L : a.top_k;
-  if (a.T > 65535) throw InputError("cuda::sparse_mla: not supported: more than 65535 queries in one call");
-  if (a.heads_per_cta != 0 && a.heads_per_cta != 16 && a.heads_per_cta != 32 && a.heads_per_cta != 64)
-    throw InputError("cuda::sparse_mla: heads_per_cta must be 0, 16, 32 or 64");
+  if (a.T > 65535) throw NotSupported("cuda::sparse_mla: more than 65535 queries in one call");
+  if (a.heads_per_cta != 0 && a.heads_per_cta != 16 && a.heads_per_cta != 32)
+    throw InputError("cuda::sparse_mla: heads_per_cta must be 0, 16 or 32");
   // The tensor-core kernel copies 16-byte pieces of rows: it needs a 16-byte aligned cache.
   if (a.d_qk == kMmaDqk && a.d_v == kMmaDv && reinterpret_cast<uintptr_t>(a.cache) % 16 == 0) {
-    // sparse_mla_rows by default, faster than 64 heads per CTA (sparse_mla_mma<4>) at every batch measured
-    // (docs/perf/h200-2026-12-01.md v6): 32 heads per CTA from plans of 8 queries (a row gathered once for two head
-    // groups: B = 8 / 32 / 64 -8 / -13 / -17 %), 16 below (B = 1: 15.9 against 17.7 us; v18). The two give
-    // the same bits at the same split, and the automatic split is the same for both (half the CTAs, half
-    // the resident places), so the choice never changes a result.
+    // 32 heads per CTA from plans of 8 queries (a row gathered once for two head groups: B = 8 / 32 / 64
+    // -8 / -13 / -17 %), 16 below (B = 1: 15.9 against 17.7 us; H200, docs/perf/h200-2026-12-02.md). The two give the
+    // same bits at the same split, and the automatic split is the same for both (half the CTAs, half the
+    // resident places), so the choice never changes a result. (A kernel of 64 heads per CTA, with the score
+    // exchange and the softmax repeated by the 4 warps of a head group, was slower at every batch measured and
+    // was removed; docs/perf/h200-2026-12-01.md, v6.)
     const int64_t plan = a.plan_queries > 0 ? a.plan_queries : a.T;
     const int hpc = a.heads_per_cta != 0 ? a.heads_per_cta : plan >= 8 ? 32 : 16;
-    if (hpc == 64) launch_mma<4>(a, dense, entries);
-    else if (hpc == 32) launch_mma<2>(a, dense, entries);
+    if (hpc == 32) launch_mma<2>(a, dense, entries);
     else launch_mma<1>(a, dense, entries);
     return;
   }
-  // Automatic split: enough CTAs to fill the device about twice (132 SMs on an H200).
-  const int64_t ctas = ((a.H + kHeads - 1) / kHeads) * (a.plan_queries > 0 ? a.plan_queries : a.T);
-  int64_t split = a.split > 0 ? a.split : std::max<int64_t>(kRows, (entries + std::max<int64_t>(1, 264 / ctas) - 1) / std::max<int64_t>(1, 264 / ctas));
-  split = ((split + kRows - 1) / kRows) * kRows;
-  const int n_splits = entries == 0 ? 1 : (int)((entries + split - 1) / split);
-  Params p{};
-  static_cast<ListParams&>(p) = list_params(a, dense, entries, split, n_splits, true, a.d_v);
-  p.dqk = (int)a.d_qk;
-  p.dv = (int)a.d_v;
-  const int ldk = p.dqk + 2;
-  const size_t smem = (size_t)(kHeads + kRows) * ldk * 2 + (kHeads * kRows + 3 * kHeads) * 4 + kRows * 8;
-  MLACONF_CUDA_CHECK(cudaFuncSetAttribute(sparse_mla_partial, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  dim3 grid(n_splits, (unsigned)((a.H + kHeads - 1) / kHeads), (unsigned)a.T);
-  sparse_mla_partial<<<grid, kThreads, smem, cur_stream()>>>(p);
-  MLACONF_CUDA_LAUNCH_CHECK("sparse_mla_partial");
-  sparse_mla_merge<<<dim3((unsigned)a.H, (unsigned)a.T), 128, 0, cur_stream()>>>(p.o_part, p.m_part, p.l_part, n_splits, p.H, p.dv,
-                                                                 active_fault() == Fault::NoLseMerge, a.out);
-  MLACONF_CUDA_LAUNCH_CHECK("sparse_mla_merge");
+  mla::sparse_mla_simt(a, dense, entries);
 }
 
 }  // namespace mlaconf::cuda

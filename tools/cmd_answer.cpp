@@ -34,13 +34,14 @@
 #include "tools/backend/op_table.h"
 #include "tools/command.h"
 #include "tools/llama_cpp/llama_answer.h"
+#include "tools/settings.h"
 #include "tools/validate.h"
 
 namespace mlaconf::cli {
 namespace {
 
 struct AnswerArgs {
-  std::string expected, model, out, backend = "reference", precision = "f32", layers, ops, filter, fault, llama_lib;
+  std::string expected, model, out, backend = "reference", precision = "f32", layers, ops, filter, fault, llama_lib, kernel_config;
   int threads = 2;
   std::string flash_attn = "auto";
   bool quiet = false;
@@ -140,6 +141,8 @@ void run_llama_cpp(const AnswerArgs& a, const std::string& command_line, const G
   o.threads = a.threads;
   o.flash_attn = a.flash_attn == "on" ? 1 : a.flash_attn == "off" ? 0 : -1;
   o.quiet = a.quiet;
+  o.python = settings().llama_python;
+  o.log = settings().llama_log;
   llamacpp::AnswerResult r = llamacpp::answer_fixture(E, a.model, c, o);
   if (r.n_datasets == 0) throw InputError(a.expected + ": llama.cpp exposed no dataset this fixture holds");
   fx::FixtureData fd = std::move(r.data);
@@ -229,6 +232,7 @@ void run_answer(const AnswerArgs& a, const std::string& command_line) {
   bo.precision = a.precision;
   bo.fault = a.fault;
   bo.max_ctx = 16;  // replay keeps no cache of its own
+  bo.kernels = kernel_config(a.kernel_config);
   std::unique_ptr<be::Backend> eng = be::make_backend(a.backend, f, c, bo);
 
   fx::FixtureData fd;
@@ -280,7 +284,9 @@ CommandRegistration reg(45, [](CLI::App& root) {
   c->add_option("--filter", a->filter, "only this expected case");
   c->add_option("--fault", a->fault, "negative control: dense-attention (both backends) or a fault of optimized/faults.h (cuda)");
   c->add_flag("--quiet", a->quiet, "no per-case lines");
+  add_kernel_config_option(c, &a->kernel_config);
   c->callback([a] {
+    if (!a->kernel_config.empty() && a->backend != "cuda") throw InputError("answer: --kernel-config needs --backend cuda");
     std::ostringstream cl;
     cl << "mlaconf answer " << a->expected << " --model " << a->model << " --backend " << a->backend;
     if (a->backend == "reference") cl << " --precision " << a->precision;
@@ -290,6 +296,7 @@ CommandRegistration reg(45, [](CLI::App& root) {
     if (!a->ops.empty()) cl << " --ops " << a->ops;
     if (!a->filter.empty()) cl << " --filter '" << a->filter << "'";
     if (!a->fault.empty()) cl << " --fault " << a->fault;
+    if (a->backend == "cuda") cl << " --kernel-config " << cuda::to_string(kernel_config(a->kernel_config));
     cl << " --out " << a->out;
     run_answer(*a, cl.str());  // NotSupported: main() prints it and exits 3
     set_exit_code(kExitOk);

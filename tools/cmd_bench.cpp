@@ -45,6 +45,7 @@
 #include "tools/backend/backend.h"
 #include "tools/bench_floor.h"
 #include "tools/cli_devices.h"
+#include "tools/settings.h"
 #include "tools/command.h"
 #include "tools/validate.h"
 
@@ -62,12 +63,20 @@ struct BenchArgs {
   bool no_warmup = false;
   bool json = false;
   std::string devices;  // layer split (cuda)
+  std::string kernel_config;  // --kernel-config (tools/settings.h)
   std::string batch;    // batched decode: list of B (cuda)
   int64_t context = 0;  // synthetic context rows per sequence (--batch)
   double floor_gbs = 0;     // bandwidth of the floor (0: the device's copy bandwidth, measured at the start)
   bool graph = false;       // --batch: decode steps as CUDA graphs
   bool step_by_step = false;  // --batch: each timed step waits for its picks before the next is queued
 };
+
+// The kernel config as a JSON object, key by key (optimized/kernel_config.h).
+Json kernel_config_json(const cuda::KernelConfig& k) {
+  Json j = Json::object();
+  for (const auto& [key, v] : cuda::kernel_config_fields(k)) j[key] = v;
+  return j;
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -150,7 +159,8 @@ void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c
   bo.max_ctx = ctx;
   bo.devices = devices;
   bo.overflow_check = false;
-  bo.decode_graph = a.graph;
+  bo.kernels = kernel_config(a.kernel_config);
+  if (a.graph) bo.kernels.decode_graph = true;
   bo.max_seqs = *std::max_element(batches.begin(), batches.end());
   std::unique_ptr<be::Backend> b = be::make_backend("cuda", f, c, bo);
   const be::DecodeSettings ds = b->decode_settings();
@@ -162,6 +172,7 @@ void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c
                 ds.split.empty() ? "" : (" (" + ds.split + ")").c_str(),
                 !ds.decode_graph ? "off" : a.step_by_step ? "on, step by step" : "on, steps queued one ahead",
                 ds.batch_invariant ? "on" : "off", a.model.c_str());
+    std::printf("kernels   %s\n", cuda::to_string(bo.kernels).c_str());
     std::printf("device    copy bandwidth %.0f GB/s (measured: device-to-device copies, read + write counted)\n", copy_gbs);
     std::printf("context   %lld synthetic rows + %lld prompt tokens per sequence, %lld decode steps; floor at %.0f GB/s%s\n",
                 (long long)a.context, (long long)a.prompt_tokens, (long long)a.decode_steps, floor_gbs,
@@ -186,7 +197,7 @@ void run_batch_bench(const BenchArgs& a, const GgufFile& f, const ModelConfig& c
                   1e3 * r.warm_s, fl.ms_per_step, fl.tokens_per_s, percent_of_floor(fl, step_ms));
   }
   if (a.json) {
-    const Json j = {{"backend", "cuda"}, {"mode", "batched_decode"}, {"graph", ds.decode_graph}, {"batch_invariant", ds.batch_invariant},
+    const Json j = {{"backend", "cuda"}, {"mode", "batched_decode"}, {"graph", ds.decode_graph}, {"batch_invariant", ds.batch_invariant}, {"kernel_config", kernel_config_json(bo.kernels)},
                     {"devices", a.devices}, {"model", a.model}, {"context", a.context}, {"prompt_tokens", a.prompt_tokens},
                     {"decode_steps", a.decode_steps}, {"copy_gbs_measured", copy_gbs}, {"floor_gbs", floor_gbs},
                     {"overflow_check", false}, {"batches", rows}};
@@ -206,6 +217,7 @@ void run_bench(const BenchArgs& a) {
   require_regular_file(a.model, "--model");
   const std::vector<int> devices = parse_devices(a.devices);
   if (!devices.empty() && a.backend != "cuda") throw InputError("bench: --devices needs --backend cuda");
+  if (!a.kernel_config.empty() && a.backend != "cuda") throw InputError("bench: --kernel-config needs --backend cuda");
   if (!a.batch.empty() && a.backend != "cuda") throw InputError("bench: --batch needs --backend cuda");
   if (a.batch.empty() && (a.context != 0 || a.graph)) throw InputError("bench: --context and --graph need --batch");
   if (a.graph && !a.devices.empty()) throw InputError("bench: --graph runs on one stage (no --devices)");
@@ -223,6 +235,7 @@ void run_bench(const BenchArgs& a) {
   bo.expert_cache_gib = a.expert_cache_gib;
   bo.max_ctx = ctx;
   bo.devices = devices;
+  bo.kernels = kernel_config(a.kernel_config);
   std::unique_ptr<be::Backend> b = be::make_backend(a.backend, f, c, bo);
   std::mt19937_64 rng(a.seed);
   std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(c.n_vocab - 1));
@@ -249,7 +262,7 @@ void run_bench(const BenchArgs& a) {
   const double prefill_tps = a.prompt_tokens / prefill_s;
   const double decode_tps = a.decode_steps > 0 ? a.decode_steps / decode_s : 0.0;
   if (a.json) {
-    const Json j = {{"backend", a.backend},     {"devices", a.devices},     {"precision", a.backend == "cuda" ? "f16" : a.precision},
+    const Json j = {{"backend", a.backend},     {"devices", a.devices}, {"kernel_config", kernel_config_json(bo.kernels)},     {"precision", a.backend == "cuda" ? "f16" : a.precision},
                     {"model", a.model},         {"prompt_tokens", a.prompt_tokens},
                     {"decode_steps", a.decode_steps}, {"warmup_s", warm_s},
                     {"prefill_s", prefill_s},   {"prefill_tokens_per_s", prefill_tps},
@@ -257,6 +270,7 @@ void run_bench(const BenchArgs& a) {
     std::printf("%s\n", json_text(j, -1).c_str());
   } else {
     std::printf("backend   %s\nmodel     %s\n", b->describe().c_str(), a.model.c_str());
+    if (a.backend == "cuda") std::printf("kernels   %s\n", cuda::to_string(bo.kernels).c_str());
     if (!a.no_warmup) std::printf("warm-up   %.3f s (prefill + reset, not counted)\n", warm_s);
     std::printf("prefill   %lld tokens in %.3f s: %.1f tokens/s\n", static_cast<long long>(a.prompt_tokens), prefill_s,
                 prefill_tps);
@@ -279,6 +293,7 @@ CommandRegistration reg(60, [](CLI::App& root) {
   sub->add_flag("--no-warmup", a->no_warmup, "time the first pass too (includes lazy weight loading)");
   sub->add_flag("--json", a->json, "one JSON object on stdout");
   sub->add_option("--devices", a->devices, "cuda: layer split over these CUDA devices, e.g. 0,1 (0,0: virtual devices)");
+  add_kernel_config_option(sub, &a->kernel_config);
   sub->add_option("--batch", a->batch, "cuda: batched decode of B sequences at once, for each B of a list, e.g. 1,8,32,64");
   sub->add_option("--context", a->context, "--batch: synthetic cache rows per sequence before its prompt (decode at long context)")
       ->capture_default_str();

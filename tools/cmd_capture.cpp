@@ -17,6 +17,7 @@
 #include "tools/backend/backend.h"
 #include "tools/cli_devices.h"
 #include "tools/command.h"
+#include "tools/settings.h"
 #include "tools/validate.h"
 
 namespace mlaconf::cli {
@@ -24,7 +25,7 @@ namespace {
 
 struct CaptureArgs {
   be::CaptureOptions o;
-  std::string layers = "all", prompt_ids, backend = "reference", op_layers, devices;
+  std::string layers = "all", prompt_ids, backend = "reference", op_layers, devices, kernel_config;
   bool quiet = false, progress = false, no_op_level = false;
   int64_t decode_steps = -1;  // -1: the default (kDefaultDecodeSteps)
 };
@@ -98,8 +99,11 @@ CommandRegistration reg(40, [](CLI::App& root) {
   auto* qf = c->add_flag("--quiet", a->quiet, "no progress bar");
   c->add_flag("--progress", a->progress, "progress bar even when stderr is not a terminal (plain lines, no \\r)")->excludes(qf);
   c->add_option("--devices", a->devices, "cuda: layer split over these CUDA devices, e.g. 0,1 (0,0: virtual devices)");
+  add_kernel_config_option(c, &a->kernel_config);
   c->callback([a, c] {
     be::CaptureOptions o = a->o;
+    if (!a->kernel_config.empty() && a->backend != "cuda") throw InputError("--kernel-config needs --backend cuda");
+    o.kernels = kernel_config(a->kernel_config);
     if (a->layers == "all") {
       o.all_layers = true;
     } else {
@@ -147,6 +151,7 @@ CommandRegistration reg(40, [](CLI::App& root) {
     if (!o.force_decisions.empty()) cl << " --force-decisions " << o.force_decisions;
     if (!o.fault.empty()) cl << " --fault " << o.fault;
     if (!a->devices.empty()) cl << " --devices " << a->devices;
+    if (a->backend == "cuda") cl << " --kernel-config " << cuda::to_string(o.kernels);  // the environment's overrides too
     cl << " --precision " << o.precision << " --hidden-source " << o.hidden_source << " --out " << o.out;
     o.command_line = cl.str();
     o.backend = a->backend;

@@ -61,6 +61,7 @@
 #include "tools/backend/backend.h"
 #include "tools/backend/decision_trace.h"
 #include "tools/cli_devices.h"
+#include "tools/settings.h"
 #include "tools/command.h"
 #include "tools/kld_against.h"
 #include "tools/validate.h"
@@ -83,6 +84,7 @@ struct GenerateArgs {
   bool force_decisions = false;
   bool no_attribution = false;
   std::string devices;  // layer split of the CUDA pipeline
+  std::string kernel_config;  // --kernel-config (tools/settings.h)
 };
 
 // A decision of the backend under test that differs from the reference's where the reference's gap is
@@ -159,6 +161,8 @@ void run(const GenerateArgs& a) {
   require_finite_nonnegative(a.expert_cache_gib, "--expert-cache-gib");
   const std::vector<int> devices = parse_devices(a.devices);
   if (!devices.empty() && !use_cuda) throw InputError("generate: --devices needs --backend cuda or both");
+  if (!a.kernel_config.empty() && !use_cuda) throw InputError("generate: --kernel-config needs --backend cuda or both");
+  const cuda::KernelConfig kernels = kernel_config(a.kernel_config);
   const bool faulty = !a.fault.empty() && a.fault != "none";
   if (faulty && a.backend == "reference" && a.fault != "dense-attention")
     throw NotSupported("generate: the reference has one fault, dense-attention (not '" + a.fault + "')");
@@ -206,6 +210,7 @@ void run(const GenerateArgs& a) {
     bo.max_ctx = std::max<int64_t>(ctx, 1);
     bo.fault = a.fault;
     bo.devices = devices;
+    bo.kernels = kernels;
     if (use_cuda && !a.force_decisions) gpu = be::make_backend("cuda", f, c, bo);
     if (use_cuda && use_ref && (a.force_decisions || !a.no_attribution)) forced = be::make_backend("cuda", f, c, bo);
     if (use_ref) {
@@ -365,6 +370,7 @@ const CommandRegistration reg(30, [](CLI::App& root) {
                 "backend under test (cuda with both)");
   s->add_option("--expert-cache-gib", a->expert_cache_gib, "LRU budget for dequantized experts (default 4)");
   s->add_option("--devices", a->devices, "cuda: layer split over these CUDA devices, e.g. 0,1 (0,0: virtual devices)");
+  add_kernel_config_option(s, &a->kernel_config);
   s->add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-generation tokens (eos/eot/eom)");
   s->add_flag("--verbose,-v", a->verbose, "per-step token, text and margin (top-1 minus top-2 logit) on stderr");
   s->add_flag("--json", a->json, "print one JSON object {\"tokens\", \"margins\", \"text\", ...} (generated only)");
@@ -381,7 +387,7 @@ const CommandRegistration reg(30, [](CLI::App& root) {
                                      "--against: the engine's precision class (default bf16) for the classes");
   s->callback([a, s, text, text_opt, against, against_opt, eprec] {
     if (against_opt->count()) {
-      for (const char* o : {"--prompt", "--prompt-ids", "--n-new", "--precision", "--backend", "--fault", "--devices", "--force-decisions",
+      for (const char* o : {"--prompt", "--prompt-ids", "--n-new", "--precision", "--backend", "--fault", "--devices", "--kernel-config", "--force-decisions",
                             "--no-attribution", "--ignore-eos"})
         if (s->get_option(o)->count()) throw InputError(std::string("generate: ") + o + " does not apply with --against");
       against->model = a->model;

@@ -40,6 +40,7 @@
 #include "tools/backend/all_logits.h"
 #include "tools/backend/backend.h"
 #include "tools/cli_devices.h"
+#include "tools/settings.h"
 #include "tools/command.h"
 #include "tools/kld_against.h"
 #include "tools/kld_check.h"
@@ -51,7 +52,7 @@ namespace mlaconf::cli {
 namespace {
 
 struct KldArgs {
-  std::string model, text_file, backend, precision = "f32", fault, devices;
+  std::string model, text_file, backend, precision = "f32", fault, devices, kernel_config;
   std::optional<int64_t> ctx;          // unset: the default (header)
   std::optional<int64_t> max_windows;  // unset: every whole window of the corpus
   KldCheck check;  // --max-mean-kld, --min-same-top
@@ -127,6 +128,8 @@ void run(const KldArgs& a) {
   if (cuda && a.precision_given) throw InputError("kld: --precision is the reference backend's (the CUDA pipeline is f16)");
   const std::vector<int> devices = parse_devices(a.devices);
   if (!devices.empty() && !cuda) throw InputError("kld: --devices needs --backend cuda");
+  if (!a.kernel_config.empty() && !cuda) throw InputError("kld: --kernel-config needs --backend cuda");
+  const cuda::KernelConfig kernels = kernel_config(a.kernel_config);
   if (a.max_windows && *a.max_windows < 1) throw InputError("kld: --max-windows must be >= 1");
   a.check.validate();
   require_regular_file(a.text_file, "--text-file");
@@ -156,6 +159,7 @@ void run(const KldArgs& a) {
   to.fault = a.fault;
   to.max_ctx = ctx;
   to.devices = devices;
+  to.kernels = kernels;
   std::unique_ptr<be::Backend> test = be::make_backend(a.backend, f, c, to);
   be::BackendOptions tr;
   tr.precision = "f64";
@@ -256,6 +260,7 @@ const CommandRegistration reg(55, [](CLI::App& root) {
   s->add_option("--fault", a->fault,
                 "negative control in the backend under test: any of optimized/faults.h (cuda), dense-attention (both)");
   s->add_option("--devices", a->devices, "cuda: layer split over these CUDA devices, e.g. 0,1 (0,0: virtual devices)");
+  add_kernel_config_option(s, &a->kernel_config);
   s->add_option("--max-mean-kld", a->check.max_mean_kld, "a check: exit 1 when the Mean KLD (all positions, nats) exceeds X");
   s->add_option("--min-same-top", a->check.min_same_top, "a check: exit 1 when Same top p (all positions) is below P percent");
   s->add_flag("--json", a->json, "print one JSON object (docs/KLD.md) instead of the text report");
@@ -269,7 +274,7 @@ const CommandRegistration reg(55, [](CLI::App& root) {
   s->callback([a, s, prec, backend, text, against, eprec] {
     a->precision_given = prec->count() > 0;
     if (against->count()) {
-      for (const char* o : {"--backend", "--text-file", "--ctx", "--max-windows", "--precision", "--fault", "--devices"})
+      for (const char* o : {"--backend", "--text-file", "--ctx", "--max-windows", "--precision", "--fault", "--devices", "--kernel-config"})
         if (s->get_option(o)->count()) throw InputError(std::string("kld: ") + o + " does not apply with --against (the engine's run is the test)");
       run_kld_against({a->model, a->against, a->engine_precision, a->check, a->json});
       return;

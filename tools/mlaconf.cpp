@@ -10,6 +10,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "tools/command.h"
+#include "tools/settings.h"
 
 namespace mlaconf::cli {
 namespace {
@@ -120,6 +121,7 @@ int main(int argc, char** argv) {
   std::stable_sort(reg.begin(), reg.end(), [](const auto& a, const auto& b) { return a.order < b.order; });
   for (auto& e : reg) e.setup(app);
   try {
+    cli::load_settings();  // the MLACONF_* overrides, read here once (tools/settings.h)
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);

@@ -15,9 +15,6 @@
 
 namespace mlaconf::gputest {
 
-GemvVariantScope::GemvVariantScope(int v) : prev_(cuda::gemv_variant()) { cuda::set_gemv_variant(v); }
-GemvVariantScope::~GemvVariantScope() { cuda::set_gemv_variant(prev_); }
-
 std::vector<float> random_x(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(-1, 1);
@@ -67,7 +64,7 @@ int64_t entries_unlike_alone(const std::vector<float>& got, int64_t n, int64_t r
   return differ;
 }
 
-void gemv_batch_check(GgmlType t, int64_t rows, int64_t cols, int B, uint64_t w_seed, uint64_t x_seed,
+void gemv_batch_check(cuda::GemvKernel k, GgmlType t, int64_t rows, int64_t cols, int B, uint64_t w_seed, uint64_t x_seed,
                       const MakeEmulation& make, double bound) {
   const int64_t bs = traits(t).block_size;
   const auto blocks = random_blocks(t, rows * cols / bs, w_seed);
@@ -75,16 +72,16 @@ void gemv_batch_check(GgmlType t, int64_t rows, int64_t cols, int B, uint64_t w_
   const auto x = random_x((size_t)B * cols, x_seed);
   auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
   cuda::DeviceBuffer d_y((size_t)B * rows * 4);
-  cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), B, 0, cols, rows);
+  cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), B, 0, cols, rows, k);
   const auto got = cuda::to_host<float>(d_y, (size_t)B * rows);
   expect_judged(judge_gemv(got, W, std::vector<int64_t>(B, 0), x, rows, cols, make(blocks, W)), "batched", bound);
   const int64_t differ = entries_unlike_alone(got, B, rows, [&](int64_t b, float* d_y1) {
-    cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>() + (size_t)b * cols, d_y1);
+    cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>() + (size_t)b * cols, d_y1, 1, 0, 0, 0, k);
   });
   EXPECT_EQ(differ, 0) << differ << " of " << B << " entries differ from the same x run alone";
 }
 
-void gemv_experts_check(GgmlType t, int64_t rows, int64_t cols, const std::vector<int32_t>& ids, int64_t pool, uint64_t w_seed,
+void gemv_experts_check(cuda::GemvKernel k, GgmlType t, int64_t rows, int64_t cols, const std::vector<int32_t>& ids, int64_t pool, uint64_t w_seed,
                         uint64_t x_seed, const MakeEmulation& make, double bound) {
   const int64_t bs = traits(t).block_size, n = (int64_t)ids.size();
   const auto blocks = random_blocks(t, pool * rows * cols / bs, w_seed);
@@ -93,12 +90,12 @@ void gemv_experts_check(GgmlType t, int64_t rows, int64_t cols, const std::vecto
   auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x), d_ids = cuda::to_device(ids);
   cuda::DeviceBuffer d_y((size_t)n * rows * 4);
   const int64_t stride = rows * row_bytes(t, cols);
-  cuda::gemv_experts(t, d_w.get(), stride, d_ids.as<int32_t>(), n, rows, cols, d_x.as<float>(), cols, d_y.as<float>(), rows);
+  cuda::gemv_experts(t, d_w.get(), stride, d_ids.as<int32_t>(), n, rows, cols, d_x.as<float>(), cols, d_y.as<float>(), rows, nullptr, k);
   const auto got = cuda::to_host<float>(d_y, (size_t)n * rows);
   expect_judged(judge_gemv(got, W, std::vector<int64_t>(ids.begin(), ids.end()), x, rows, cols, make(blocks, W)), "experts", bound);
   const int64_t differ = entries_unlike_alone(got, n, rows, [&](int64_t j, float* d_y1) {  // each entry alone (one id)
     cuda::DeviceBuffer d_id = cuda::to_device(std::vector<int32_t>{ids[j]});
-    cuda::gemv_experts(t, d_w.get(), stride, d_id.as<int32_t>(), 1, rows, cols, d_x.as<float>() + (size_t)j * cols, cols, d_y1, rows);
+    cuda::gemv_experts(t, d_w.get(), stride, d_id.as<int32_t>(), 1, rows, cols, d_x.as<float>() + (size_t)j * cols, cols, d_y1, rows, nullptr, k);
   });
   EXPECT_EQ(differ, 0) << differ << " of " << n << " entries differ from the same x run alone";
 }

@@ -10,23 +10,11 @@
 #include <vector>
 
 #include "core/ggml_types.h"
+#include "optimized/kernel_config.h"
 
 namespace mlaconf::gputest {
 
 inline constexpr double kGemvBound = 2e-6;
-
-// Runs the enclosing scope's GEMVs with kernel variant v (optimized/api.h set_gemv_variant): each suite
-// pins the kernel it checks (kGemvSimt for the bit-exact emulations, kGemvMma for the tensor cores).
-class GemvVariantScope {
- public:
-  explicit GemvVariantScope(int v);
-  ~GemvVariantScope();
-  GemvVariantScope(const GemvVariantScope&) = delete;
-  GemvVariantScope& operator=(const GemvVariantScope&) = delete;
-
- private:
-  int prev_;
-};
 
 std::vector<float> random_x(size_t n, uint64_t seed);
 
@@ -51,11 +39,12 @@ void expect_judged(const Judged& j, const char* what, double bound = kGemvBound)
 int64_t entries_unlike_alone(const std::vector<float>& got, int64_t n, int64_t rows,
                              const std::function<void(int64_t e, float* d_y)>& alone);
 
+// Each suite pins the kernels it checks (k: GemvKernel::Simt for the bit-exact emulations, Mma for the tensor cores).
 // B x vectors on one random matrix (batched decode), judged; then each entry alone, bit-identical.
-void gemv_batch_check(GgmlType t, int64_t rows, int64_t cols, int B, uint64_t w_seed, uint64_t x_seed,
+void gemv_batch_check(cuda::GemvKernel k, GgmlType t, int64_t rows, int64_t cols, int B, uint64_t w_seed, uint64_t x_seed,
                       const MakeEmulation& make, double bound = kGemvBound);
 // Experts by id from a pool of `pool` random matrices, one x per entry, judged; each entry alone bit-identical.
-void gemv_experts_check(GgmlType t, int64_t rows, int64_t cols, const std::vector<int32_t>& ids, int64_t pool, uint64_t w_seed,
+void gemv_experts_check(cuda::GemvKernel k, GgmlType t, int64_t rows, int64_t cols, const std::vector<int32_t>& ids, int64_t pool, uint64_t w_seed,
                         uint64_t x_seed, const MakeEmulation& make, double bound = kGemvBound);
 
 }  // namespace mlaconf::gputest

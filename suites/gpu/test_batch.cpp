@@ -38,7 +38,6 @@
 #include "core/gguf.h"
 #include "core/model_config.h"
 #include "optimized/pipeline.h"
-#include "suites/gpu/gemv_bits.h"
 #include "suites/gpu/gpu_test_util.h"
 
 namespace mlaconf::gputest {
@@ -88,8 +87,9 @@ struct SeqLogits {
 };
 
 // Alone: a pipeline of its own, forward() of the prompt, then forward() of one token per step.
-SeqLogits alone(const GgufFile& f, const ModelConfig& c, const SeqInput& in, int64_t ctx) {
+SeqLogits alone(const GgufFile& f, const ModelConfig& c, const SeqInput& in, int64_t ctx, const cuda::KernelConfig& k) {
   cuda::PipelineOptions o;
+  static_cast<cuda::KernelConfig&>(o) = k;
   o.max_ctx = ctx;
   cuda::Pipeline p(f, c, o);
   SeqLogits r;
@@ -107,10 +107,12 @@ struct BatchRun {
   bool unchecked = false;        // direct steps with the overflow check off: the indexer on the side stream, as
                                  // `mlaconf bench` runs them
   int64_t* replays = nullptr;    // out: graph replays
+  cuda::KernelConfig kernels;    // the alone runs' too
 };
 std::vector<SeqLogits> batched(const GgufFile& f, const ModelConfig& c, int64_t B, int64_t ctx, const BatchRun& run) {
   const bool reverse_order = run.reverse_order;
   cuda::PipelineOptions o;
+  static_cast<cuda::KernelConfig&>(o) = run.kernels;
   o.max_ctx = ctx;
   o.max_seqs = B + 1;
   o.page_rows = kPageRows;
@@ -188,19 +190,27 @@ struct AloneRefs {
   std::vector<SeqLogits> ref;
   std::vector<SeqLogits> first(int64_t B) const { return {ref.begin(), ref.begin() + B}; }
 };
-AloneRefs alone_refs(const std::string& model, const std::vector<int64_t>& Bs) {
+AloneRefs alone_refs(const std::string& model, const std::vector<int64_t>& Bs, const cuda::KernelConfig& k) {
   AloneRefs r{GgufFile::open(model), {}, 0, {}};
   r.c = ModelConfig::from_gguf(r.f);
   const int64_t Bmax = *std::max_element(Bs.begin(), Bs.end());
   r.ctx = max_len(Bmax, r.c.n_vocab, r.c.indexer_top_k);
-  for (int64_t b = 0; b < Bmax; ++b) r.ref.push_back(alone(r.f, r.c, seq_input(b, r.c.n_vocab, r.c.indexer_top_k), r.ctx));
+  for (int64_t b = 0; b < Bmax; ++b) r.ref.push_back(alone(r.f, r.c, seq_input(b, r.c.n_vocab, r.c.indexer_top_k), r.ctx, k));
   return r;
 }
 
-void check_model(const std::string& model, const std::vector<int64_t>& Bs) {
-  const AloneRefs a = alone_refs(model, Bs);
+// The tensor-core GEMV at every Q4_K / Q6_K shape (the tiny dims are below the default's threshold).
+cuda::KernelConfig mma_kernels() {
+  cuda::KernelConfig k;
+  k.gemv = cuda::GemvKernel::Mma;
+  return k;
+}
+
+void check_model(const std::string& model, const std::vector<int64_t>& Bs, const cuda::KernelConfig& k = {}) {
+  const AloneRefs a = alone_refs(model, Bs, k);
   for (int64_t B : Bs) {
     BatchRun run;
+    run.kernels = k;
     run.reverse_order = B % 2 == 1;
     const std::vector<SeqLogits> got = batched(a.f, a.c, B, a.ctx, run);
     expect_equal_to_alone(got, a.first(B), std::filesystem::path(model).filename().string() + " B=" + std::to_string(B));
@@ -252,8 +262,8 @@ void expect_shexp_as_entry(const std::string& model) {
     ASSERT_NE(t, nullptr) << n;
     EXPECT_EQ(t->type, GgmlType::Q4_K) << n;
   }
-  EXPECT_TRUE(cuda::gemv_experts_mma_ok(GgmlType::Q4_K, c.n_ff_exp, c.n_embd));
-  EXPECT_TRUE(cuda::gemv_experts_mma_ok(GgmlType::Q4_K, c.n_embd, c.n_ff_exp));
+  EXPECT_TRUE(cuda::gemv_experts_mma_ok(GgmlType::Q4_K, c.n_ff_exp, c.n_embd, cuda::GemvKernel::Mma));
+  EXPECT_TRUE(cuda::gemv_experts_mma_ok(GgmlType::Q4_K, c.n_embd, c.n_ff_exp, cuda::GemvKernel::Mma));
 }
 
 // The model of a case by its name in the case: "" (with the reason in *why) when it is not there.
@@ -284,11 +294,12 @@ void check_split(const std::string& model, int64_t B, int stages) {
 // the second captures, the rest replay; routing runs on the device and the indexer over max_ctx keys.
 // Every step equals decoding alone (forward()) bit for bit, hence the direct batched path too; the
 // graph must have run every step after the first (kSteps - 1 launches per B).
-void check_graph(const std::string& model, const std::vector<int64_t>& Bs) {
-  const AloneRefs a = alone_refs(model, Bs);
+void check_graph(const std::string& model, const std::vector<int64_t>& Bs, const cuda::KernelConfig& k = {}) {
+  const AloneRefs a = alone_refs(model, Bs, k);
   for (int64_t B : Bs) {
     int64_t replays = 0;
     BatchRun run;
+    run.kernels = k;
     run.graph = true;
     run.replays = &replays;
     const std::vector<SeqLogits> got = batched(a.f, a.c, B, a.ctx, run);
@@ -299,10 +310,11 @@ void check_graph(const std::string& model, const std::vector<int64_t>& Bs) {
 
 // Direct steps without the overflow check (each full layer's indexer on the side stream, beside the query path):
 // each sequence bit-identical to decoding it alone.
-void check_unchecked(const std::string& model, const std::vector<int64_t>& Bs) {
-  const AloneRefs a = alone_refs(model, Bs);
+void check_unchecked(const std::string& model, const std::vector<int64_t>& Bs, const cuda::KernelConfig& k = {}) {
+  const AloneRefs a = alone_refs(model, Bs, k);
   for (int64_t B : Bs) {
     BatchRun run;
+    run.kernels = k;
     run.unchecked = true;
     run.reverse_order = B % 2 == 1;
     const std::vector<SeqLogits> got = batched(a.f, a.c, B, a.ctx, run);
@@ -594,24 +606,15 @@ const bool registered = [] {
   // The tensor-core GEMV (GLM-5's Q4_K / Q6_K matrices; the tiny model's are below the default's threshold)
   // pinned for every Q4_K / Q6_K matrix: each sequence still the bits of decoding it alone.
   register_case("batch", CaseName("batched_decode").p("model", "glm_dsa_tiny").p("B", 8).p("gemv", "mma").str(), [] {
-    run_case("glm_dsa_tiny", [](const std::string& m) {
-      GemvVariantScope mma(cuda::kGemvMma);
-      check_model(m, {8});
-    });
+    run_case("glm_dsa_tiny", [](const std::string& m) { check_model(m, {8}, mma_kernels()); });
   });
-  // B = 3 with the grouping off (MLACONF_GROUP_EXPERTS=0, read by the Pipeline's constructor): the experts by id at
-  // several tokens, the path GLM-5 takes below 8 tokens (these dims group from 2).
+  // B = 3 with the grouping off (KernelConfig::group_experts false): the experts by id at several tokens, the path
+  // GLM-5 takes below 8 tokens (these dims group from 2).
   register_case("batch", CaseName("batched_decode").p("model", kShexpName).p("B", 3).p("gemv", "mma").p("grouping", "off").str(), [] {
     run_case(kShexpName, [](const std::string& m) {
-      GemvVariantScope mma(cuda::kGemvMma);
-      struct Env {  // restores the caller's value
-        const char* v = std::getenv("MLACONF_GROUP_EXPERTS");
-        std::string was = v ? v : "";
-        bool had = v != nullptr;
-        Env() { setenv("MLACONF_GROUP_EXPERTS", "0", 1); }
-        ~Env() { had ? (void)setenv("MLACONF_GROUP_EXPERTS", was.c_str(), 1) : (void)unsetenv("MLACONF_GROUP_EXPERTS"); }
-      } off;
-      check_model(m, {3});
+      cuda::KernelConfig k = mma_kernels();
+      k.group_experts = false;
+      check_model(m, {3}, k);
     });
   });
   // The shared expert as entry k of the experts' launches (one-token steps, the tensor-core GEMV): each
@@ -621,9 +624,8 @@ const bool registered = [] {
   for (int64_t B : {1, 3, 8})
     register_case("batch", CaseName("batched_decode").p("model", kShexpName).p("B", B).p("gemv", "mma").str(), [B] {
       run_case(kShexpName, [B](const std::string& m) {
-        GemvVariantScope mma(cuda::kGemvMma);
         expect_shexp_as_entry(m);
-        check_model(m, {B});
+        check_model(m, {B}, mma_kernels());
       });
     });
   for (const char* kind : {"graph", "unchecked"})
@@ -631,10 +633,9 @@ const bool registered = [] {
       register_case("batch", CaseName(std::string("batched_decode_") + kind).p("model", kShexpName).p("B", B).p("gemv", "mma").str(),
                     [kind, B] {
                       run_case(kShexpName, [kind, B](const std::string& m) {
-                        GemvVariantScope mma(cuda::kGemvMma);
                         expect_shexp_as_entry(m);
-                        if (std::string(kind) == "graph") check_graph(m, {B});
-                        else check_unchecked(m, {B});
+                        if (std::string(kind) == "graph") check_graph(m, {B}, mma_kernels());
+                        else check_unchecked(m, {B}, mma_kernels());
                       });
                     });
   for (int stages : {2, 3})

@@ -32,6 +32,9 @@
 namespace mlaconf::gputest {
 namespace {
 
+// The kernels this file emulates, pinned at every shape.
+constexpr cuda::GemvKernel kSimt = cuda::GemvKernel::Simt;
+
 const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
                            GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
@@ -73,29 +76,26 @@ Judged judge(GgmlType t, const std::vector<float>& got, const std::vector<float>
 // B x vectors on one matrix (batched decode); then each entry alone, bit-identical.
 void batch_case(GgmlType t, int64_t rows, int64_t cols, int B) {
   MLACONF_REQUIRE_CUDA();
-  GemvVariantScope simt(cuda::kGemvSimt);  // the kernel this file emulates, at every shape
-  gemv_batch_check(t, rows, cols, B, 1000 + 7 * rows + cols + (int)t, 17 + B, emulation(t, rows, cols));
+  gemv_batch_check(kSimt, t, rows, cols, B, 1000 + 7 * rows + cols + (int)t, 17 + B, emulation(t, rows, cols));
 }
 
 // Expert batches by id: entries on the same expert are one group (decoded once per pass of 8), ids out
 // of order and repeated (11 entries on expert 2: two passes), one x per entry.
 void experts_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> ids) {
   MLACONF_REQUIRE_CUDA();
-  GemvVariantScope simt(cuda::kGemvSimt);  // the kernel this file emulates, at every shape
-  gemv_experts_check(t, rows, cols, ids, 4, 77 + (int)t, 5, emulation(t, rows, cols));
+  gemv_experts_check(kSimt, t, rows, cols, ids, 4, 77 + (int)t, 5, emulation(t, rows, cols));
 }
 
 // Per-head matrices (b % H): T = 3 tokens x H heads, groups of 3 entries with step H.
 void per_head_case(GgmlType t, int64_t rows, int64_t cols, int64_t H = 4) {
   MLACONF_REQUIRE_CUDA();
-  GemvVariantScope simt(cuda::kGemvSimt);  // the kernel this file emulates, at every shape
   const int64_t bs = traits(t).block_size, n = 3 * H;
   const auto blocks = random_blocks(t, H * rows * cols / bs, 91 + (int)t);
   const auto W = ref_dequant(t, blocks, H * rows * cols);
   const auto x = random_x((size_t)n * cols, 6);
   auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
   cuda::DeviceBuffer d_y((size_t)n * rows * 4);
-  cuda::gemv_per_head(t, d_w.get(), rows, cols, H, d_x.as<float>(), cols, d_y.as<float>(), rows, n);
+  cuda::gemv_per_head(t, d_w.get(), rows, cols, H, d_x.as<float>(), cols, d_y.as<float>(), rows, n, kSimt);
   std::vector<int64_t> mat(n);
   for (int64_t b = 0; b < n; ++b) mat[b] = b % H;
   expect_judged(judge(t, cuda::to_host<float>(d_y, (size_t)n * rows), W, mat, x, rows, cols, true), "per head");
@@ -105,7 +105,6 @@ void per_head_case(GgmlType t, int64_t rows, int64_t cols, int64_t H = 4) {
 // the emulated bits, so checks 1 and 2 can fail.
 void negative_control_case() {
   MLACONF_REQUIRE_CUDA();
-  GemvVariantScope simt(cuda::kGemvSimt);  // the kernel this file emulates, at every shape
   const GgmlType t = GgmlType::Q6_K;
   const int64_t rows = 33, cols = 768;
   const auto blocks = random_blocks(t, rows * cols / 256, 4242);
@@ -113,7 +112,7 @@ void negative_control_case() {
   const auto x = random_x(cols, 9);
   auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
   cuda::DeviceBuffer d_y(rows * 4);
-  cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>());
+  cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), 1, 0, 0, 0, kSimt);
   auto got = cuda::to_host<float>(d_y, rows);
   const Judged ok = judge(t, got, W, {0}, x, rows, cols);
   EXPECT_LE(ok.worst, kGemvBound);

@@ -1,23 +1,20 @@
-// suites/gpu: the tensor-core dequant GEMV for Q4_K and Q6_K (optimized/gemv_mma.cu), pinned by kernel variant
-// kGemvMma; the default runs it where gemv_mma_by_default says (checked by default_dispatch below).
+// suites/gpu: the tensor-core dequant GEMV for Q4_K and Q6_K (optimized/gemv_mma.cu), pinned by passing
+// GemvKernel::Mma; the default runs it where gemv_mma_by_default says (checked by default_dispatch below).
 //
 // Its fp32 order is the tensor cores' (not emulated on the host), so each case is judged two ways
 // (suites/gpu/gemv_bits.h, the checks shared with the SIMT suites): (1) every output against float64 on the
 // reference dequantizer's weights, |got - want| <= kMmaBound * sum |w x|; (3) every batch entry (B x on one
 // matrix, experts by id, x shared by the experts of one token) bit-identical to the same x alone.
 // kMmaBound: every product of the weights' integers with x's 16-bit terms is exact, so the error is x's
-// representation and the fp32 accumulation's. v7-v14 carried x as three 16-bit terms (bf16 for Q6_K, fp16 of x
-// scaled per block for Q4_K): the worst over these cases on the H200 was 6.9e-8 of sum |w x| (2026-12-01; the
-// SIMT kernels' emulations show up to 3e-8 on similar shapes), so the bound is 7e-7, about 10x it; Q4_K v7,
-// which accumulates a whole block (sc q x) before scaling it, showed up to 1.4e-7 (16897 x 512), 5x under. v15
-// carries x as two fp16 terms scaled per block for both types (x to ~2^-22 of itself; bench/x_terms_error.py:
-// at most 1.5e-8 of sum |w x|, 47x under the bound). The fault gemv-x-bf16 (x as one fp16 term) shows ~1e-4.
+// representation and the fp32 accumulation's. The bound is 7e-7: x carried as two fp16 terms scaled per block
+// (x to ~2^-22 of itself; bench/x_terms_error.py: at most 1.5e-8 of sum |w x|, 47x under the bound); the worst
+// seen on the H200 over these cases with x as three 16-bit terms was 6.9e-8, and 1.4e-7 (16897 x 512) for Q4_K's
+// whole-block accumulation (sc q x before scaling), 5x under. The fault gemv-x-bf16 (x as one fp16 term) shows ~1e-4.
 // Shapes: rows off the 16-row tile (1, 15, 17, 33, 257: 2 tiles per CTA, K over 4 warps) and past each
 // row-tile-per-CTA threshold (2065, 4225, 8449, 16897 rows: 1, 2, 4, 8 tiles per CTA, so 8, 4, 2, 1 warps
 // split K), blocks per row 1, 2, 11, 24 (K split
 // unevenly over the warps, warps without blocks), batches 1, 2, 3, 8, 17 (8 x per pass: 17 is three passes,
-// the last with one x), and 5-33 on shapes where passes of 16 x are possible (passes_bits: the same bits in
-// passes of 16 and 8). Expert strides stay 16-byte aligned (rows x row bytes; a misaligned matrix takes the SIMT kernels, whose
+// the last with one x), and 5-33 on shapes where passes of 16 x are possible. Expert strides stay 16-byte aligned (rows x row bytes; a misaligned matrix takes the SIMT kernels, whose
 // bits differ); 64 x on one matrix (8 entry groups, adjacent in the grid); 11
 // entries on one expert, interleaved with others (each entry its own CTAs; bits as run alone), and 20; a shared
 // expert as id -1 (experts_alt: bits as its matrix run alone by gemv). Negative
@@ -46,6 +43,7 @@ namespace mlaconf::gputest {
 namespace {
 
 constexpr double kMmaBound = 7e-7;
+constexpr cuda::GemvKernel kMma = cuda::GemvKernel::Mma;
 
 MakeEmulation no_emulation() {
   return [](const std::vector<uint8_t>&, const std::vector<float>&) { return RowEmulation{}; };
@@ -53,21 +51,18 @@ MakeEmulation no_emulation() {
 
 void batch_case(GgmlType t, int64_t rows, int64_t cols, int B) {
   MLACONF_REQUIRE_CUDA();
-  GemvVariantScope mma(cuda::kGemvMma);
-  gemv_batch_check(t, rows, cols, B, 3000 + 7 * rows + cols + (int)t, 41 + B, no_emulation(), kMmaBound);
+  gemv_batch_check(kMma, t, rows, cols, B, 3000 + 7 * rows + cols + (int)t, 41 + B, no_emulation(), kMmaBound);
 }
 
 void experts_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> ids) {
   MLACONF_REQUIRE_CUDA();
-  GemvVariantScope mma(cuda::kGemvMma);
-  gemv_experts_check(t, rows, cols, ids, 4, 97 + (int)t, 13, no_emulation(), kMmaBound);
+  gemv_experts_check(kMma, t, rows, cols, ids, 4, 97 + (int)t, 13, no_emulation(), kMmaBound);
 }
 
 // The experts of one token read the same x (x_stride 0, as the pipeline's decode step of one token does):
 // each entry against float64 and bit-identical to its expert run alone on that x.
 void experts_shared_x_case(GgmlType t, int64_t rows, int64_t cols) {
   MLACONF_REQUIRE_CUDA();
-  GemvVariantScope mma(cuda::kGemvMma);
   const std::vector<int32_t> ids = {3, 0, 2, 3, 1};
   const int64_t n = (int64_t)ids.size(), pool = 4;
   const auto blocks = random_blocks(t, pool * rows * cols / 256, 555 + (int)t);
@@ -78,13 +73,13 @@ void experts_shared_x_case(GgmlType t, int64_t rows, int64_t cols) {
   auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x1), d_ids = cuda::to_device(ids);
   cuda::DeviceBuffer d_y((size_t)n * rows * 4);
   const int64_t stride = rows * row_bytes(t, cols);
-  cuda::gemv_experts(t, d_w.get(), stride, d_ids.as<int32_t>(), n, rows, cols, d_x.as<float>(), 0, d_y.as<float>(), rows);
+  cuda::gemv_experts(t, d_w.get(), stride, d_ids.as<int32_t>(), n, rows, cols, d_x.as<float>(), 0, d_y.as<float>(), rows, nullptr, kMma);
   const auto got = cuda::to_host<float>(d_y, (size_t)n * rows);
   const Judged j = judge_gemv(got, W, std::vector<int64_t>(ids.begin(), ids.end()), x, rows, cols, RowEmulation{});
   std::printf("  experts, one x: max |err| / sum|wx| %.3e (bound %.0e)\n", j.worst, kMmaBound);
   EXPECT_LE(j.worst, kMmaBound);
   const int64_t differ = entries_unlike_alone(got, n, rows, [&](int64_t e, float* d_y1) {
-    cuda::gemv(t, static_cast<const uint8_t*>(d_w.get()) + ids[e] * stride, rows, cols, d_x.as<float>(), d_y1);
+    cuda::gemv(t, static_cast<const uint8_t*>(d_w.get()) + ids[e] * stride, rows, cols, d_x.as<float>(), d_y1, 1, 0, 0, 0, kMma);
   });
   EXPECT_EQ(differ, 0) << differ << " of " << n << " experts differ from the matrix run alone";
 }
@@ -114,8 +109,7 @@ AltExperts alt_experts(GgmlType t, int64_t rows, int64_t cols, const std::vector
 // for all (the pipeline's one-token step) or one per entry (20 entries, two of them -1).
 void experts_alt_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> ids, bool one_x) {
   MLACONF_REQUIRE_CUDA();
-  GemvVariantScope mma(cuda::kGemvMma);
-  ASSERT_TRUE(cuda::gemv_experts_mma_ok(t, rows, cols));
+  ASSERT_TRUE(cuda::gemv_experts_mma_ok(t, rows, cols, kMma));
   const int64_t n = (int64_t)ids.size(), pool = 4;
   AltExperts in = alt_experts(t, rows, cols, ids, one_x, 909 + (int)t, 78);
   auto all = in.blocks;
@@ -128,7 +122,7 @@ void experts_alt_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_
   cuda::DeviceBuffer d_y((size_t)n * rows * 4);
   const int64_t stride = in.stride;
   cuda::gemv_experts(t, d_w.get(), stride, d_ids.as<int32_t>(), n, rows, cols, d_x.as<float>(), one_x ? 0 : cols, d_y.as<float>(),
-                     rows, d_alt.get());
+                     rows, d_alt.get(), kMma);
   const auto got = cuda::to_host<float>(d_y, (size_t)n * rows);
   std::vector<int64_t> mats;
   for (int32_t id : ids) mats.push_back(id < 0 ? pool : id);
@@ -137,36 +131,22 @@ void experts_alt_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_
   EXPECT_LE(j.worst, kMmaBound);
   const int64_t differ = entries_unlike_alone(got, n, rows, [&](int64_t e, float* d_y1) {
     const void* w1 = ids[e] < 0 ? d_alt.get() : static_cast<const void*>(static_cast<const uint8_t*>(d_w.get()) + ids[e] * stride);
-    cuda::gemv(t, w1, rows, cols, d_x.as<float>() + (one_x ? 0 : e * cols), d_y1);
+    cuda::gemv(t, w1, rows, cols, d_x.as<float>() + (one_x ? 0 : e * cols), d_y1, 1, 0, 0, 0, kMma);
   });
   EXPECT_GT(std::count(ids.begin(), ids.end(), -1), 0);
   EXPECT_EQ(differ, 0) << differ << " of " << n << " entries differ from their matrix run alone";
 }
 
-// A gemv_mma switch (the balance, the chain, x through shared memory) as it was before the case, restored when it
-// ends.
-struct SwitchScope {
-  bool (*get)();
-  void (*set)(bool);
-  bool prev = get();
-  ~SwitchScope() { set(prev); }
-};
-
 // Pairs grouped by expert (group_pairs, then gemv_experts_grouped with the output rows back in pair order), each
 // pair its own x: the table checked on the host (slots a stable sort of the pairs by expert; groups in slot order
 // covering every slot once, each inside one expert's run and two slot pairs), then every pair against float64
-// and bit-identical to its expert run alone by id. xs set: with or without x through shared memory
-// (gemv_mma_xsmem_grouped, v16), which the shape must take when on; else the default.
+// and bit-identical to its expert run alone by id. xs set: whether the shape shares x through shared memory
+// (gemv_mma_cta), which the case must take as named.
 void experts_grouped_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> ids, int64_t pool,
                           std::optional<bool> xs = std::nullopt) {
   MLACONF_REQUIRE_CUDA();
-  GemvVariantScope mma(cuda::kGemvMma);
-  const SwitchScope keep{cuda::gemv_mma_xsmem_grouped, cuda::set_gemv_mma_xsmem_grouped};
   const int64_t n = (int64_t)ids.size();
-  if (xs) {
-    cuda::set_gemv_mma_xsmem_grouped(*xs);
-    EXPECT_EQ(cuda::gemv_mma_cta(rows, cols, n, true, true).xs, *xs) << "the case must take the path it names";
-  }
+  if (xs) EXPECT_EQ(cuda::gemv_mma_cta(rows, cols, n, true, true).xs, *xs) << "the case must take the path it names";
   const auto blocks = random_blocks(t, pool * rows * cols / 256, 1212 + (int)t);
   const auto W = ref_dequant(t, blocks, pool * rows * cols);
   const auto x = random_x((size_t)n * cols, 31);
@@ -180,7 +160,7 @@ void experts_grouped_case(GgmlType t, int64_t rows, int64_t cols, std::vector<in
   cuda::gather_rows(d_x.as<float>(), cols, d_ts.as<int32_t>(), n, cols, d_xs.as<float>(), cols);
   const int64_t stride = rows * row_bytes(t, cols);
   cuda::gemv_experts_grouped(t, d_w.get(), stride, rows, cols, d_grp.as<int32_t>(), d_ng.as<int32_t>(), n, d_xs.as<float>(), cols,
-                             d_y.as<float>(), rows, d_ord.as<int32_t>());
+                             d_y.as<float>(), rows, d_ord.as<int32_t>(), kMma);
   // The table.
   const auto ord = cuda::to_host<int32_t>(d_ord, n), ts = cuda::to_host<int32_t>(d_ts, n);
   const int32_t ng = cuda::to_host<int32_t>(d_ng, 1)[0];
@@ -211,7 +191,7 @@ void experts_grouped_case(GgmlType t, int64_t rows, int64_t cols, std::vector<in
   EXPECT_LE(j.worst, kMmaBound);
   const int64_t differ = entries_unlike_alone(got, n, rows, [&](int64_t e, float* d_y1) {
     cuda::DeviceBuffer d_id = cuda::to_device(std::vector<int32_t>{ids[e]});
-    cuda::gemv_experts(t, d_w.get(), stride, d_id.as<int32_t>(), 1, rows, cols, d_x.as<float>() + e * cols, cols, d_y1, rows);
+    cuda::gemv_experts(t, d_w.get(), stride, d_id.as<int32_t>(), 1, rows, cols, d_x.as<float>() + e * cols, cols, d_y1, rows, nullptr, kMma);
   });
   EXPECT_EQ(differ, 0) << differ << " of " << n << " pairs differ from their expert run alone";
 }
@@ -220,18 +200,17 @@ void experts_grouped_case(GgmlType t, int64_t rows, int64_t cols, std::vector<in
 // without the fault the same case passes.
 void negative_control_case(GgmlType t) {
   MLACONF_REQUIRE_CUDA();
-  GemvVariantScope mma(cuda::kGemvMma);
   const int64_t rows = 33, cols = 2048;
   const auto blocks = random_blocks(t, rows * cols / 256, 4343 + (int)t);
   const auto W = ref_dequant(t, blocks, rows * cols);
   const auto x = random_x(cols, 19);
   auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
   cuda::DeviceBuffer d_y(rows * 4);
-  cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>());
+  cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), 1, 0, 0, 0, kMma);
   const Judged ok = judge_gemv(cuda::to_host<float>(d_y, rows), W, {0}, x, rows, cols, RowEmulation{});
   {
     cuda::ScopedFault f(cuda::Fault::GemvXBf16);
-    cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>());
+    cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), 1, 0, 0, 0, kMma);
   }
   const Judged bad = judge_gemv(cuda::to_host<float>(d_y, rows), W, {0}, x, rows, cols, RowEmulation{});
   std::printf("  correct: %.3e, gemv-x-bf16: %.3e (bound %.0e)\n", ok.worst, bad.worst, kMmaBound);
@@ -245,7 +224,6 @@ void negative_control_case(GgmlType t) {
 // float64 like every other case, and finite.
 void x_range_case(GgmlType t) {
   MLACONF_REQUIRE_CUDA();
-  GemvVariantScope mma(cuda::kGemvMma);
   const int64_t rows = 33, cols = 2048;
   const int B = 5;
   const auto blocks = random_blocks(t, rows * cols / 256, 5151 + (int)t);
@@ -258,7 +236,7 @@ void x_range_case(GgmlType t) {
     x[4 * cols + i] = (float)(x[4 * cols + i] * ((i / 256) % 2 ? 0x1p60 : 0x1p-60) * (i % 4 == 1 ? 0x1p-20 : 1.0));
   auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
   cuda::DeviceBuffer d_y((size_t)B * rows * 4);
-  cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), B, 0, cols, rows);
+  cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), B, 0, cols, rows, kMma);
   const auto got = cuda::to_host<float>(d_y, (size_t)B * rows);
   for (int b = 0; b < B; ++b) {
     const std::vector<float> xb(x.begin() + b * cols, x.begin() + (b + 1) * cols);
@@ -269,12 +247,11 @@ void x_range_case(GgmlType t) {
   }
 }
 
-// y of B = 3 x on one rows x cols matrix under kernel variant v.
-std::vector<float> run_variant(int v, GgmlType t, const cuda::DeviceBuffer& d_w, const cuda::DeviceBuffer& d_x, int64_t rows,
+// y of B = 3 x on one rows x cols matrix by kernels v.
+std::vector<float> run_variant(cuda::GemvKernel v, GgmlType t, const cuda::DeviceBuffer& d_w, const cuda::DeviceBuffer& d_x, int64_t rows,
                                int64_t cols) {
-  GemvVariantScope scope(v);
   cuda::DeviceBuffer d_y((size_t)3 * rows * 4);
-  cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), 3, 0, cols, rows);
+  cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), 3, 0, cols, rows, v);
   return cuda::to_host<float>(d_y, (size_t)3 * rows);
 }
 
@@ -283,164 +260,71 @@ void default_dispatch_case(GgmlType t, int64_t rows, int64_t cols, bool want_mma
   ASSERT_EQ(cuda::gemv_mma_by_default(t, rows, cols), want_mma) << "the rule moved: update this case's expectation";
   const auto blocks = random_blocks(t, rows * cols / 256, 808 + rows + cols + (int)t);
   auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(random_x((size_t)3 * cols, 23));
-  const auto def = run_variant(cuda::kGemvDefault, t, d_w, d_x, rows, cols);
-  const auto mma = run_variant(cuda::kGemvMma, t, d_w, d_x, rows, cols);
-  const auto simt = run_variant(cuda::kGemvSimt, t, d_w, d_x, rows, cols);
+  const auto def = run_variant(cuda::GemvKernel::Default, t, d_w, d_x, rows, cols);
+  const auto mma = run_variant(cuda::GemvKernel::Mma, t, d_w, d_x, rows, cols);
+  const auto simt = run_variant(cuda::GemvKernel::Simt, t, d_w, d_x, rows, cols);
   const size_t bytes = def.size() * 4;
   EXPECT_NE(std::memcmp(mma.data(), simt.data(), bytes), 0) << "the two kernels agree bit for bit: no evidence either way";
   EXPECT_EQ(std::memcmp(def.data(), (want_mma ? mma : simt).data(), bytes), 0)
       << "the default did not run the " << (want_mma ? "tensor-core" : "SIMT") << " kernel";
 }
 
-// The CTA shape by balance (gemv_mma_cta, v12): where it moves a matrix from CTAs of 8 warps to CTAs of 4, the
-// bits stay those of v11's shape (ks, the order of sums, is the same), batch by batch; where it moves nothing (the
-// rule depends on the SM count; these shapes move on the H200's 132) the case skips, saying so. Also judged
-// against float64 under the new shape (gemv_batch_check).
+// The CTA shape by balance (gemv_mma_cta): where the grid takes several rounds, a matrix moves from CTAs of 8 warps to
+// CTAs of 4 with the same split of K (want_ks: the order of sums), judged against float64 and each entry alone under
+// that shape (gemv_batch_check); where it moves nothing (the rule depends on the SM count; these shapes move on the
+// H200's 132) the case skips, saying so. The shape's bits equal the unbalanced one's by construction (a row's order
+// of sums depends on ks alone), which the comparison of both shapes in one process showed on the H200.
 void balanced_grid_case(GgmlType t, int64_t rows, int64_t cols, int B, int want_ks) {
   MLACONF_REQUIRE_CUDA();
-  const SwitchScope keep{cuda::gemv_mma_balance, cuda::set_gemv_mma_balance};
-  const bool shared = true;  // B x on one matrix
-  cuda::set_gemv_mma_balance(false);
-  const cuda::MmaCta old_cta = cuda::gemv_mma_cta(rows, cols, B, shared, false);
-  cuda::set_gemv_mma_balance(true);
-  const cuda::MmaCta cta = cuda::gemv_mma_cta(rows, cols, B, shared, false);
-  ASSERT_EQ(old_cta.rt * old_cta.ks, 8) << "v11's shape moved: update this case";
-  ASSERT_EQ(old_cta.ks, want_ks) << "v11's split of K moved: update this case";
-  ASSERT_EQ(cta.ks, old_cta.ks) << "the balance changed the split of K (the order of sums)";
-  if (cta.rt == old_cta.rt) GTEST_SKIP() << "skipped: on this device's SM count the balance keeps v11's CTA shape";
+  const cuda::MmaCta cta = cuda::gemv_mma_cta(rows, cols, B, true, false);  // B x on one matrix
+  ASSERT_EQ(cta.ks, want_ks) << "the split of K moved: update this case";
+  if (cta.rt * cta.ks == 8) GTEST_SKIP() << "skipped: on this device's SM count the balance keeps CTAs of 8 warps";
   ASSERT_EQ(cta.rt * cta.ks, 4);
-  GemvVariantScope mma(cuda::kGemvMma);
-  const auto blocks = random_blocks(t, rows * cols / 256, 515 + rows + cols + (int)t);
-  auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(random_x((size_t)B * cols, 29));
-  std::vector<float> y[2];
-  for (int on = 0; on < 2; ++on) {
-    cuda::set_gemv_mma_balance(on == 1);
-    cuda::DeviceBuffer d_y((size_t)B * rows * 4);
-    cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), B, 0, cols, rows);
-    y[on] = cuda::to_host<float>(d_y, (size_t)B * rows);
-  }
-  EXPECT_EQ(std::memcmp(y[0].data(), y[1].data(), y[0].size() * 4), 0) << "the balanced CTA shape changed the bits";
-  cuda::set_gemv_mma_balance(true);
-  gemv_batch_check(t, rows, cols, B, 3100 + rows + cols + (int)t, 43 + B, no_emulation(), kMmaBound);
+  gemv_batch_check(kMma, t, rows, cols, B, 3100 + rows + cols + (int)t, 43 + B, no_emulation(), kMmaBound);
 }
 
-// The chained x split (gemv_mma_chain): a single matrix's split is a programmatic dependent of the kernel
+// The chained x split (one matrix, no expert ids): a single matrix's split is a programmatic dependent of the kernel
 // before it, which triggers at its start, so the split must wait for it before reading x. Here that kernel is
 // an rmsnorm over 4096 + B rows whose last B rows (its last CTAs) are x, the buffer filled with NaN first: a
 // split that read x early would read NaN. Chained, by direct launches or a graph's replays (memset, rmsnorm
-// and GEMV captured together), the bits are those of the split after the rmsnorm (chain off), which the
-// other cases judge against float64.
+// and GEMV captured together), the bits are those of the GEMV launched after the rmsnorm has finished (the
+// device synchronized between them), which the other cases judge against float64.
 void chained_case(GgmlType t, int64_t rows, int64_t cols, int B, bool graph) {
   MLACONF_REQUIRE_CUDA();
-  const SwitchScope keep{cuda::gemv_mma_chain, cuda::set_gemv_mma_chain};
-  GemvVariantScope mma(cuda::kGemvMma);
   const int64_t lead = 4096, n = lead + B;
   auto d_w = cuda::to_device(random_blocks(t, rows * cols / 256, 611 + rows + cols + (int)t));
   auto d_src = cuda::to_device(random_x((size_t)(n * cols), 47 + B)), d_nw = cuda::to_device(random_x((size_t)cols, 5));
   cuda::DeviceBuffer d_norm((size_t)(n * cols * 4)), d_y((size_t)B * rows * 4);
   const float* x = d_norm.as<float>() + lead * cols;
-  auto queue = [&] {
+  auto queue = [&](bool wait_between) {
     d_norm.fill(0xFF);
     d_y.fill(0xFF);
     cuda::rmsnorm(d_src.as<float>(), d_nw.as<float>(), n, cols, cols, 1e-5f, d_norm.as<float>());
-    cuda::gemv(t, d_w.get(), rows, cols, x, d_y.as<float>(), B, 0, cols, rows);
+    if (wait_between) cuda::synchronize();
+    cuda::gemv(t, d_w.get(), rows, cols, x, d_y.as<float>(), B, 0, cols, rows, kMma);
   };
   auto result = [&] {
     cuda::synchronize();
     return cuda::to_host<float>(d_y, (size_t)B * rows);
   };
-  cuda::set_gemv_mma_chain(false);
-  queue();
+  queue(true);
   const std::vector<float> want = result();
-  ASSERT_TRUE(std::all_of(want.begin(), want.end(), [](float v) { return std::isfinite(v); })) << "the unchained split gave non-finite y";
-  cuda::set_gemv_mma_chain(true);
+  ASSERT_TRUE(std::all_of(want.begin(), want.end(), [](float v) { return std::isfinite(v); })) << "the GEMV after the rmsnorm gave non-finite y";
   if (!graph) {
     for (int rep = 0; rep < 3; ++rep) {
-      queue();
+      queue(false);
       const std::vector<float> y = result();
       EXPECT_EQ(std::memcmp(y.data(), want.data(), y.size() * 4), 0) << "run " << rep << ": the chained split changed the bits";
     }
     return;
   }
   cuda::CudaGraph g;
-  g.capture(queue);
+  g.capture([&] { queue(false); });
   for (int rep = 0; rep < 3; ++rep) {
     g.launch();
     const std::vector<float> y = result();
     EXPECT_EQ(std::memcmp(y.data(), want.data(), y.size() * 4), 0) << "replay " << rep << ": the chained split changed the bits";
   }
-}
-
-// One GEMV under both settings of a gemv_mma switch (configure(true), configure(false)): the same bits, entry by entry
-// (a column's result depends only on its x and the rows), so either is judged against float64 through batch_case.
-void same_bits_case(GgmlType t, int64_t rows, int64_t cols, int B, uint64_t w_seed, uint64_t x_seed,
-                    const std::function<void(bool)>& configure, const char* what) {
-  MLACONF_REQUIRE_CUDA();
-  GemvVariantScope mma(cuda::kGemvMma);
-  const auto blocks = random_blocks(t, rows * cols / 256, w_seed);
-  const auto x = random_x((size_t)B * cols, x_seed);
-  auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
-  cuda::DeviceBuffer d_y((size_t)B * rows * 4);
-  auto run = [&](bool on) {
-    configure(on);
-    cuda::gemv(t, d_w.get(), rows, cols, d_x.as<float>(), d_y.as<float>(), B, 0, cols, rows);
-    return cuda::to_host<float>(d_y, (size_t)B * rows);
-  };
-  const std::vector<float> on = run(true), off = run(false);
-  EXPECT_EQ(std::memcmp(on.data(), off.data(), on.size() * 4), 0) << what;
-}
-
-// Passes of 16 x (set_gemv_mma_wide(true)) against passes of 8 (false).
-void passes_bits_case(GgmlType t, int64_t rows, int64_t cols, int B) {
-  struct Keep {  // the switch as it was (unset: by the batch)
-    std::optional<bool> prev = cuda::gemv_mma_wide();
-    ~Keep() { cuda::set_gemv_mma_wide(prev); }
-  } keep;
-  same_bits_case(t, rows, cols, B, 919 + (int)t, 23 + B, [](bool wide) { cuda::set_gemv_mma_wide(wide); },
-                 "passes of 16 x and of 8 x differ");
-}
-
-// x through shared memory (set_gemv_mma_xsmem, the default where K is not split) against each warp loading it
-// (v15's passes of 8 x).
-void xsmem_bits_case(GgmlType t, int64_t rows, int64_t cols, int B) {
-  const SwitchScope keep{cuda::gemv_mma_xsmem, cuda::set_gemv_mma_xsmem};
-  same_bits_case(t, rows, cols, B, 929 + (int)t, 41 + B, [&](bool xs) {
-    cuda::set_gemv_mma_xsmem(xs);
-    EXPECT_EQ(cuda::gemv_mma_cta(rows, cols, B, true, false).xs, xs) << "the case must take the path it names";
-  }, "x through shared memory changed the bits");
-}
-
-// x staged per warp (set_gemv_mma_xwarp, the default at a Q4_K pass of one live slot: one matrix at one x) against
-// each lane loading it inside the block. Q4_K only: Q6_K never stages x per warp.
-void xwarp_bits_case(GgmlType t, int64_t rows, int64_t cols, int B) {
-  const SwitchScope keep{cuda::gemv_mma_xwarp, cuda::set_gemv_mma_xwarp};
-  same_bits_case(t, rows, cols, B, 939 + (int)t, 43 + B, [&](bool xw) {
-    cuda::set_gemv_mma_xwarp(xw);
-    EXPECT_EQ(cuda::gemv_mma_xwarp_pass(t, B, true, false), xw && B == 1) << "the case must take the path it names (staged at one x only)";
-  }, "x staged per warp changed the bits");
-}
-
-// The Q4_K experts by id (each entry a pass of one live slot, staged per warp by default) with x staged per warp and
-// without, bit for bit: one x for all (x_stride 0) or one per entry (its slot anywhere in split_x's column groups),
-// with a shared expert as id -1.
-void experts_xwarp_bits_case(GgmlType t, int64_t rows, int64_t cols, std::vector<int32_t> ids, bool one_x) {
-  MLACONF_REQUIRE_CUDA();
-  GemvVariantScope mma(cuda::kGemvMma);
-  const SwitchScope keep{cuda::gemv_mma_xwarp, cuda::set_gemv_mma_xwarp};
-  const int64_t n = (int64_t)ids.size();
-  AltExperts in = alt_experts(t, rows, cols, ids, one_x, 949 + (int)t, 79);
-  const auto &d_w = in.d_w, &d_alt = in.d_alt, &d_x = in.d_x, &d_ids = in.d_ids;
-  cuda::DeviceBuffer d_y((size_t)n * rows * 4);
-  const int64_t stride = in.stride;
-  auto run = [&](bool xw) {
-    cuda::set_gemv_mma_xwarp(xw);
-    EXPECT_EQ(cuda::gemv_mma_xwarp_pass(t, n, false, false), xw) << "the case must take the path it names";
-    cuda::gemv_experts(t, d_w.get(), stride, d_ids.as<int32_t>(), n, rows, cols, d_x.as<float>(), one_x ? 0 : cols, d_y.as<float>(),
-                       rows, d_alt.get());
-    return cuda::to_host<float>(d_y, (size_t)n * rows);
-  };
-  const std::vector<float> on = run(true), off = run(false);
-  EXPECT_EQ(std::memcmp(on.data(), off.data(), on.size() * 4), 0) << "x staged per warp changed the experts' bits";
 }
 
 const bool registered = [] {
@@ -499,21 +383,17 @@ const bool registered = [] {
     register_case("gemv_mma", "experts_grouped(type=" + tn + ",rows=2048,cols=6144,pairs=64,experts=32)",
                   [=] { experts_grouped_case(t, 2048, 6144, ids64, 32); });
     // x through shared memory (CTAs of 2 row tiles beyond 128 tiles: the down, and 4228 rows: the last CTA's first
-    // tile has 4 rows and its second none, each K part one block; 4228 keeps a Q6_K expert 16-byte aligned) and
-    // without (",xsmem=0").
-    for (const bool xs : {true, false}) {
-      const std::string tag = xs ? ",xsmem=1)" : ",xsmem=0)";
-      register_case("gemv_mma", "experts_grouped(type=" + tn + ",rows=4228,cols=512,pairs=37,experts=6" + tag,
-                    [=] { experts_grouped_case(t, 4228, 512, ids37, 6, xs); });
-      register_case("gemv_mma", "experts_grouped(type=" + tn + ",rows=6144,cols=2048,pairs=64,experts=32" + tag,
-                    [=] { experts_grouped_case(t, 6144, 2048, ids64, 32, xs); });
-    }
+    // tile has 4 rows and its second none, each K part one block; 4228 keeps a Q6_K expert 16-byte aligned).
+    register_case("gemv_mma", "experts_grouped(type=" + tn + ",rows=4228,cols=512,pairs=37,experts=6,xsmem=1)",
+                  [=] { experts_grouped_case(t, 4228, 512, ids37, 6, true); });
+    register_case("gemv_mma", "experts_grouped(type=" + tn + ",rows=6144,cols=2048,pairs=64,experts=32,xsmem=1)",
+                  [=] { experts_grouped_case(t, 6144, 2048, ids64, 32, true); });
     // Grids of several rounds, CTAs of 8 warps -> 4: a head of 9680 tiles (K in one warp) at 1 and 3 x and, with
     // 8 blocks per row, at 9 x (one pass of 8 column groups in CTAs of 4 warps), attn_output's 384 tiles (K over 4
     // warps) and GLM-5's dense gate (768 tiles, K over 2) at 17 x (3 passes of the matrix).
     for (const auto& [rows, cols, ks, B] : {std::tuple<int64_t, int64_t, int, int>{154880, 512, 1, 1}, {154880, 512, 1, 3},
                                             {154880, 2048, 1, 9}, {6144, 4096, 4, 17}, {12288, 2048, 2, 17}})
-      register_case("gemv_mma", "balanced_grid_bits(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" +
+      register_case("gemv_mma", "balanced_grid(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" +
                                     std::to_string(cols) + ",b=" + std::to_string(B) + ")",
                     [=] { balanced_grid_case(t, rows, cols, B, ks); });
     // Chained splits: one matrix of 8-warp CTAs at one x (q_a's shape), 1040 x 2048 at 3 x and at 17 x (4 column
@@ -526,15 +406,13 @@ const bool registered = [] {
     register_case("gemv_mma", "negative_control(type=" + tn + ",fault=gemv_x_bf16)", [=] { negative_control_case(t); });
     register_case("gemv_mma", "x_range(type=" + tn + ",log2_scale=m100.m30.40.100.pm60)", [=] { x_range_case(t); });
     register_case("gemv_mma", "gemv(type=" + tn + ",rows=1040,cols=2048,b=64)", [=] { batch_case(t, 1040, 2048, 64); });
-    // With set_gemv_mma_wide, one pass of a shared matrix takes up to 4 column groups of 4 x (16 x) where a warp
-    // streams at least 8 blocks (1040 x 16384: K over 8 warps, 8 blocks each; 16897 x 2048: 8 row tiles per CTA, 8
-    // blocks each): 5 x (2 groups in the 4-group kernel), 12 (3), 16 (one full pass), 20 and 33 (two and three
-    // passes, the last with 4 and 1 x); the default's passes of 8 x (2 groups) must give the same bits.
+    // One pass of a shared matrix takes up to 4 column groups of 4 x (16 x) from 33 x on where a warp streams at
+    // least 8 blocks (1040 x 16384: K over 8 warps, 8 blocks each; 16897 x 2048: 8 row tiles per CTA, 8 blocks
+    // each), else 2 (8 x): 5, 12, 16 and 20 x in 1-3 passes of 8 x (the last partial), 33 in passes of 16, 16 and 1 x.
     for (const auto& [rows, cols, B] : {std::tuple<int64_t, int64_t, int>{1040, 16384, 5}, {1040, 16384, 12}, {1040, 16384, 16},
                                         {1040, 16384, 33}, {16897, 2048, 20}}) {
       const std::string shape = "rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) + ",b=" + std::to_string(B) + ")";
       register_case("gemv_mma", "gemv(type=" + tn + "," + shape, [=] { batch_case(t, rows, cols, B); });
-      register_case("gemv_mma", "passes_bits(type=" + tn + "," + shape, [=] { passes_bits_case(t, rows, cols, B); });
     }
     // x through shared memory (K not split: at least 1056 row tiles, CTAs of 8; more than 8 x): 16897 rows (the last
     // CTA's warps 1-7 have no rows but copy x) at 9 x (3 column groups, the last with one x, and one of padding),
@@ -542,29 +420,33 @@ const bool registered = [] {
     for (const auto& [rows, cols, B] : {std::tuple<int64_t, int64_t, int>{16897, 2048, 9}, {16897, 2048, 12}, {16897, 2048, 16},
                                         {16897, 2048, 33}, {154880, 512, 9}}) {
       const std::string shape = "rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) + ",b=" + std::to_string(B) + ")";
-      register_case("gemv_mma", "gemv(type=" + tn + "," + shape, [=] { batch_case(t, rows, cols, B); });
-      register_case("gemv_mma", "xsmem_bits(type=" + tn + "," + shape, [=] { xsmem_bits_case(t, rows, cols, B); });
+      register_case("gemv_mma", "gemv(type=" + tn + "," + shape, [=] {
+        EXPECT_TRUE(cuda::gemv_mma_cta(rows, cols, B, true, false).xs) << "the case must take the path it names";
+        batch_case(t, rows, cols, B);
+      });
     }
-    // x staged per warp at one x: one row tile (1 block: 7 of the 8 warps without blocks), q_a's 2048 x 6144 (K over 8
-    // warps), 4225 rows (2 tiles per CTA, the last CTA's second tile empty), 16897 x 2048 (8 tiles per CTA, K in one
-    // warp) and the head's 154880 rows (CTAs of 4 by balance); at 2 x a shared pass of two slots (not staged: the same
-    // kernel both ways). The experts by id: 9 entries on one x with id -1 (the one-token step), 6 entries of their
-    // own x (slots 0-5: columns of two column groups).
+    // x staged per warp at one x (Q4_K: a pass of one live slot): one row tile (1 block: 7 of the 8 warps without
+    // blocks), q_a's 2048 x 6144 (K over 8 warps), 4225 rows (2 tiles per CTA, the last CTA's second tile empty),
+    // 16897 x 2048 (8 tiles per CTA, K in one warp) and the head's 154880 rows (CTAs of 4 by balance); at 2 x a shared
+    // pass of two slots (not staged). The experts by id: 9 entries on one x with id -1 (the one-token step), 6 entries
+    // of their own x (slots 0-5: columns of two column groups), 136 x 2304 (9 row tiles, the last with 8 rows; 9
+    // blocks per row: uneven chunks of 1-2 blocks) and 40 x 256 (one block: 7 of the 8 chunks empty).
     if (t == GgmlType::Q4_K) {
       for (const auto& [rows, cols, B] : {std::tuple<int64_t, int64_t, int>{17, 256, 1}, {2048, 6144, 1}, {4225, 512, 1},
                                           {16897, 2048, 1}, {154880, 512, 1}, {2048, 6144, 2}})
-        register_case("gemv_mma", "xwarp_bits(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
+        register_case("gemv_mma", "xwarp(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
                                       ",b=" + std::to_string(B) + ")",
-                      [=] { xwarp_bits_case(t, rows, cols, B); });
-      // ... and at 136 x 2304 (9 row tiles, the last with 8 rows; 9 blocks per row: uneven chunks of 1-2 blocks) and
-      // 40 x 256 (one block: 7 of the 8 chunks empty, their warps copying nothing).
+                      [=] {
+                        EXPECT_EQ(cuda::gemv_mma_xwarp_pass(t, B, true, false), B == 1) << "the case must take the path it names";
+                        batch_case(t, rows, cols, B);
+                      });
       for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{2048, 6144}, {6144, 2048}, {136, 2304}})
-        register_case("gemv_mma", "experts_xwarp_bits(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
+        register_case("gemv_mma", "experts_xwarp(type=" + tn + ",rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols) +
                                       ",ids=3.0.2.1.3.2.0.1.m1,one_x)",
-                      [=] { experts_xwarp_bits_case(t, rows, cols, {3, 0, 2, 1, 3, 2, 0, 1, -1}, true); });
+                      [=] { experts_alt_case(t, rows, cols, {3, 0, 2, 1, 3, 2, 0, 1, -1}, true); });
       for (const int64_t cols : {512, 256})
-        register_case("gemv_mma", "experts_xwarp_bits(type=" + tn + ",rows=40,cols=" + std::to_string(cols) + ",ids=1.m1.2.3.0.2)",
-                      [=] { experts_xwarp_bits_case(t, 40, cols, {1, -1, 2, 3, 0, 2}, false); });
+        register_case("gemv_mma", "experts_xwarp(type=" + tn + ",rows=40,cols=" + std::to_string(cols) + ",ids=1.m1.2.3.0.2)",
+                      [=] { experts_alt_case(t, 40, cols, {1, -1, 2, 3, 0, 2}, false); });
     }
     for (const auto& [rows, cols, want] : {std::tuple<int64_t, int64_t, bool>{1024, 2048, true}, {1023, 2048, false},
                                            {1024, 1792, false}})

@@ -32,6 +32,8 @@
 namespace mlaconf::gputest {
 namespace {
 
+// The kernels this file emulates, pinned at every shape.
+constexpr cuda::GemvKernel kSimt = cuda::GemvKernel::Simt;
 
 // gemv.cu's q4k_v2_groups.
 int64_t groups(int64_t rows, int64_t nb) {
@@ -120,15 +122,13 @@ MakeEmulation emulation(int64_t rows, int64_t cols) {
 // B x on one matrix, then each entry alone (bit-identical).
 void batch_case(int64_t rows, int64_t cols, int B) {
   MLACONF_REQUIRE_CUDA();
-  GemvVariantScope simt(cuda::kGemvSimt);  // the kernel this file emulates, at every shape
-  gemv_batch_check(GgmlType::Q4_K, rows, cols, B, 500 + 3 * rows + cols, 23 + B, emulation(rows, cols));
+  gemv_batch_check(kSimt, GgmlType::Q4_K, rows, cols, B, 500 + 3 * rows + cols, 23 + B, emulation(rows, cols));
 }
 
 // Experts by id (repeated, out of order), one x per entry; each entry alone bit-identical.
 void experts_case(int64_t rows, int64_t cols, std::vector<int32_t> ids) {
   MLACONF_REQUIRE_CUDA();
-  GemvVariantScope simt(cuda::kGemvSimt);  // the kernel this file emulates, at every shape
-  gemv_experts_check(GgmlType::Q4_K, rows, cols, ids, 4, 71 + rows, 8, emulation(rows, cols));
+  gemv_experts_check(kSimt, GgmlType::Q4_K, rows, cols, ids, 4, 71 + rows, 8, emulation(rows, cols));
 }
 
 // Per-head matrices (gemv_per_head: entry b on head b % H, the pipeline's W_UV), T tokens: each head's pass takes up
@@ -136,21 +136,20 @@ void experts_case(int64_t rows, int64_t cols, std::vector<int32_t> ids) {
 // each entry bit-identical to its x run alone on its head's matrix.
 void per_head_case(int64_t rows, int64_t cols, int64_t H, int64_t T) {
   MLACONF_REQUIRE_CUDA();
-  GemvVariantScope simt(cuda::kGemvSimt);
   const int64_t n = T * H, nb = cols / 256;
   const auto blocks = random_blocks(GgmlType::Q4_K, H * rows * nb, 900 + rows + H + T);
   const auto W = ref_dequant(GgmlType::Q4_K, blocks, H * rows * cols);
   const auto x = random_x((size_t)(n * cols), 37 + T);
   auto d_w = cuda::to_device(blocks), d_x = cuda::to_device(x);
   cuda::DeviceBuffer d_y((size_t)(n * rows * 4));
-  cuda::gemv_per_head(GgmlType::Q4_K, d_w.get(), rows, cols, H, d_x.as<float>(), cols, d_y.as<float>(), rows, n);
+  cuda::gemv_per_head(GgmlType::Q4_K, d_w.get(), rows, cols, H, d_x.as<float>(), cols, d_y.as<float>(), rows, n, kSimt);
   const auto got = cuda::to_host<float>(d_y, (size_t)(n * rows));
   std::vector<int64_t> mat((size_t)n);
   for (int64_t j = 0; j < n; ++j) mat[(size_t)j] = j % H;
   expect_judged(judge_gemv(got, W, mat, x, rows, cols, emulation(rows, cols)(blocks, W)), "per head");
   const int64_t stride = rows * nb * 144;
   const int64_t differ = entries_unlike_alone(got, n, rows, [&](int64_t j, float* d_y1) {
-    cuda::gemv(GgmlType::Q4_K, d_w.as<uint8_t>() + (j % H) * stride, rows, cols, d_x.as<float>() + j * cols, d_y1, 1, 0, cols, rows);
+    cuda::gemv(GgmlType::Q4_K, d_w.as<uint8_t>() + (j % H) * stride, rows, cols, d_x.as<float>() + j * cols, d_y1, 1, 0, cols, rows, kSimt);
   });
   EXPECT_EQ(differ, 0) << differ << " of " << n << " entries differ from the same x run alone";
 }

@@ -21,7 +21,6 @@
 #include "fixtures/tolerances.h"
 #include "optimized/faults.h"
 #include "optimized/pipeline.h"
-#include "suites/gpu/gemv_bits.h"
 #include "suites/gpu/gpu_test_util.h"
 #ifdef MLACONF_HAVE_REF_MODEL
 #include "reference/model.h"
@@ -219,14 +218,17 @@ void dense_case(int64_t T, bool expect_fail) {
 // Prefill then token-by-token decode gives the same logits as the reference doing the same. The
 // context stays below top_k (all causal keys selected) so no indexer selection can differ; the routing is
 // forced to the reference's, and the pipeline's own routing must equal it outside near-ties.
-void decode_case() {
+// gemv: the dequant-GEMV kernels (the default's, or the tensor cores pinned at every Q4_K / Q6_K shape).
+void decode_case(cuda::GemvKernel gemv = cuda::GemvKernel::Default) {
   MLACONF_REQUIRE_TINY_MODEL();
   auto f = GgufFile::open(tiny_model_path());
   auto c = ModelConfig::from_gguf(f);
   const int64_t n = std::min<int64_t>(60, c.indexer_top_k), pre = n - 20;
   auto ids = prompt_ids(n, c.n_vocab);
   ref::Model<double> rm(f, c);
-  cuda::Pipeline p(f, c);
+  cuda::PipelineOptions o;
+  o.gemv = gemv;
+  cuda::Pipeline p(f, c, o);
   be::DecisionTrace rpre, gpre;  // the prefill on the reference's routing too: its cache rows follow from it
   rm.forward(std::span<const int32_t>(ids.data(), pre), &rpre);
   p.forward(std::span<const int32_t>(ids.data(), pre), &gpre, &rpre.decisions());
@@ -342,12 +344,11 @@ const bool registered = [] {
 #ifdef MLACONF_HAVE_REF_MODEL
   register_case("model", "model_layers(model=glm_dsa_tiny,T=12)", [] { layers_case(12); });
   register_case("model", "model_layers(model=glm_dsa_tiny,T=200)", [] { layers_case(200); });
-  register_case("model", "model_decode(model=glm_dsa_tiny,prefill=40,steps=20)", decode_case);
+  register_case("model", "model_decode(model=glm_dsa_tiny,prefill=40,steps=20)", [] { decode_case(); });
   // The tiny model's matrices are below gemv_mma_by_default's 1024 x 2048, so the default runs them on the
   // SIMT kernels; GLM-5's run on the tensor cores. Its 24 Q4_K and 3 Q6_K matrices pinned there:
   register_case("model", "model_decode(model=glm_dsa_tiny,prefill=40,steps=20,gemv=mma)", [] {
-    GemvVariantScope mma(cuda::kGemvMma);
-    decode_case();
+    decode_case(cuda::GemvKernel::Mma);
   });
   register_case("model", "model_decode_long(model=glm_dsa_tiny,prefill=200,steps=1)", [] { long_decode_case(200); });
   register_case("model", "model_greedy(model=glm_dsa_tiny,T=200,new=24)", [] { greedy_case(200, 24); });

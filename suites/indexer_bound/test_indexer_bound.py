@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The decode selection's error bound (optimized/indexer.cu, indexer_bounds_mma) against a model of what it
+"""The decode selection's error bound (optimized/indexer_select.cu, indexer_bounds_mma) against a model of what it
 bounds, on the CPU (exit 0 pass, 1 fail, 77 without numpy).
 
 The bound e must cover |a - s| for every key: s is the fp32 indexer's score, computed here with the fp32
@@ -7,7 +7,7 @@ kernel's own operations (each head's dot product one fmaf chain over the dims, r
 g = 0..3 an fmaf chain over heads g, g + 4, ..., then (p0 + p2) + (p1 + p3)); a is the tensor-core score:
 q and k rounded to fp16 (round to nearest), products exact, each head's sum exact and then moved by the
 accumulation error the bound allows for (2^-15 of the sum of |products|) in the direction that hurts, the
-weighted relu sum in fp32. The constants are read from indexer.cu, so the test follows them.
+weighted relu sum in fp32. The constants are read from indexer_select.cu, so the test follows them.
 
 Data: uniform; keys almost orthogonal to q (cancellation); values in fp16's subnormal range; values near
 fp16's largest; and the worst cases of the relative and the absolute term: q and k parallel, every element
@@ -32,15 +32,15 @@ Di = 128
 
 
 def constants(src):
-    """kBoundRel and kBoundAbs as indexer.cu defines them (C float expressions of two literals)."""
+    """kBoundRel and kBoundAbs as indexer_select.cu defines them (C float expressions of two literals)."""
     out = {}
     for name in ("kBoundRel", "kBoundAbs"):
         m = re.search(r"constexpr float " + name + r" = ([0-9.]+)f / ([0-9.]+)f;", src)
         if not m:
-            raise SystemExit(f"indexer_bound: {name} not found in indexer.cu")
+            raise SystemExit(f"indexer_bound: {name} not found in indexer_select.cu")
         out[name] = np.float32(np.float32(float(m.group(1))) / np.float32(float(m.group(2))))
     if "br.wa * 0x1p-40f" not in src:
-        raise SystemExit("indexer_bound: the bound's 2^-40 term not found in indexer.cu")
+        raise SystemExit("indexer_bound: the bound's 2^-40 term not found in indexer_select.cu")
     return out["kBoundRel"], out["kBoundAbs"]
 
 

@@ -22,6 +22,7 @@
 #include "core/gguf.h"
 #include "core/model_config.h"
 #include "core/trace.h"
+#include "optimized/kernel_config.h"
 
 namespace mlaconf::be {
 
@@ -35,14 +36,14 @@ struct BackendOptions {
   std::string fault;                 // negative control: "dense-attention" (both) or any optimized/faults.h name
   int64_t max_ctx = 4096;            // cuda: cache rows per layer
   std::vector<int> devices;          // cuda: the layer split's devices (empty: the current device alone; 0,0: virtual)
-  // cuda, batched decode (Backend's sequence API): sequence slots (0: none), decode steps as CUDA graphs, and the
-  // per-op overflow check (a server does not scan every op: `bench --batch` turns it off).
+  cuda::KernelConfig kernels;        // cuda: kernel choices (--kernel-config over the MLACONF_* environment)
+  // cuda, batched decode (Backend's sequence API): sequence slots (0: none) and the per-op overflow check (a
+  // server does not scan every op: `bench --batch` turns it off). Graphs: kernels.decode_graph.
   int64_t max_seqs = 0;
-  bool decode_graph = false;
   bool overflow_check = true;
 };
 
-// What a backend's batched decode runs with: the options in force (environment overrides applied).
+// What a backend's batched decode runs with: the options in force.
 struct DecodeSettings {
   bool decode_graph = false;
   bool batch_invariant = false;
@@ -106,7 +107,7 @@ class Backend {
   // n such steps, each step's picks the next one's tokens: picks [steps][B]; fewer steps when one picks -1.
   virtual std::vector<std::vector<int32_t>> decode_steps_greedy(std::span<const int> seqs, std::span<const int32_t> ids,
                                                                 int64_t n);
-  // Decode steps run so far as a replay of a captured CUDA graph (BackendOptions::decode_graph).
+  // Decode steps run so far as a replay of a captured CUDA graph (BackendOptions::kernels.decode_graph).
   virtual int64_t graph_replays() const;
   virtual DecodeSettings decode_settings() const;
 };

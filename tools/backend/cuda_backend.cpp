@@ -63,10 +63,10 @@ class CudaBackend : public Backend {
  private:
   static cuda::PipelineOptions options(const BackendOptions& o) {
     cuda::PipelineOptions po;
+    static_cast<cuda::KernelConfig&>(po) = o.kernels;
     po.max_ctx = o.max_ctx;
     po.devices = o.devices;
     po.max_seqs = o.max_seqs;
-    po.decode_graph = o.decode_graph;
     po.overflow_check = o.overflow_check;
     return po;
   }

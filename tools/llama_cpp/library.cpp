@@ -41,9 +41,10 @@ std::string shell_quote(const std::string& s) {
   return r + "'";
 }
 
-// The python3 asked for the llama_cpp package: MLACONF_PYTHON, else the Debian one, else the PATH's.
-std::string python3() {
-  if (const char* p = std::getenv("MLACONF_PYTHON"); p && *p) return p;
+// The python3 asked for the llama_cpp package: the given one (MLACONF_PYTHON, tools/settings.h), else the
+// Debian one, else the PATH's.
+std::string python3(const std::string& given) {
+  if (!given.empty()) return given;
   if (is_file("/usr/bin/python3")) return "/usr/bin/python3";
   return "python3";
 }
@@ -67,17 +68,17 @@ void log_sink(int, const char* text, void*) {
 
 }  // namespace
 
-std::string find_library_dir(const std::string& dir) {
+std::string find_library_dir(const std::string& dir, const std::string& python) {
   if (!dir.empty()) {
     if (!is_file(dir + "/libllama.so")) throw InputError("--llama-lib " + dir + ": no libllama.so in it");
     return dir;
   }
   // The package's folder without importing it (an import would load the libraries into python).
-  const std::string cmd = shell_quote(python3()) +
+  const std::string cmd = shell_quote(python3(python)) +
                           " -c 'import importlib.util as u; s = u.find_spec(\"llama_cpp\"); "
                           "print(s.submodule_search_locations[0] if s and s.submodule_search_locations else \"\")' 2>/dev/null";
   const std::string pkg = command_output(cmd);
-  if (pkg.empty()) throw NotSupported("llama_cpp not installed (no --llama-lib, and " + python3() + " finds no llama_cpp package)");
+  if (pkg.empty()) throw NotSupported("llama_cpp not installed (no --llama-lib, and " + python3(python) + " finds no llama_cpp package)");
   for (const char* sub : {"/lib", ""})
     if (is_file(pkg + sub + "/libllama.so")) return pkg + sub;
   throw NotSupported("llama_cpp package at " + pkg + " holds no libllama.so (in lib/ or beside it)");
@@ -89,7 +90,7 @@ void* Library::sym(void* h, const char* name, const char* lib) {
   return p;
 }
 
-Library::Library(const std::string& dir) : dir_(dir) {
+Library::Library(const std::string& dir, bool log) : dir_(dir) {
 #ifdef MLACONF_LLAMA_ABI_UNSUPPORTED
   throw NotSupported("--backend llama.cpp: only x86-64 and AArch64 Linux (the by-value struct ABI of tools/llama_cpp/abi.h)");
 #endif
@@ -134,7 +135,7 @@ Library::Library(const std::string& dir) : dir_(dir) {
     const char* (*gc)() = reinterpret_cast<const char* (*)()>(::dlsym(h_base_, "ggml_commit"));
     if (gv && gc) version_ += std::string(" (ggml ") + gv() + ", commit " + gc() + ")";
   }
-  silent_log = std::getenv("MLACONF_LLAMA_LOG") == nullptr;
+  silent_log = !log;
   llama_log_set_(log_sink, nullptr);
   check_tensor_layout();
   choose_context_layout();

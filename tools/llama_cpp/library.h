@@ -2,7 +2,7 @@
 //
 // Where the libraries come from: `--llama-lib DIR` (a folder holding libllama.so), else the `lib`
 // folder of an installed `llama_cpp` Python package (llama-cpp-python), found by asking python3
-// (MLACONF_PYTHON, else /usr/bin/python3, else python3 on the PATH). Whatever cannot be found, loaded or
+// (AnswerOptions::python: MLACONF_PYTHON, else /usr/bin/python3, else python3 on the PATH). Whatever cannot be found, loaded or
 // verified (abi.h) is NotSupported (exit 3) with the reason; nothing is guessed.
 #pragma once
 #include <cstdint>
@@ -14,14 +14,15 @@
 namespace mlaconf::llamacpp {
 
 // A folder holding libllama.so: `dir` when given (InputError when it holds none), else the llama_cpp
-// package's lib folder (NotSupported "llama_cpp not installed" when there is none).
-std::string find_library_dir(const std::string& dir);
+// package's lib folder as `python` finds it ("" = /usr/bin/python3, else the PATH's; NotSupported
+// "llama_cpp not installed" when there is none).
+std::string find_library_dir(const std::string& dir, const std::string& python = "");
 
 class Library {
  public:
   // dlopens libggml-base, libggml and libllama from `dir`, resolves every function used, runs the ABI
-  // checks of abi.h. NotSupported on any failure.
-  explicit Library(const std::string& dir);
+  // checks of abi.h. NotSupported on any failure. `log`: llama.cpp's own log lines go to stderr (else dropped).
+  explicit Library(const std::string& dir, bool log = false);
   ~Library();
   Library(const Library&) = delete;
   Library& operator=(const Library&) = delete;

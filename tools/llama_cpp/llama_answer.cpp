@@ -299,8 +299,8 @@ void convert(Collector& col, int64_t T, int64_t pos0, const ModelConfig& c, cons
 
 AnswerResult answer_fixture(const fx::FixtureFile& E, const std::string& gguf, const ModelConfig& c, const AnswerOptions& o) {
   AnswerResult res;
-  res.lib_dir = find_library_dir(o.lib_dir);
-  Library lib(res.lib_dir);
+  res.lib_dir = find_library_dir(o.lib_dir, o.python);
+  Library lib(res.lib_dir, o.log);
   res.version = lib.version();
   const fx::ModelDims dims = fx::ModelDims::from_config(c);
 

@@ -22,6 +22,8 @@ struct AnswerOptions {
   int threads = 2;
   int flash_attn = -1;   // -1 auto (llama.cpp's default), 0 off, 1 on: the two attention paths of its graph
   bool quiet = false;
+  std::string python;    // the python3 asked for the llama_cpp package ("" = /usr/bin/python3, else the PATH's)
+  bool log = false;      // llama.cpp's log lines to stderr
 };
 
 struct AnswerResult {
