@@ -386,7 +386,7 @@ struct RouteArgs {
   int32_t* tok = nullptr;
   // route_experts only: ids[T * k] = -1 too (ids then holds T k + 1), the shared expert as one more entry of the
   // experts' launch (a one-token step). Written by the routing's own launch: in a traced decode step a memset node
-  // for it held the graph's next kernel back 4-9 us (H200, docs/PERF_H200.md v18).
+  // for it held the graph's next kernel back 4-9 us (H200, docs/perf/h200-2026-12-02.md v18).
   bool shared_tail = false;
 };
 void route_experts(const RouteArgs& a);

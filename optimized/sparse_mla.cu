@@ -33,7 +33,6 @@ using mla::ListParams;
 constexpr int kMmaDqk = 576, kMmaDv = 512;
 constexpr int kTileRows = 16;
 constexpr int kLdk = kMmaDqk + 8;       // halves per shared row: 1168 bytes, ldmatrix rows hit distinct banks
-constexpr int kKPart = kMmaDqk / 4;     // 144 = 9 k16 steps per warp
 constexpr int kNPart = kMmaDv / 4;      // 128 = 16 n8 tiles per warp
 constexpr int kChunks = kMmaDqk / 8;    // 16-byte chunks per row
 constexpr int kFusedMaxSplits = 4;      // up to this many splits the last CTA merges (it reads them all)

@@ -146,7 +146,9 @@ void experts_grouped_case(GgmlType t, int64_t rows, int64_t cols, std::vector<in
                           std::optional<bool> xs = std::nullopt) {
   MLACONF_REQUIRE_CUDA();
   const int64_t n = (int64_t)ids.size();
-  if (xs) EXPECT_EQ(cuda::gemv_mma_cta(rows, cols, n, true, true).xs, *xs) << "the case must take the path it names";
+  if (xs) {
+    EXPECT_EQ(cuda::gemv_mma_cta(rows, cols, n, true, true).xs, *xs) << "the case must take the path it names";
+  }
   const auto blocks = random_blocks(t, pool * rows * cols / 256, 1212 + (int)t);
   const auto W = ref_dequant(t, blocks, pool * rows * cols);
   const auto x = random_x((size_t)n * cols, 31);
