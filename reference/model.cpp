@@ -70,6 +70,7 @@ std::string of(int64_t done, int64_t total, const char* unit) {
 // ([rows, H, kv_lora + rope] and [rows, H, kv_lora]: 75 MB and 67 MB as double at GLM-5's 64 heads) are
 // the only attention temporaries, unless the trace records them whole.
 constexpr int64_t kAttentionRows = 256;
+constexpr int64_t kOutProjRows = 512;  // rows per piece of the output projection (a multiple of kRowAlign)
 
 }  // namespace
 
@@ -364,6 +365,7 @@ Mat<S> Model<S>::forward_layers(const Mat<S>& hidden, int64_t pos0, int64_t l_be
     rec<S>(trace, l, op::kQA, qa, {T, c_.q_lora_rank});
     Mat<S> cq = rmsnorm<S>(qa, W.vec(blk(l, wname::kQANorm)), c_.rms_eps);    // [T, q_lora]
     rec<S>(trace, l, op::kQANorm, cq, {T, c_.q_lora_rank});
+    tick(trace, l, kAtAttention / 6, "q and kv projections");
     Mat<S> q = mla_project<S>(L, x, cq, lc.latent);
 
     const int64_t src = c_.indexer_source_layer(l);
@@ -389,7 +391,15 @@ Mat<S> Model<S>::forward_layers(const Mat<S>& hidden, int64_t pos0, int64_t l_be
     const TopK used = opt_.dense_attention ? dense_selection(T, pos0) : *used_sel[l];
     tick(trace, l, kAtAttention, "attention " + of(0, T, "rows"));
     Mat<S> ov = mla_attend<S>(L, q, lc.latent.view(), used, opt_.mla_form);  // [T, H*v]
-    Mat<S> attn = linear<S>(ov, W.mat(blk(l, wname::kAttnOut)));            // [T, E]
+    // The output projection (GLM-5: 16384 -> 6144, the largest dense product) in pieces of query rows, so
+    // that progress moves during it; each row's values do not depend on the piece (threads.h).
+    const Mat<S>& w_o = W.mat(blk(l, wname::kAttnOut));
+    Mat<S> attn(T, c_.n_embd);  // [T, E]
+    for (int64_t r0 = 0; r0 < T; r0 += kOutProjRows) {
+      const int64_t n = std::min(kOutProjRows, T - r0);
+      attn.middleRows(r0, n) = linear<S>(ov.middleRows(r0, n), w_o);
+      tick(trace, l, kAtOutProj + (kAtFfn - kAtOutProj) * double(r0 + n) / double(T), "output projection " + of(r0 + n, T, "rows"));
+    }
     tick(trace, l, kAtFfn, "ffn");
     rec<S>(trace, l, op::kAttnOut, attn, {T, c_.n_embd});
     Mat<S> a = h + attn;
