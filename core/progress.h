@@ -2,8 +2,9 @@
 //
 // Shown only where someone watches: when stderr is a terminal (isatty), unless the command says
 // otherwise (--quiet: never; --progress: also into a pipe or log file). On a terminal it is one line
-// redrawn with '\r' at most 10 times a second; into a file it writes a plain line per phase and per 10%
-// step, never a '\r'. Work comes in phases ("run", "write"), each with its own total in any unit.
+// redrawn with '\r' at most 10 times a second; into a file it writes a plain line per phase, per 10%
+// step and, while work moves, at least every kLogEvery, never a '\r'. Work comes in phases ("run",
+// "write"), each with its own total in any unit.
 #pragma once
 #include <unistd.h>
 
@@ -39,8 +40,10 @@ class ProgressBar {
     draw("", true);
   }
   // `n` more units of the current phase are done; `what` says which.
-  void advance(int64_t n, const std::string& what) {
-    done_ = std::min(total_, done_ + n);
+  void advance(int64_t n, const std::string& what) { at(done_ + n, what); }
+  // `done` units of the current phase are done (never moves back).
+  void at(int64_t done, const std::string& what) {
+    done_ = std::clamp(done, done_, total_);
     draw(what, done_ == total_);
   }
   // Ends the line (idempotent).
@@ -63,17 +66,20 @@ class ProgressBar {
       drawn_ = true;
     } else {
       int step = pct / 10;
-      if (step == last_step_) return;
+      const bool moved = done_ != logged_done_ && now - last_draw_ >= kLogEvery;
+      if (step == last_step_ && !moved) return;
       last_step_ = step;
+      logged_done_ = done_;
       std::fprintf(stderr, "%s %s %3d%% %.1fs %s\n", label_.c_str(), phase_.c_str(), pct, s, what.c_str());
     }
     std::fflush(stderr);
     last_draw_ = now;
   }
 
+  static constexpr std::chrono::seconds kLogEvery{5};
   std::string label_, phase_;
   bool tty_, on_, drawn_ = false;
-  int64_t total_ = 1, done_ = 0;
+  int64_t total_ = 1, done_ = 0, logged_done_ = -1;
   int last_step_ = -1;
   std::chrono::steady_clock::time_point t0_, last_draw_{};
 };

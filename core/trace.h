@@ -21,6 +21,10 @@ class Trace {
   // Row-major data with the given shape. Values are converted to double by the producer.
   virtual void record(int layer, std::string_view name, const double* data, const std::vector<int64_t>& shape) = 0;
   virtual void record_i32(int layer, std::string_view name, const int32_t* data, const std::vector<int64_t>& shape) = 0;
+  // Work inside a layer, for a progress display: `fraction` (0..1) of layer `layer` is done, `what` says
+  // where ("attention 512/2304 rows"). Called on the producer's thread between pieces of work, never
+  // from inside a parallel loop. Default: ignored.
+  virtual void progress(int layer, double fraction, std::string_view what) {}
 };
 
 // The per-layer dataset names (row-major, T = tokens of the pass, H = heads, E = hidden).

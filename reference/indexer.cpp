@@ -7,7 +7,13 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "reference/threads.h"
+
 namespace mlaconf::ref {
+
+namespace {
+constexpr int64_t kMinRowsPerThread = 32;  // as linear() (ops.cpp)
+}  // namespace
 
 template <class S>
 Mat<S> indexer_queries(const Mat<S>& cq, const Mat<S>& w_q_b, int64_t n_head, const int64_t* pos,
@@ -36,11 +42,16 @@ Mat<S> indexer_scores(const Mat<S>& q, const Eigen::Ref<const Mat<S>>& k, const 
     throw std::invalid_argument("indexer_scores: shapes do not agree");
   const S c = static_cast<S>(1.0 / std::sqrt(static_cast<double>(n_head) * static_cast<double>(Di)));
   Mat<S> score = Mat<S>::Zero(T, L);
-  for (int64_t h = 0; h < n_head; ++h) {
-    Mat<S> dots = q.middleCols(h * Di, Di) * k.transpose();  // [T, L]: q_I[s,h] · k_I[t]
-    Vec<S> wh = w.col(h) * c;                                // w[s,h] (Hi Di)^-1/2
-    score.noalias() += wh.asDiagonal() * dots.cwiseMax(S(0));
-  }
+  // Query rows in blocks over the threads (threads.h: the values do not depend on the split); within a
+  // block the heads are summed in order, one [rows, L] product at a time.
+  for_row_blocks(T, kMinRowsPerThread, [&](int64_t b, int64_t e) {
+    auto sc = score.middleRows(b, e - b);
+    for (int64_t h = 0; h < n_head; ++h) {
+      Mat<S> dots = q.block(b, h * Di, e - b, Di) * k.transpose();  // [rows, L]: q_I[s,h] · k_I[t]
+      Vec<S> wh = w.col(h).segment(b, e - b) * c;                   // w[s,h] (Hi Di)^-1/2
+      sc.noalias() += wh.asDiagonal() * dots.cwiseMax(S(0));
+    }
+  });
   const S ninf = -std::numeric_limits<S>::infinity();
   for (int64_t s = 0; s < T; ++s)
     for (int64_t t = pos0 + s + 1; t < L; ++t) score(s, t) = ninf;
@@ -55,9 +66,8 @@ TopK topk_lower_index(const Mat<S>& scores, int64_t k) {
   r.idx = MatI::Constant(T, k, -1);
   r.tie.assign(static_cast<size_t>(T), 0);
   r.gap.assign(static_cast<size_t>(T), std::numeric_limits<double>::quiet_NaN());
-  std::vector<int32_t> order;
-  for (int64_t s = 0; s < T; ++s) {
-    order.clear();
+  for_each_index(T, [&](int64_t s) {  // rows in parallel: each writes its own entries
+    std::vector<int32_t> order;
     for (int64_t t = 0; t < L; ++t)
       if (std::isfinite(static_cast<double>(scores(s, t)))) order.push_back(static_cast<int32_t>(t));
     // Stable descending sort: equal scores keep ascending index order, so the lower index wins.
@@ -72,7 +82,7 @@ TopK topk_lower_index(const Mat<S>& scores, int64_t k) {
     std::vector<int32_t> keep(order.begin(), order.begin() + n);
     std::sort(keep.begin(), keep.end());
     for (int64_t j = 0; j < n; ++j) r.idx(s, j) = keep[j];
-  }
+  });
   return r;
 }
 

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "reference/threads.h"
+
 namespace mlaconf::ref {
 
 namespace {
@@ -71,10 +73,10 @@ Mat<S> absorb_query_rows(const Mat<S>& q, const std::vector<Mat<S>>& kb, int64_t
   for (const Mat<S>& k : kb)
     if (k.rows() != dl || k.cols() != nope) throw std::invalid_argument("absorb_query_rows: kb is not H x [kv_lora, nope]");
   Mat<S> qabs(T, H * (dl + R));
-  for (int64_t h = 0; h < H; ++h) {
+  for_each_index(H, [&](int64_t h) {  // heads in parallel: each writes its own columns
     qabs.middleCols(h * (dl + R), dl) = q.middleCols(h * dq, nope) * kb[h].transpose();
     qabs.middleCols(h * (dl + R) + dl, R) = q.middleCols(h * dq + nope, R);
-  }
+  });
   return qabs;
 }
 
@@ -87,11 +89,11 @@ Mat<S> sparse_mla_absorbed_rows(const Mat<S>& q_abs, const CRef<S>& cache, const
   if (idx.rows() != T) throw std::invalid_argument("sparse_mla_absorbed_rows: selection rows differ from query rows");
   const int64_t H = q_abs.cols() / D;
   Mat<S> olat(T, H * d_v);
-  for (int64_t s = 0; s < T; ++s) {
+  for_each_index(T, [&](int64_t s) {  // query rows in parallel: each writes its own row
     Mat<S> qs = Eigen::Map<const Mat<S>>(q_abs.row(s).data(), H, D);  // [H, D]
     Mat<S> o = sparse_mla_absorbed<S>(qs, cache, idx.row(s).data(), idx.cols(), d_v, scale);
     olat.row(s) = Eigen::Map<const Vec<S>>(o.data(), H * d_v).transpose();
-  }
+  });
   return olat;
 }
 
@@ -105,7 +107,7 @@ Mat<S> apply_v_up_rows(const Mat<S>& o_lat, const std::vector<Mat<S>>& vb) {
   for (const Mat<S>& v : vb)
     if (v.rows() != dv || v.cols() != dl) throw std::invalid_argument("apply_v_up_rows: vb is not H x [v, kv_lora]");
   Mat<S> out(T, H * dv);
-  for (int64_t h = 0; h < H; ++h) out.middleCols(h * dv, dv) = o_lat.middleCols(h * dl, dl) * vb[h].transpose();
+  for_each_index(H, [&](int64_t h) { out.middleCols(h * dv, dv) = o_lat.middleCols(h * dl, dl) * vb[h].transpose(); });
   return out;
 }
 
@@ -123,12 +125,12 @@ Mat<S> sparse_mla_naive_rows(const Mat<S>& q, const CRef<S>& cache, const MatI& 
       throw std::invalid_argument("sparse_mla_naive_rows: kb / vb are not H x [kv_lora, nope] / [v, kv_lora]");
   // k_nope and v of every cached token, per head: [L, nope] and [L, v].
   std::vector<Mat<S>> kn(static_cast<size_t>(H)), vv(static_cast<size_t>(H));
-  for (int64_t h = 0; h < H; ++h) {
+  for_each_index(H, [&](int64_t h) {
     kn[h] = cache.leftCols(dl) * kb[h];
     vv[h] = cache.leftCols(dl) * vb[h].transpose();
-  }
+  });
   Mat<S> out(T, H * dv);
-  for (int64_t s = 0; s < T; ++s) {
+  for_each_index(T, [&](int64_t s) {  // query rows in parallel: each writes its own row
     const std::vector<int32_t> ids = valid_indices(idx.row(s).data(), idx.cols(), Lc);
     for (int64_t h = 0; h < H; ++h) {
       if (ids.empty()) {
@@ -146,7 +148,7 @@ Mat<S> sparse_mla_naive_rows(const Mat<S>& q, const CRef<S>& cache, const MatI& 
       for (size_t j = 0; j < ids.size(); ++j) o += p[j] * vv[h].row(ids[j]).transpose();
       out.row(s).segment(h * dv, dv) = o.transpose();
     }
-  }
+  });
   return out;
 }
 

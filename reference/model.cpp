@@ -5,11 +5,13 @@
 // forced decisions) and records the trace between them.
 #include "reference/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/weight_layout.h"
@@ -21,10 +23,14 @@ namespace mlaconf::ref {
 
 namespace {
 
-// Records a row-major matrix (any shape whose product is its size) as double.
+// Records a row-major matrix (any shape whose product is its size) as double (without a copy when it is).
 template <class S>
 void rec(Trace* tr, int64_t layer, const char* name, const Mat<S>& m, std::vector<int64_t> shape) {
   if (!tr || !tr->wants(static_cast<int>(layer), name)) return;
+  if constexpr (std::is_same_v<S, double>) {
+    tr->record(static_cast<int>(layer), name, m.data(), shape);
+    return;
+  }
   std::vector<double> d(static_cast<size_t>(m.size()));
   for (Eigen::Index r = 0, k = 0; r < m.rows(); ++r)
     for (Eigen::Index c = 0; c < m.cols(); ++c) d[k++] = static_cast<double>(m(r, c));
@@ -48,6 +54,23 @@ void rec_vec_i32(Trace* tr, int64_t layer, const char* name, const std::vector<u
 }
 
 std::string blk(int64_t l, const char* s) { return wname::blk(l, s); }
+
+// Where a layer stands, for a progress display (Trace::progress). The fractions are the shares of the
+// work of one full-size GLM-5 MoE layer at 2304 tokens (by multiply-adds): projections and indexer 12 %,
+// sparse attention 13 %, output projection 18 %, router 2 %, routed experts 50 %, shared expert 5 %.
+constexpr double kAtAttention = 0.12, kAtOutProj = 0.25, kAtFfn = 0.43, kAtExperts = 0.45, kAtShared = 0.95;
+void tick(Trace* tr, int64_t layer, double fraction, const std::string& what) {
+  if (tr) tr->progress(static_cast<int>(layer), fraction, what);
+}
+std::string of(int64_t done, int64_t total, const char* unit) {
+  return std::to_string(done) + "/" + std::to_string(total) + " " + unit;
+}
+
+// Query rows per piece of sparse attention: the absorbed queries and latent outputs of one piece
+// ([rows, H, kv_lora + rope] and [rows, H, kv_lora]: 75 MB and 67 MB as double at GLM-5's 64 heads) are
+// the only attention temporaries, unless the trace records them whole.
+constexpr int64_t kAttentionRows = 256;
+constexpr int64_t kOutProjRows = 512;  // rows per piece of the output projection (a multiple of kRowAlign)
 
 }  // namespace
 
@@ -239,11 +262,23 @@ Mat<S> mla_attend(LayerCtx<S>& L, const Mat<S>& q, const CRef<S>& cache, const T
     throw InputError(L.W.file().path() + ": attn_k_b / attn_v_b head count differs from the config");
   Mat<S> out;
   if (form == MlaForm::Absorbed) {
-    Mat<S> qabs = absorb_query_rows<S>(q, kb, c.qk_nope());  // [T, H, kv_lora + rope]
-    rec<S>(L.tr, L.l, op::kQAbsorbed, qabs, {T, H, dl + R});
-    Mat<S> olat = sparse_mla_absorbed_rows<S>(qabs, cache, sel.idx, dl, L.scale);  // [T, H, kv_lora]
-    rec<S>(L.tr, L.l, op::kAttnLatentOut, olat, {T, H, dl});
-    out = apply_v_up_rows<S>(olat, vb);
+    // In pieces of query rows (each row's values do not depend on the piece it is in); the absorbed
+    // queries and latent outputs are kept whole only when the trace records them.
+    const bool want_qabs = L.tr && L.tr->wants(static_cast<int>(L.l), op::kQAbsorbed);
+    const bool want_olat = L.tr && L.tr->wants(static_cast<int>(L.l), op::kAttnLatentOut);
+    Mat<S> qabs_all(want_qabs ? T : 0, H * (dl + R)), olat_all(want_olat ? T : 0, H * dl);
+    out.resize(T, H * dv);
+    for (int64_t r0 = 0; r0 < T; r0 += kAttentionRows) {
+      const int64_t n = std::min(kAttentionRows, T - r0);
+      Mat<S> qabs = absorb_query_rows<S>(q.middleRows(r0, n), kb, c.qk_nope());  // [n, H, kv_lora + rope]
+      Mat<S> olat = sparse_mla_absorbed_rows<S>(qabs, cache, sel.idx.middleRows(r0, n), dl, L.scale);  // [n, H, kv_lora]
+      out.middleRows(r0, n) = apply_v_up_rows<S>(olat, vb);
+      if (want_qabs) qabs_all.middleRows(r0, n) = qabs;
+      if (want_olat) olat_all.middleRows(r0, n) = olat;
+      tick(L.tr, L.l, kAtAttention + (kAtOutProj - kAtAttention) * double(r0 + n) / double(T), "attention " + of(r0 + n, T, "rows"));
+    }
+    rec<S>(L.tr, L.l, op::kQAbsorbed, qabs_all, {T, H, dl + R});
+    rec<S>(L.tr, L.l, op::kAttnLatentOut, olat_all, {T, H, dl});
   } else {
     out = sparse_mla_naive_rows<S>(q, cache, sel.idx, kb, vb, L.scale);
   }
@@ -270,7 +305,15 @@ Mat<S> moe_forward(LayerCtx<S>& L, const Mat<S>& y) {
     r.weights = route_weights<S>(logits, r.ids, rp);  // the weights that are used: those of the forced ids
   }
   rec<S>(L.tr, L.l, op::kRouterWeights, r.weights, {T, K});
+  std::vector<int32_t> used(r.ids.data(), r.ids.data() + r.ids.size());
+  std::sort(used.begin(), used.end());
+  const int64_t n_used = std::unique(used.begin(), used.end()) - used.begin();
+  int64_t n_run = 0;
+  tick(L.tr, L.l, kAtExperts, "experts " + of(0, n_used, "run"));
   const ExpertSource<S> expert = [&](int64_t e) {
+    // moe_ffn asks for each expert once, just before running it: what is done so far is the experts before.
+    tick(L.tr, L.l, kAtExperts + (kAtShared - kAtExperts) * double(n_run) / double(n_used), "experts " + of(n_run, n_used, "run"));
+    ++n_run;
     const ExpertWeights<S>& ew = L.W.expert(L.l, e);
     return ExpertRef<S>{ew.gate, ew.up, ew.down};
   };
@@ -315,15 +358,18 @@ Mat<S> Model<S>::forward_layers(const Mat<S>& hidden, int64_t pos0, int64_t l_be
     rec<S>(trace, l, op::kInputHidden, h, {T, c_.n_embd});
 
     // Attention block.
+    tick(trace, l, 0.0, "projections");
     Mat<S> x = rmsnorm<S>(h, W.vec(blk(l, wname::kAttnNorm)), c_.rms_eps);  // [T, E]
     rec<S>(trace, l, op::kAttnNormOut, x, {T, c_.n_embd});
     Mat<S> qa = linear<S>(x, W.mat(blk(l, wname::kQA)));                       // [T, q_lora]
     rec<S>(trace, l, op::kQA, qa, {T, c_.q_lora_rank});
     Mat<S> cq = rmsnorm<S>(qa, W.vec(blk(l, wname::kQANorm)), c_.rms_eps);    // [T, q_lora]
     rec<S>(trace, l, op::kQANorm, cq, {T, c_.q_lora_rank});
+    tick(trace, l, kAtAttention / 6, "q and kv projections");
     Mat<S> q = mla_project<S>(L, x, cq, lc.latent);
 
     const int64_t src = c_.indexer_source_layer(l);
+    tick(trace, l, kAtAttention / 2, "indexer");
     if (src == l) {
       sel[l] = indexer_select<S>(L, x, cq, lc.index_key);
       used_sel[l] = sel[l];
@@ -343,8 +389,18 @@ Mat<S> Model<S>::forward_layers(const Mat<S>& hidden, int64_t pos0, int64_t l_be
     rec_vec_i32(trace, l, op::kIndexerTopkTie, sel[l]->tie);
     rec_vec(trace, l, op::kIndexerTopkGap, sel[l]->gap);
     const TopK used = opt_.dense_attention ? dense_selection(T, pos0) : *used_sel[l];
+    tick(trace, l, kAtAttention, "attention " + of(0, T, "rows"));
     Mat<S> ov = mla_attend<S>(L, q, lc.latent.view(), used, opt_.mla_form);  // [T, H*v]
-    Mat<S> attn = linear<S>(ov, W.mat(blk(l, wname::kAttnOut)));            // [T, E]
+    // The output projection (GLM-5: 16384 -> 6144, the largest dense product) in pieces of query rows, so
+    // that progress moves during it; each row's values do not depend on the piece (threads.h).
+    const Mat<S>& w_o = W.mat(blk(l, wname::kAttnOut));
+    Mat<S> attn(T, c_.n_embd);  // [T, E]
+    for (int64_t r0 = 0; r0 < T; r0 += kOutProjRows) {
+      const int64_t n = std::min(kOutProjRows, T - r0);
+      attn.middleRows(r0, n) = linear<S>(ov.middleRows(r0, n), w_o);
+      tick(trace, l, kAtOutProj + (kAtFfn - kAtOutProj) * double(r0 + n) / double(T), "output projection " + of(r0 + n, T, "rows"));
+    }
+    tick(trace, l, kAtFfn, "ffn");
     rec<S>(trace, l, op::kAttnOut, attn, {T, c_.n_embd});
     Mat<S> a = h + attn;
     // The attention weights are done with for this pass: drop them before the FFN's are dequantized.

@@ -28,8 +28,8 @@ struct ModelOptions {
   MlaForm mla_form = MlaForm::Absorbed;
   // Negative control: attend to every causal token, ignoring the indexer's selection.
   bool dense_attention = false;
-  // Drops each layer's dequantized dense weights as soon as they have been used: the attention block's
-  // after attention, the FFN's after the FFN (Weights::release_layer).
+  // Drops each layer's dequantized weights as soon as they have been used: the attention block's after
+  // attention, the FFN's (and its cached experts) after the FFN (Weights::release_layer).
   // For a single pass over a model too big to keep dequantized (a capture of one deep GLM-5 layer:
   // layer 0's dense MLP alone is 0.9 GB as float); a later pass dequantizes them again. Results are
   // identical either way.

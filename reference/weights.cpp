@@ -5,14 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <exception>
 #include <stdexcept>
-#include <system_error>
-#include <thread>
 
 #include "core/error.h"
 #include "core/weight_layout.h"
 #include "reference/dequant/dequant.h"
+#include "reference/threads.h"
 
 namespace mlaconf::ref {
 
@@ -44,16 +42,6 @@ void release_file_pages(const uint8_t* p, uint64_t n) {
   const uintptr_t b = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
   const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + n + page - 1) & ~(page - 1);
   (void)madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
-}
-
-// Threads for dequantizing one large range (dequantization is exact per block, so any split of the
-// rows gives bit-identical values).
-int dequant_threads() {
-  static const int n = [] {
-    const unsigned hw = std::thread::hardware_concurrency();
-    return static_cast<int>(std::clamp<unsigned>(hw == 0 ? 1 : hw, 1, 8));
-  }();
-  return n;
 }
 
 // Rows [row0, row0 + nrows) of t into dst (S = float or double), through a bounded float staging buffer
@@ -88,46 +76,14 @@ void dequant_range(const TensorInfo& t, int64_t row0, int64_t nrows, S* dst) {
 
 template <class S>
 void Weights<S>::load_into(const TensorInfo& t, int64_t row0, int64_t nrows, S* dst) const {
-  const int64_t ne0 = t.ne[0];
-  // Large ranges are split over the cores by rows; small ones (norms, single embedding rows) are not
-  // worth a thread.
+  // Large ranges are split over the threads by rows (reference/threads.h); small ones (norms, single
+  // embedding rows) are not worth a thread. Dequantization is exact per block, so any split of the rows
+  // gives the same values. A bad tensor (a type that cannot be dequantized, rows past its bytes) throws in
+  // every block; the first block's error is rethrown, the message a single-threaded call gives.
   constexpr int64_t kMinValuesPerThread = int64_t{1} << 20;
-  const int nt = static_cast<int>(std::min<int64_t>(dequant_threads(), (nrows * ne0) / kMinValuesPerThread));
-  if (nt <= 1) {
-    dequant_range<S>(t, row0, nrows, dst);
-    return;
-  }
-  // A bad tensor (a type that cannot be dequantized, rows past its bytes) throws in every chunk; the
-  // first chunk's error is rethrown, so the message is the one a single-threaded call gives.
-  const int64_t per = (nrows + nt - 1) / nt;
-  std::vector<std::thread> pool;
-  std::vector<std::exception_ptr> err(static_cast<size_t>(nt));
-  int64_t inline_from = nrows;
-  for (int i = 1; i < nt; ++i) {
-    const int64_t b = std::min(nrows, i * per), e = std::min(nrows, (i + 1) * per);
-    if (b >= e) break;
-    try {
-      pool.emplace_back([&, i, b, e] {
-        try {
-          dequant_range<S>(t, row0 + b, e - b, dst + b * ne0);
-        } catch (...) {
-          err[static_cast<size_t>(i)] = std::current_exception();
-        }
-      });
-    } catch (const std::system_error&) {  // no thread to be had: this thread does the rest
-      inline_from = b;
-      break;
-    }
-  }
-  try {
-    dequant_range<S>(t, row0, std::min(nrows, per), dst);
-    if (inline_from < nrows) dequant_range<S>(t, row0 + inline_from, nrows - inline_from, dst + inline_from * ne0);
-  } catch (...) {
-    err[0] = std::current_exception();
-  }
-  for (auto& th : pool) th.join();
-  for (auto& ep : err)
-    if (ep) std::rethrow_exception(ep);
+  const int64_t min_rows = std::max<int64_t>(1, kMinValuesPerThread / std::max<int64_t>(t.ne[0], 1));
+  if (nrows == 0) return dequant_range<S>(t, row0, 0, dst);  // validates the tensor all the same
+  for_row_blocks(nrows, min_rows, [&](int64_t b, int64_t e) { dequant_range<S>(t, row0 + b, e - b, dst + b * t.ne[0]); });
 }
 
 template <class S>
@@ -274,6 +230,15 @@ void Weights<S>::release_layer(int64_t layer) {
     for (auto& m : v) n += sizeof(S) * static_cast<size_t>(m.size());
     return n;
   });
+  for (auto it = lru_.begin(); it != lru_.end();) {
+    if (it->first.first == layer) {
+      expert_bytes_ -= it->second->bytes();
+      lru_index_.erase(it->first);
+      it = lru_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 template class Weights<float>;

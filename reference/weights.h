@@ -61,7 +61,8 @@ class Weights {
   // Routed expert e of layer l (gate, up, down), through the LRU cache.
   const ExpertWeights<S>& expert(int64_t layer, int64_t e);
 
-  // Drops every cached dense tensor of layer l (e.g. after capturing it).
+  // Drops every cached dense tensor of layer l and its routed experts in the cache (e.g. after capturing
+  // it: in one pass each expert runs once, so keeping it only holds memory).
   void release_layer(int64_t layer);
 
   // Statistics.

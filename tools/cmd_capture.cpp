@@ -87,8 +87,13 @@ CommandRegistration reg(40, [](CLI::App& root) {
                 "embeddings fed directly to it)")
       ->check(CLI::IsMember({"forward", "synthetic"}))
       ->capture_default_str();
-  c->add_option("--expert-cache-mb", a->o.expert_cache_mb, "memory budget for dequantized routed experts")
+  c->add_option("--expert-cache-mb", a->o.expert_cache_mb,
+                "memory budget for dequantized routed experts (with --generate; other captures drop a layer's weights "
+                "once it has run and keep only the expert in use)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  c->add_option("--threads", a->o.threads, "reference threads (default 0: every core); the values do not depend on it")
+      ->check(CLI::Range(0, 4096))
       ->capture_default_str();
   c->add_option("--op-layers", a->op_layers, "op-level datasets only for these captured layers (default: all captured)");
   c->add_flag("--no-op-level", a->no_op_level, "model-level datasets only");

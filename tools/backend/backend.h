@@ -33,6 +33,7 @@ struct BackendOptions {
   std::string precision = "f32";     // reference: f32 | f64 (the CUDA pipeline is always f16 storage)
   double expert_cache_gib = 4.0;     // reference: LRU budget for dequantized experts
   bool release_layer_weights = false;  // reference: drop each layer's weights after use (one-pass captures)
+  int threads = 0;                   // reference: threads (reference/threads.h); 0 = every core
   std::string fault;                 // negative control: "dense-attention" (both) or any optimized/faults.h name
   int64_t max_ctx = 4096;            // cuda: cache rows per layer
   std::vector<int> devices;          // cuda: the layer split's devices (empty: the current device alone; 0,0: virtual)

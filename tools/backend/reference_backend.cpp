@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "reference/model.h"
+#include "reference/threads.h"
 #include "tools/backend/backend.h"
 #include "tools/backend/reference_replay.h"
 
@@ -49,8 +50,11 @@ class ReferenceBackend : public Backend {
   static ref::ModelOptions options(const BackendOptions& o) {
     if (!o.fault.empty() && o.fault != "none" && o.fault != "dense-attention")
       throw NotSupported("the reference has one fault, dense-attention (not '" + o.fault + "')");
+    ref::set_threads(o.threads);
     ref::ModelOptions mo;
-    mo.expert_cache_bytes = static_cast<size_t>(o.expert_cache_gib * double(1ull << 30));
+    // A pass asks for each expert of a layer once; with the layer's weights dropped after it has run
+    // there is no later pass to serve, so the cache keeps only the expert in use.
+    mo.expert_cache_bytes = o.release_layer_weights ? 0 : static_cast<size_t>(o.expert_cache_gib * double(1ull << 30));
     mo.dense_attention = o.fault == "dense-attention";
     mo.release_layer_weights = o.release_layer_weights;
     return mo;
