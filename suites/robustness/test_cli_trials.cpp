@@ -683,6 +683,27 @@ TEST(cli_trials, i38_4_stdout_that_cannot_be_written_is_exit_2) {
   }
 }
 
+// i38_4: --help and --version print to stdout too: a help text that cannot be written is exit 2 with
+// one line, for the program and for every subcommand.
+TEST(cli_trials, i38_4_help_that_cannot_be_written_is_exit_2) {
+  NEED_CLI();
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "skipped: no /dev/full";
+  Scratch s(std::vector<std::string>{});
+  const auto before = trial::snapshot(s.dir);
+  std::vector<std::vector<std::string>> commands = {{kCli, "--help"}, {kCli, "--version"}};
+  for (const char* sub : {"inspect", "synth", "plan", "tokenize", "generate", "capture", "compare", "answer", "kld", "bench"})
+    commands.push_back({kCli, sub, "--help"});
+  for (const auto& argv : commands) {
+    SCOPED_TRACE(argv[1] + " " + argv.back());
+    const Result ok = trial::run(argv);  // negative control: a writable stdout gets the text, exit 0
+    ASSERT_EQ(ok.status, 0) << ok.err;
+    ASSERT_FALSE(ok.out.empty());
+    trial::Options o;
+    o.stdout_path = "/dev/full";
+    expect_refused(trial::run(argv, o), 2, "cannot write to standard output", s.dir, before);
+  }
+}
+
 // i38_5: counts checked before any sum of them: prompt + n past INT64_MAX passed the context check.
 TEST(cli_trials, i38_5_huge_counts_refused_up_front) {
   NEED_CLI();
