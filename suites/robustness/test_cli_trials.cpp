@@ -779,5 +779,34 @@ TEST(cli_trials, i38_7_error_lines_are_escaped) {
   }
 }
 
+// i38_8: files that crash the system libhdf5 itself (found by the fixture fuzzer, fuzz/fuzz_fixture.cpp:
+// a SIGSEGV inside the library while it reads the file's structure; suites/robustness/data/README.md)
+// are refused in one line, exit 2, by every command that reads a fixture: the HDF5 probe read them first
+// in a child process (fixtures/h5_probe.h). Without the probe each of these commands died by SIGSEGV.
+TEST(cli_trials, i38_8_file_that_crashes_libhdf5_is_refused) {
+  NEED_CLI();
+  Scratch s;
+  for (const char* name : {"libhdf5_segv_1.h5", "libhdf5_segv_2.h5"}) {
+    SCOPED_TRACE(name);
+    const std::string bad = s.p(name);
+    fs::copy_file(std::string(MLACONF_SOURCE_DIR) + "/suites/robustness/data/" + name, bad, fs::copy_options::overwrite_existing);
+    const auto before = trial::snapshot(s.dir);
+    const std::string m = s.p("m.gguf"), e = s.p("e.h5");
+    const std::vector<std::vector<std::string>> commands = {
+        {kCli, "compare", bad, e},
+        {kCli, "compare", e, bad},
+        {kCli, "answer", bad, "--model", m, "--out", s.p("a.h5")},
+        {kCli, "capture", "--model", m, "--random-tokens", "16", "--seed", "1", "--decode-steps", "0", "--quiet",
+         "--force-decisions", bad, "--out", s.p("x.h5")},
+    };
+    for (const auto& argv : commands) {
+      SCOPED_TRACE(argv[1] + " " + argv[2]);
+      // The probe's refusal ("damaged HDF5 file: the HDF5 library failed reading it (signal 11, SIGSEGV)")
+      // or, where the library's stray read happens not to fault, its own error: one line naming the file.
+      expect_refused(trial::run(argv), 2, name, s.dir, before);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mlaconf
