@@ -1,9 +1,10 @@
 // libFuzzer target for the fixture reader and the judge (issue 38): every input is written to a scratch
-// file and opened the way `mlaconf compare` opens a fixture (FixtureFile, every case validated, every
-// schema dataset read), then judged against itself (compare_files). InputError is the expected outcome
-// for bad input; anything else (a crash, a sanitizer report, another exception, an allocation past
-// -malloc_limit_mb) is a finding. The fixture sources are compiled into the target (sanitizers,
-// coverage); HDF5 itself is the system library, not instrumented.
+// file and opened the way `mlaconf compare` opens a fixture (FixtureFile: the HDF5 probe in a child
+// process, then every case validated, every schema dataset read), then judged against itself
+// (compare_files). InputError is the expected outcome for bad input, and a file that crashes libhdf5 is
+// one (the probe's refusal, fixtures/h5_probe.h); anything else (a crash, a sanitizer report, another
+// exception, an allocation past -malloc_limit_mb) in this process is a finding. The fixture sources are
+// compiled into the target (sanitizers, coverage); HDF5 itself is the system library, not instrumented.
 #include <unistd.h>
 
 #include <cstdint>

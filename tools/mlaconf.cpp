@@ -124,8 +124,10 @@ int main(int argc, char** argv) {
     cli::load_settings();  // the MLACONF_* overrides, read here once (tools/settings.h)
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // --help and --version print to stdout and exit 0: that output must have been delivered too.
     int rc = app.exit(e);
-    return rc == 0 ? 0 : kExitBadInput;
+    if (rc == 0) return cli::stdout_written() ? kExitOk : kExitBadInput;
+    return kExitBadInput;
   } catch (const InputError& e) {
     cli::error_line("error: ", e.what());
     return kExitBadInput;

@@ -20,7 +20,7 @@ struct Result {
 struct Options {
   std::string cwd;                 // where it runs ("" = inherit)
   long long fsize_limit = -1;      // RLIMIT_FSIZE in bytes (-1 = none); SIGXFSZ stays default
-  long long memory_limit = -1;     // RLIMIT_AS in bytes (-1 = none)
+  long long memory_limit = -1;     // RLIMIT_AS in bytes (-1 = none; not applied in an ASan build)
   double timeout_s = 60;           // killed (SIGKILL) past this: status -1, signal 9
   std::string stdout_path;         // stdout goes here (e.g. /dev/full) instead of Result::out
   // Called with the child's pid once a file whose name contains `wait_for` appears in `cwd` (inotify);

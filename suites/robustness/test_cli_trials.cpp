@@ -705,6 +705,27 @@ TEST(cli_trials, i38_4_stdout_that_cannot_be_written_is_exit_2) {
   }
 }
 
+// i38_4: --help and --version print to stdout too: a help text that cannot be written is exit 2 with
+// one line, for the program and for every subcommand.
+TEST(cli_trials, i38_4_help_that_cannot_be_written_is_exit_2) {
+  NEED_CLI();
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "skipped: no /dev/full";
+  Scratch s(std::vector<std::string>{});
+  const auto before = trial::snapshot(s.dir);
+  std::vector<std::vector<std::string>> commands = {{kCli, "--help"}, {kCli, "--version"}};
+  for (const char* sub : {"inspect", "synth", "plan", "tokenize", "generate", "capture", "compare", "answer", "kld", "bench"})
+    commands.push_back({kCli, sub, "--help"});
+  for (const auto& argv : commands) {
+    SCOPED_TRACE(argv[1] + " " + argv.back());
+    const Result ok = trial::run(argv);  // negative control: a writable stdout gets the text, exit 0
+    ASSERT_EQ(ok.status, 0) << ok.err;
+    ASSERT_FALSE(ok.out.empty());
+    trial::Options o;
+    o.stdout_path = "/dev/full";
+    expect_refused(trial::run(argv, o), 2, "cannot write to standard output", s.dir, before);
+  }
+}
+
 // i38_5: counts checked before any sum of them: prompt + n past INT64_MAX passed the context check.
 TEST(cli_trials, i38_5_huge_counts_refused_up_front) {
   NEED_CLI();
@@ -777,6 +798,35 @@ TEST(cli_trials, i38_7_error_lines_are_escaped) {
     }
     EXPECT_EQ(r.err.find("\xc2\x9b"), std::string::npos) << "a raw C1 control (CSI)";
     EXPECT_NE(r.err.find("\\x1b"), std::string::npos) << "the escape character is shown escaped: " << r.err;
+  }
+}
+
+// i38_8: files that crash the system libhdf5 itself (found by the fixture fuzzer, fuzz/fuzz_fixture.cpp:
+// a SIGSEGV inside the library while it reads the file's structure; suites/robustness/data/README.md)
+// are refused in one line, exit 2, by every command that reads a fixture: the HDF5 probe read them first
+// in a child process (fixtures/h5_probe.h). Without the probe each of these commands died by SIGSEGV.
+TEST(cli_trials, i38_8_file_that_crashes_libhdf5_is_refused) {
+  NEED_CLI();
+  Scratch s;
+  for (const char* name : {"libhdf5_segv_1.h5", "libhdf5_segv_2.h5"}) {
+    SCOPED_TRACE(name);
+    const std::string bad = s.p(name);
+    fs::copy_file(std::string(MLACONF_SOURCE_DIR) + "/suites/robustness/data/" + name, bad, fs::copy_options::overwrite_existing);
+    const auto before = trial::snapshot(s.dir);
+    const std::string m = s.p("m.gguf"), e = s.p("e.h5");
+    const std::vector<std::vector<std::string>> commands = {
+        {kCli, "compare", bad, e},
+        {kCli, "compare", e, bad},
+        {kCli, "answer", bad, "--model", m, "--out", s.p("a.h5")},
+        {kCli, "capture", "--model", m, "--random-tokens", "16", "--seed", "1", "--decode-steps", "0", "--quiet",
+         "--force-decisions", bad, "--out", s.p("x.h5")},
+    };
+    for (const auto& argv : commands) {
+      SCOPED_TRACE(argv[1] + " " + argv[2]);
+      // The probe's refusal ("damaged HDF5 file: the HDF5 library failed reading it (signal 11, SIGSEGV)")
+      // or, where the library's stray read happens not to fault, its own error: one line naming the file.
+      expect_refused(trial::run(argv), 2, name, s.dir, before);
+    }
   }
 }
 
