@@ -14,32 +14,13 @@
 #include <string>
 
 #include "core/error.h"
+#include "fuzz/scratch_file.h"
 #include "fixtures/compare.h"
 #include "fixtures/fixture_file.h"
 #include "fixtures/schema.h"
 
-namespace {
-
-const std::string& scratch_path() {
-  static const std::string p = [] {
-    const char* base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
-    return std::string(base) + "/mlaconf-fuzz-" + std::to_string(getpid()) + ".h5";
-  }();
-  return p;
-}
-
-struct RemoveAtExit {
-  ~RemoveAtExit() { std::remove(scratch_path().c_str()); }
-} remove_at_exit;
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string& p = scratch_path();
-  FILE* f = std::fopen(p.c_str(), "wb");
-  if (!f) std::abort();
-  if (size && std::fwrite(data, 1, size, f) != size) std::abort();
-  std::fclose(f);
+  const std::string& p = mlaconf::fuzz::write_scratch(data, size, ".h5");
   using namespace mlaconf;
   try {
     fx::FixtureFile fx(p);

@@ -11,37 +11,17 @@
 #include <string>
 
 #include "core/error.h"
+#include "fuzz/scratch_file.h"
 #include "core/gguf.h"
 #include "core/model_config.h"
 #include "core/weight_layout.h"
-
-namespace {
-
-// One scratch file per process, in /dev/shm when it exists (no disk I/O per input).
-const std::string& scratch_path() {
-  static const std::string p = [] {
-    const char* base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
-    return std::string(base) + "/mlaconf-fuzz-" + std::to_string(getpid()) + ".gguf";
-  }();
-  return p;
-}
-
-struct RemoveAtExit {
-  ~RemoveAtExit() { std::remove(scratch_path().c_str()); }
-} remove_at_exit;
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Negative control for ci/fuzz.sh: with MLACONF_FUZZ_SELFTEST set, an input starting "CRASH" crashes,
   // so the script's crash path can be checked (it must exit non-zero).
   static const bool selftest = std::getenv("MLACONF_FUZZ_SELFTEST") != nullptr;
   if (selftest && size >= 5 && std::memcmp(data, "CRASH", 5) == 0) __builtin_trap();
-  const std::string& p = scratch_path();
-  FILE* f = std::fopen(p.c_str(), "wb");
-  if (!f) std::abort();
-  if (size && std::fwrite(data, 1, size, f) != size) std::abort();
-  std::fclose(f);
+  const std::string& p = mlaconf::fuzz::write_scratch(data, size, ".gguf");
   try {
     mlaconf::GgufFile g = mlaconf::GgufFile::open(p);
     volatile uint8_t sink = 0;
