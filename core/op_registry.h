@@ -89,6 +89,9 @@ const char* panel_title(Panel p);      // "Q PATH", ...; "" for None
 // Each takes the rows so that a test can show that a row of its own flows through (the callers pass
 // op_registry()).
 
+// The names of one of a row's list fields (replay inputs, reference functions, tests, ...): space separated.
+std::vector<std::string> row_list(const char* field);
+
 // Position in a pass: layer datasets 0, 1, ... in row order, then case-level ones from 1000; unknown: 2000.
 int forward_rank_in(std::span<const OpRow> rows, std::string_view name);
 // A plot panel's layer datasets, in forward order.

@@ -4,16 +4,12 @@
 #include "core/op_registry.h"
 
 namespace mlaconf {
-namespace {
-
-std::vector<std::string> words(const char* s) {
+std::vector<std::string> row_list(const char* field) {
   std::vector<std::string> v;
-  std::istringstream in(s);
+  std::istringstream in(field ? field : "");
   for (std::string w; in >> w;) v.push_back(w);
   return v;
 }
-
-}  // namespace
 
 int forward_rank_in(std::span<const OpRow> rows, std::string_view name) {
   int layer_rank = 0, case_rank = 1000;
@@ -36,7 +32,7 @@ std::vector<ReplayOp> replay_ops_from(std::span<const OpRow> rows) {
   std::vector<ReplayOp> t;
   for (const OpRow& r : rows) {
     if (r.level != DatasetLevel::Layer || !*r.replay_inputs) continue;
-    ReplayOp op{r.name, words(r.replay_inputs), {r.name}, LayerKind::Any};
+    ReplayOp op{r.name, row_list(r.replay_inputs), {r.name}, LayerKind::Any};
     for (const OpRow& o : rows)
       if (o.level == DatasetLevel::Layer && std::string_view(o.computed_by) == r.name) op.outputs.push_back(o.name);
     if (!*r.replay_moe_inputs) {
@@ -44,7 +40,7 @@ std::vector<ReplayOp> replay_ops_from(std::span<const OpRow> rows) {
       continue;
     }
     ReplayOp moe = op;
-    moe.inputs = words(r.replay_moe_inputs);
+    moe.inputs = row_list(r.replay_moe_inputs);
     moe.kind = LayerKind::Moe;
     op.kind = LayerKind::Dense;
     t.push_back(std::move(op));
