@@ -230,6 +230,17 @@ void moe_in_flight_same_bits() {
   };
   ref::set_threads(1);
   const Out one = run(1);
+  // The order is what the bits depend on: the sum of each token's weighted expert outputs (expert_out)
+  // in ascending expert id, then the shared expert's, gives moe_ffn's bits; descending ids give others.
+  ref::Mat<S> up_sum = ref::Mat<S>::Zero(T, E), down_sum = ref::Mat<S>::Zero(T, E);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = 0; j < K; ++j) up_sum.row(t) += w(t, j) * one.eo.row(t).segment(j * E, E);
+    for (int64_t j = K - 1; j >= 0; --j) down_sum.row(t) += w(t, j) * one.eo.row(t).segment(j * E, E);
+  }
+  up_sum += one.so;
+  down_sum += one.so;
+  EXPECT_TRUE(same_bits(one.y, up_sum)) << "moe_ffn sums each token's experts in ascending id";
+  EXPECT_FALSE(same_bits(one.y, down_sum)) << "negative control: the data must be sensitive to the order";
   for (int n : kCounts) {
     ref::set_threads(n);
     for (int64_t in_flight : {int64_t{1}, int64_t{2}, int64_t{n}, int64_t{64}}) {
