@@ -17,6 +17,7 @@
 #include "core/weight_layout.h"
 #include "reference/indexer.h"
 #include "reference/moe.h"
+#include "reference/threads.h"
 #include "reference/weights.h"
 
 namespace mlaconf::ref {
@@ -308,13 +309,20 @@ Mat<S> moe_forward(LayerCtx<S>& L, const Mat<S>& y) {
   std::vector<int32_t> used(r.ids.data(), r.ids.data() + r.ids.size());
   std::sort(used.begin(), used.end());
   const int64_t n_used = std::unique(used.begin(), used.end()) - used.begin();
-  int64_t n_run = 0;
   tick(L.tr, L.l, kAtExperts, "experts " + of(0, n_used, "run"));
-  const ExpertSource<S> expert = [&](int64_t e) {
-    // moe_ffn asks for each expert once, just before running it: what is done so far is the experts before.
-    tick(L.tr, L.l, kAtExperts + (kAtShared - kAtExperts) * double(n_run) / double(n_used), "experts " + of(n_run, n_used, "run"));
-    ++n_run;
-    const ExpertWeights<S>& ew = L.W.expert(L.l, e);
+  MoeRun run;
+  run.on_done = [&](int64_t done, int64_t total) {
+    tick(L.tr, L.l, kAtExperts + (kAtShared - kAtExperts) * double(done) / double(total), "experts " + of(done, total, "run"));
+  };
+  // Experts in flight: each holds its dequantized weights (one spare per slot, reused from expert to
+  // expert). One in flight: the experts one after another, each one's dequantization and products split
+  // over the threads, through the LRU cache.
+  const size_t per_expert = n_used > 0 ? std::max<size_t>(L.W.expert_bytes(L.l), 1) : 1;
+  run.in_flight = std::clamp<int64_t>(static_cast<int64_t>(L.opt.experts_in_flight_bytes / per_expert), 1,
+                                      std::min<int64_t>(threads(), std::max<int64_t>(n_used, 1)));
+  std::vector<std::unique_ptr<ExpertWeights<S>>> spare(static_cast<size_t>(run.in_flight));
+  const ExpertSlotSource<S> expert = [&](int64_t e, int64_t slot) {
+    const ExpertWeights<S>& ew = run.in_flight == 1 ? L.W.expert(L.l, e) : L.W.expert_in_flight(L.l, e, spare[slot]);
     return ExpertRef<S>{ew.gate, ew.up, ew.down};
   };
   std::optional<ExpertRef<S>> shared;
@@ -323,7 +331,7 @@ Mat<S> moe_forward(LayerCtx<S>& L, const Mat<S>& y) {
                                 L.W.mat(blk(L.l, wname::kDownShexp))});
   const bool want_expert_out = L.tr && L.tr->wants(static_cast<int>(L.l), op::kExpertOut);
   Mat<S> expert_out, shared_out;
-  Mat<S> out = moe_ffn<S>(y, r.ids, r.weights, expert, shared ? &*shared : nullptr,
+  Mat<S> out = moe_ffn<S>(y, r.ids, r.weights, expert, run, shared ? &*shared : nullptr,
                           want_expert_out ? &expert_out : nullptr, &shared_out);
   if (want_expert_out) rec<S>(L.tr, L.l, op::kExpertOut, expert_out, {T, K, E});
   if (shared) rec<S>(L.tr, L.l, op::kSharedExpertOut, shared_out, {T, E});

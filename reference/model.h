@@ -25,6 +25,10 @@ namespace mlaconf::ref {
 
 struct ModelOptions {
   size_t expert_cache_bytes = size_t(4) << 30;  // LRU budget for dequantized routed experts
+  // Routed experts run side by side, one per thread (reference/moe.h MoeRun), as many as this budget holds
+  // dequantized (at least one; f64 GLM-5 experts are 302 MB each: 13 at 16 threads). Does not change
+  // any value.
+  size_t experts_in_flight_bytes = size_t(4) << 30;
   MlaForm mla_form = MlaForm::Absorbed;
   // Negative control: attend to every causal token, ignoring the indexer's selection.
   bool dense_attention = false;

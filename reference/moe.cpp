@@ -7,6 +7,8 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "reference/threads.h"
+
 namespace mlaconf::ref {
 
 RouterParams RouterParams::from(const ModelConfig& c) {
@@ -114,8 +116,8 @@ Route<S> moe_route(const Mat<S>& logits, const Vec<S>& bias, const RouterParams&
 }
 
 template <class S>
-Mat<S> moe_ffn(const Mat<S>& x, const MatI& ids, const Mat<S>& weights, const ExpertSource<S>& expert,
-               const ExpertRef<S>* shared, Mat<S>* expert_out, Mat<S>* shared_out) {
+Mat<S> moe_ffn(const Mat<S>& x, const MatI& ids, const Mat<S>& weights, const ExpertSlotSource<S>& expert,
+               const MoeRun& run, const ExpertRef<S>* shared, Mat<S>* expert_out, Mat<S>* shared_out) {
   // x [T, E], ids / weights [T, K] -> [T, E]
   const int64_t T = x.rows(), E = x.cols(), K = ids.cols();
   if (ids.rows() != T || weights.rows() != T || weights.cols() != K)
@@ -124,28 +126,47 @@ Mat<S> moe_ffn(const Mat<S>& x, const MatI& ids, const Mat<S>& weights, const Ex
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
   if (!used.empty() && used.front() < 0) throw std::invalid_argument("moe_ffn: negative expert id");
+  const int64_t n = static_cast<int64_t>(used.size());
+  // rows[u]: the (token, slot) pairs routed to expert used[u], token-major.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> rows(static_cast<size_t>(n));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < K; ++j)
+      rows[std::lower_bound(used.begin(), used.end(), ids(t, j)) - used.begin()].emplace_back(t, j);
   if (expert_out) *expert_out = Mat<S>::Zero(T, K * E);
   Mat<S> out = Mat<S>::Zero(T, E);
-  for (int32_t e : used) {
-    std::vector<std::pair<int64_t, int64_t>> rows;  // (token, slot) routed to e
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t j = 0; j < K; ++j)
-        if (ids(t, j) == e) rows.emplace_back(t, j);
-    const ExpertRef<S> ew = expert(e);
-    Mat<S> xe(static_cast<Eigen::Index>(rows.size()), E);  // gathered rows [n, E]
-    for (size_t i = 0; i < rows.size(); ++i) xe.row(i) = x.row(rows[i].first);
-    Mat<S> ye = swiglu_mlp<S>(xe, ew.gate, ew.up, ew.down);  // [n, E]
-    for (size_t i = 0; i < rows.size(); ++i) {
-      out.row(rows[i].first) += weights(rows[i].first, rows[i].second) * ye.row(i);
-      if (expert_out) expert_out->row(rows[i].first).segment(rows[i].second * E, E) = ye.row(i);
-    }
-  }
+  // ye[u]: expert used[u]'s outputs [rows, E], from its run until its rows have been added to out.
+  std::vector<Mat<S>> ye(static_cast<size_t>(n));
+  for_each_in_order(
+      n, run.in_flight,
+      [&](int64_t u, int64_t slot) {
+        const auto& r = rows[u];
+        const ExpertRef<S> ew = expert(used[u], slot);
+        Mat<S> xe(static_cast<Eigen::Index>(r.size()), E);  // gathered rows [n, E]
+        for (size_t i = 0; i < r.size(); ++i) xe.row(i) = x.row(r[i].first);
+        ye[u] = swiglu_mlp<S>(xe, ew.gate, ew.up, ew.down);  // [n, E]
+      },
+      [&](int64_t u) {
+        const auto& r = rows[u];
+        for (size_t i = 0; i < r.size(); ++i) {
+          out.row(r[i].first) += weights(r[i].first, r[i].second) * ye[u].row(i);
+          if (expert_out) expert_out->row(r[i].first).segment(r[i].second * E, E) = ye[u].row(i);
+        }
+        ye[u] = Mat<S>();
+        if (run.on_done) run.on_done(u + 1, n);
+      });
   if (shared) {
     Mat<S> sh = swiglu_mlp<S>(x, shared->gate, shared->up, shared->down);  // [T, E]
     out += sh;
     if (shared_out) *shared_out = std::move(sh);
   }
   return out;
+}
+
+template <class S>
+Mat<S> moe_ffn(const Mat<S>& x, const MatI& ids, const Mat<S>& weights, const ExpertSource<S>& expert,
+               const ExpertRef<S>* shared, Mat<S>* expert_out, Mat<S>* shared_out) {
+  const ExpertSlotSource<S> by_slot = [&](int64_t e, int64_t) { return expert(e); };
+  return moe_ffn<S>(x, ids, weights, by_slot, MoeRun{}, shared, expert_out, shared_out);
 }
 
 template Mat<float> route_weights<float>(const Mat<float>&, const MatI&, const RouterParams&);
@@ -155,6 +176,10 @@ template Mat<float> moe_ffn<float>(const Mat<float>&, const MatI&, const Mat<flo
                                    const ExpertRef<float>*, Mat<float>*, Mat<float>*);
 template Mat<double> moe_ffn<double>(const Mat<double>&, const MatI&, const Mat<double>&, const ExpertSource<double>&,
                                      const ExpertRef<double>*, Mat<double>*, Mat<double>*);
+template Mat<float> moe_ffn<float>(const Mat<float>&, const MatI&, const Mat<float>&, const ExpertSlotSource<float>&,
+                                   const MoeRun&, const ExpertRef<float>*, Mat<float>*, Mat<float>*);
+template Mat<double> moe_ffn<double>(const Mat<double>&, const MatI&, const Mat<double>&, const ExpertSlotSource<double>&,
+                                     const MoeRun&, const ExpertRef<double>*, Mat<double>*, Mat<double>*);
 template Route<double> moe_route<double>(const Mat<double>&, const Vec<double>&, const RouterParams&);
 
 }  // namespace mlaconf::ref

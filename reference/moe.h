@@ -59,6 +59,24 @@ struct ExpertRef {
 // and is done with one expert's weights before it asks for the next (a bounded cache may drop them then).
 template <class S>
 using ExpertSource = std::function<ExpertRef<S>(int64_t e)>;
+// Routed expert e's weights for experts run side by side: moe_ffn asks for each expert it runs exactly
+// once, from up to MoeRun::in_flight threads at once; `slot` (in [0, in_flight)) is the asking thread's,
+// and moe_ffn is done with the weights it got for a slot before it asks again for that slot (a source may
+// dequantize into one buffer per slot). Called concurrently for different slots.
+template <class S>
+using ExpertSlotSource = std::function<ExpertRef<S>(int64_t e, int64_t slot)>;
+
+// How moe_ffn runs its experts. in_flight 1: one after another, each expert's products split over the
+// threads (reference/threads.h). in_flight > 1: up to that many experts at once (at most threads()), each
+// on one thread, dequantization and products; what a caller bounds by memory, since every expert in
+// flight holds its weights. The values are the same either way, bit for bit: each expert's rows get the
+// same products, and each token's weighted outputs are summed in ascending expert id after the experts
+// before it are done. on_done(done, total), if set, after each expert's output has been added (done
+// ascending, one call at a time, on any of the threads).
+struct MoeRun {
+  int64_t in_flight = 1;
+  std::function<void(int64_t done, int64_t total)> on_done;
+};
 
 // The MoE FFN of T tokens (DeepSeek's MoE.forward):
 //   y[t] = Σ_j weights[t,j] · E_{ids[t,j]}(x[t])  (+ shared(x[t]) when `shared` is given)
@@ -70,5 +88,10 @@ using ExpertSource = std::function<ExpertRef<S>(int64_t e)>;
 template <class S>
 Mat<S> moe_ffn(const Mat<S>& x, const MatI& ids, const Mat<S>& weights, const ExpertSource<S>& expert,
                const ExpertRef<S>* shared, Mat<S>* expert_out = nullptr, Mat<S>* shared_out = nullptr);
+// The same, with experts in flight as `run` says (the results do not depend on it).
+template <class S>
+Mat<S> moe_ffn(const Mat<S>& x, const MatI& ids, const Mat<S>& weights, const ExpertSlotSource<S>& expert,
+               const MoeRun& run, const ExpertRef<S>* shared, Mat<S>* expert_out = nullptr,
+               Mat<S>* shared_out = nullptr);
 
 }  // namespace mlaconf::ref

@@ -2,7 +2,9 @@
 #include "reference/threads.h"
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
+#include <mutex>
 #include <vector>
 #ifdef _OPENMP
 #include <omp.h>
@@ -90,6 +92,57 @@ void for_each_index(int64_t n, const std::function<void(int64_t)>& fn) {
     }
   }
   rethrow_first(err);
+}
+
+void for_each_in_order(int64_t n, int64_t max_threads, const std::function<void(int64_t, int64_t)>& work,
+                       const std::function<void(int64_t)>& commit) {
+  if (n <= 0) return;
+  int nt = static_cast<int>(std::min<int64_t>({n, std::max<int64_t>(max_threads, 1), threads()}));
+#ifdef _OPENMP
+  if (omp_in_parallel()) nt = 1;
+#endif
+  if (nt <= 1) {
+    for (int64_t i = 0; i < n; ++i) {
+      work(i, 0);
+      commit(i);
+    }
+    return;
+  }
+#ifdef _OPENMP
+  // state[i]: 0 running or not started, 1 done, 2 failed or skipped. next: the first item not committed.
+  // first_bad: the first item that failed (n: none); later items do not start.
+  std::vector<uint8_t> state(static_cast<size_t>(n), 0);
+  std::vector<std::exception_ptr> err(static_cast<size_t>(n));
+  std::mutex mu;
+  int64_t next = 0;
+  std::atomic<int64_t> first_bad{n};
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+  for (int64_t i = 0; i < n; ++i) {
+    bool ok = false;
+    if (i < first_bad.load()) {
+      try {
+        work(i, omp_get_thread_num());
+        ok = true;
+      } catch (...) {
+        err[i] = std::current_exception();
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    state[i] = ok ? 1 : 2;
+    if (!ok && i < first_bad.load()) first_bad = i;
+    for (; next < n && state[next] == 1; ++next) {
+      try {
+        commit(next);
+      } catch (...) {
+        err[next] = std::current_exception();
+        state[next] = 2;
+        if (next < first_bad.load()) first_bad = next;
+        break;
+      }
+    }
+  }
+  rethrow_first(err);
+#endif
 }
 
 }  // namespace mlaconf::ref

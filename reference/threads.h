@@ -29,4 +29,15 @@ void for_row_blocks(int64_t n, int64_t min_rows, const std::function<void(int64_
 // experts). The first exception (in index order) is rethrown after every item has finished.
 void for_each_index(int64_t n, const std::function<void(int64_t)>& fn);
 
+// work(i, slot) for i in [0, n) on at most `max_threads` threads (and at most threads()), handed out in
+// ascending i as threads come free; `slot` in [0, max_threads) is the running thread's own index, so that
+// work can keep one buffer per slot (at most max_threads buffers exist). commit(i) then runs for every i in
+// ascending order, one at a time, as soon as work(0..i) are done (on whichever thread finished the last of
+// them): what commit adds up is added in the same order whatever the thread count. work runs on its thread
+// alone (a loop inside it does not split). With one thread, or inside a parallel loop: work(i, 0) then
+// commit(i), i ascending, on the calling thread. After an exception no later item starts and no later
+// commit runs; the first exception in index order is rethrown once the running items have finished.
+void for_each_in_order(int64_t n, int64_t max_threads, const std::function<void(int64_t, int64_t)>& work,
+                       const std::function<void(int64_t)>& commit);
+
 }  // namespace mlaconf::ref

@@ -166,6 +166,36 @@ Mat<S> Weights<S>::linear_blocked(const std::string& name, const Mat<S>& x, int6
 }
 
 template <class S>
+void Weights<S>::expert_tensors(int64_t layer, int64_t e, const TensorInfo* ts[3]) const {
+  const char* suffixes[3] = {wname::kGateExps, wname::kUpExps, wname::kDownExps};
+  for (int i = 0; i < 3; ++i) {
+    ts[i] = &info(wname::blk(layer, suffixes[i]), 3);
+    if (e < 0 || e >= ts[i]->ne[2])
+      throw InputError(f_.path() + ": expert " + std::to_string(e) + " is outside " + ts[i]->name + " " +
+                       ts[i]->shape_string());
+  }
+}
+
+template <class S>
+void Weights<S>::load_expert(const TensorInfo* const ts[3], int64_t e, ExpertWeights<S>& w) const {
+  Mat<S>* dst[3] = {&w.gate, &w.up, &w.down};
+  for (int i = 0; i < 3; ++i) {
+    const TensorInfo& t = *ts[i];
+    dst[i]->resize(t.ne[1], t.ne[0]);  // keeps the allocation when the size is unchanged
+    load_into(t, e * t.ne[1], t.ne[1], dst[i]->data());  // expert e: rows [e*out, (e+1)*out) of [out*E, in]
+  }
+}
+
+template <class S>
+size_t Weights<S>::expert_bytes(int64_t layer) const {
+  const TensorInfo* ts[3];
+  expert_tensors(layer, 0, ts);
+  size_t n = 0;
+  for (const TensorInfo* t : ts) n += static_cast<size_t>(t->ne[0] * t->ne[1]);
+  return sizeof(S) * n;
+}
+
+template <class S>
 const ExpertWeights<S>& Weights<S>::expert(int64_t layer, int64_t e) {
   const Key key{layer, e};
   auto it = lru_index_.find(key);
@@ -175,15 +205,8 @@ const ExpertWeights<S>& Weights<S>::expert(int64_t layer, int64_t e) {
     return *lru_.front().second;
   }
   const TensorInfo* ts[3];
-  const char* suffixes[3] = {wname::kGateExps, wname::kUpExps, wname::kDownExps};
-  for (int i = 0; i < 3; ++i) {
-    ts[i] = &info(wname::blk(layer, suffixes[i]), 3);
-    if (e < 0 || e >= ts[i]->ne[2])
-      throw InputError(f_.path() + ": expert " + std::to_string(e) + " is outside " + ts[i]->name + " " +
-                       ts[i]->shape_string());
-  }
-  const size_t nb = sizeof(S) * static_cast<size_t>(ts[0]->ne[0] * ts[0]->ne[1] + ts[1]->ne[0] * ts[1]->ne[1] +
-                                                    ts[2]->ne[0] * ts[2]->ne[1]);
+  expert_tensors(layer, e, ts);
+  const size_t nb = expert_bytes(layer);
   // Evict least recently used experts until the new one fits (the cache may then hold just it), before
   // dequantizing, so the budget is never exceeded by one expert. The last evicted expert's buffers are
   // reused for the new one when their shapes match (every expert of a model has the same shapes): a
@@ -197,17 +220,40 @@ const ExpertWeights<S>& Weights<S>::expert(int64_t layer, int64_t e) {
     lru_.pop_back();
   }
   if (!w) w = std::make_unique<ExpertWeights<S>>();
-  Mat<S>* dst[3] = {&w->gate, &w->up, &w->down};
-  for (int i = 0; i < 3; ++i) {
-    const TensorInfo& t = *ts[i];
-    dst[i]->resize(t.ne[1], t.ne[0]);  // keeps the allocation when the size is unchanged
-    load_into(t, e * t.ne[1], t.ne[1], dst[i]->data());  // expert e: rows [e*out, (e+1)*out) of [out*E, in]
-  }
+  load_expert(ts, e, *w);
   ++expert_loads_;
   lru_.emplace_front(key, std::move(w));
   lru_index_[key] = lru_.begin();
   expert_bytes_ += nb;
   return *lru_.front().second;
+}
+
+template <class S>
+const ExpertWeights<S>& Weights<S>::expert_in_flight(int64_t layer, int64_t e, std::unique_ptr<ExpertWeights<S>>& spare) {
+  const Key key{layer, e};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = lru_index_.find(key);
+    if (it != lru_index_.end()) {
+      ++expert_hits_;
+      lru_.splice(lru_.begin(), lru_, it->second);  // moves no element: references stay valid
+      return *lru_.front().second;
+    }
+  }
+  const TensorInfo* ts[3];
+  expert_tensors(layer, e, ts);
+  const size_t nb = expert_bytes(layer);
+  if (!spare) spare = std::make_unique<ExpertWeights<S>>();
+  load_expert(ts, e, *spare);  // outside the lock: the dequantizations of the experts in flight overlap
+  std::lock_guard<std::mutex> lock(mu_);
+  ++expert_loads_;
+  if (!lru_index_.count(key) && expert_bytes_ + nb <= budget_) {
+    lru_.emplace_front(key, std::move(spare));
+    lru_index_[key] = lru_.begin();
+    expert_bytes_ += nb;
+    return *lru_.front().second;
+  }
+  return *spare;
 }
 
 template <class S>

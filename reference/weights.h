@@ -12,6 +12,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,15 @@ class Weights {
   Mat<S> linear_blocked(const std::string& name, const Mat<S>& x, int64_t block_rows);
   // Routed expert e of layer l (gate, up, down), through the LRU cache.
   const ExpertWeights<S>& expert(int64_t layer, int64_t e);
+  // The same for callers that run side by side (experts in flight, reference/moe.h), each with its own
+  // `spare`: the cached expert if there is one; else e dequantized into *spare (made if empty, its buffers
+  // reused), which then joins the cache if it fits the budget without dropping another expert (spare is
+  // then empty again). Nothing is dropped from the cache here, so every reference handed out stays valid
+  // until the next call with the same spare, expert() or release_layer(). Safe to call concurrently with
+  // itself, not with the other members.
+  const ExpertWeights<S>& expert_in_flight(int64_t layer, int64_t e, std::unique_ptr<ExpertWeights<S>>& spare);
+  // Bytes of one routed expert of layer l as S.
+  size_t expert_bytes(int64_t layer) const;
 
   // Drops every cached dense tensor of layer l and its routed experts in the cache (e.g. after capturing
   // it: in one pass each expert runs once, so keeping it only holds memory).
@@ -76,6 +86,10 @@ class Weights {
   // Dequantizes rows [row0, row0 + nrows) straight into dst (nrows * ne0 values), through a bounded
   // float staging buffer: a 1-GB tensor never exists twice in memory.
   void load_into(const TensorInfo& t, int64_t row0, int64_t nrows, S* dst) const;
+  // The gate, up and down tensors of layer l's routed experts, checked to hold expert e.
+  void expert_tensors(int64_t layer, int64_t e, const TensorInfo* ts[3]) const;
+  // Expert e of those tensors into w (its buffers reused where the shapes match).
+  void load_expert(const TensorInfo* const ts[3], int64_t e, ExpertWeights<S>& w) const;
 
   const GgufFile& f_;
   ModelConfig c_;
@@ -89,6 +103,7 @@ class Weights {
   std::list<std::pair<Key, std::unique_ptr<ExpertWeights<S>>>> lru_;
   std::map<Key, typename decltype(lru_)::iterator> lru_index_;
   size_t expert_bytes_ = 0;
+  std::mutex mu_;  // the cache and the statistics, in expert_in_flight
   int64_t expert_loads_ = 0;
   int64_t expert_hits_ = 0;
 };
