@@ -6,14 +6,9 @@
 #   first failing op by the op it breaks. Prints one table row per run and, for the clean runs, the worst
 #   NMSE / max_rel per op (the measured error of a correct CUDA backend, for docs/TOLERANCES.md).
 #   bench/gpu_answer_check.sh [build dir]        exit 0 when every row is as expected, 1 otherwise
-set -uo pipefail
-cd "$(dirname "$0")/.."
-B="${1:-build}"
-if [ ! -x "$B/tools/mlaconf" ]; then
-  cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLACONF_TESTS=OFF -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 2
-  cmake --build "$B" --target mlaconf -j"$(nproc)" 2>&1 | grep -E "error|FAILED" | head -20
-fi
-M="$B/tools/mlaconf"
+. "$(dirname "$0")/common.sh"
+bench_start "${1:-build}" || exit 2
+bench_cli_built "$B" || exit 2
 T="${OUT:-$(mktemp -d)}"
 mkdir -p "$T"
 

@@ -22,14 +22,10 @@
 #     tokens pick + each sequence's top-k latent rows and indexer keys, at 4229 GB/s); again with --graph,
 #     with the plan by batch (MLACONF_CUDA_BATCH_INVARIANT=0), and B = 1, 32 split over virtual devices 0,0.
 # Prints the bench tables; exit 1 if a test failed or a bench did not run.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-B="${1:-build}"
-. bench/common.sh
-M=$(bench_bin "$B" tools/mlaconf) || exit 2
-G=$(bench_bin "$B" suites/gpu/mlaconf_gpu_tests) || exit 2
+. "$(dirname "$0")/common.sh"
+bench_start "${1:-build}" M=tools/mlaconf G=suites/gpu/mlaconf_gpu_tests || exit 2
 bench_workdir
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv >"$OUT/gpu.csv" 2>/dev/null || true
+bench_gpu_state
 
 bench_tiny_model "$M" "$W" || exit 2
 

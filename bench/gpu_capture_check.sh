@@ -3,14 +3,9 @@
 # cuda`) and judge it against the committed reference fixture with the f16 tolerances. Prints the
 # compare table. Not a test (CI has no GPU); the GPU suites cover the pipeline itself.
 #   bench/gpu_capture_check.sh [build dir]
-set -uo pipefail
-cd "$(dirname "$0")/.."
-B="${1:-build-gpu}"
-if [ ! -x "$B/tools/mlaconf" ]; then
-  cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLACONF_TESTS=OFF -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 2
-  cmake --build "$B" --target mlaconf -j"$(nproc)" 2>&1 | grep -E "error|FAILED" | head -20
-fi
-M="$B/tools/mlaconf"
+. "$(dirname "$0")/common.sh"
+bench_start "${1:-build-gpu}" || exit 2
+bench_cli_built "$B" || exit 2
 T="$(mktemp -d)"
 "$M" synth --seed 1 -o "$T/tiny-seed1.gguf" >/dev/null || exit 2
 args="$(sed 's/--precision f64//' fixtures/data/capture_args.txt)"

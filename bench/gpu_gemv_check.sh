@@ -18,18 +18,14 @@
 #  3. where torch imports: the fp16 F.linear peers of the same shapes (bench/torch_peers.py --only gemv)
 #     and the merged table (bench/merge_bench.py).
 # Exit 1 if a test or check failed. About 2-3 minutes on an H200 host (not measured yet).
-set -uo pipefail
-cd "$(dirname "$0")/.."
-B="${1:-build}"
-. bench/common.sh
-G=$(bench_bin "$B" suites/gpu/mlaconf_gpu_tests) || exit 2
-K=$(bench_bin "$B" optimized/mlaconf_kernel_bench) || exit 2
+. "$(dirname "$0")/common.sh"
+bench_start "${1:-build}" G=suites/gpu/mlaconf_gpu_tests K=optimized/mlaconf_kernel_bench || exit 2
 OUT="${OUT:-$(mktemp -d)}"
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 fail=0
 t0=$(date +%s)
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv >"$OUT/gpu.csv" 2>/dev/null || true
+bench_gpu_state
 
 echo "== gtest *gemv*:*apply_wuv*"
 "$G" --gtest_filter='*gemv*:*apply_wuv*' >"$OUT/gtest-gemv.log" 2>&1 || fail=1

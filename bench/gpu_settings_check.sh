@@ -11,11 +11,8 @@
 # 2. The config reaches the pipeline: `bench --batch` prints it and writes it in --json; MLACONF_CUDA_BATCH_INVARIANT=0
 #    and --kernel-config batch_invariant=0 give the same config; a bad value and a retired variable exit 2 in one
 #    line. Exit 0 when all hold, 1 otherwise, 2 when it could not run.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-B="${1:-build}"
-. bench/common.sh
-M=$(bench_bin "$B" tools/mlaconf) || exit 2
+. "$(dirname "$0")/common.sh"
+bench_start "${1:-build}" M=tools/mlaconf || exit 2
 fail=0
 bash bench/gpu_suite_check.sh "$B" || fail=1
 

@@ -22,12 +22,8 @@
 #  5. `capture --backend cuda --devices 0,0,0` judged by `compare` against the unsplit capture;
 #  6. `plan` on the full GLM-5 header: 8 x 96 GiB at 32K fits, 4 x 96 GiB does not.
 # Prints one table; exit 1 if any check failed.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-B="${1:-build}"
-. bench/common.sh
-M=$(bench_bin "$B" tools/mlaconf) || exit 2
-G=$(bench_bin "$B" suites/gpu/mlaconf_gpu_tests) || exit 2
+. "$(dirname "$0")/common.sh"
+bench_start "${1:-build}" M=tools/mlaconf G=suites/gpu/mlaconf_gpu_tests || exit 2
 bench_workdir
 
 bench_tiny_model "$M" "$W" || exit 2

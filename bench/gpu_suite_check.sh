@@ -14,11 +14,8 @@
 # $OUT/repro (MLACONF_REPRO_DIR) and print the command that re-runs them.
 # Prints per suite: cases passed / failed / skipped and seconds; the 15 slowest cases; every failure with
 # its re-run command. Exit 0 when no case failed, 1 otherwise, 2 when it could not run.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-B="${1:-build}"
-. bench/common.sh
-G=$(bench_bin "$B" suites/gpu/mlaconf_gpu_tests) || exit 2
+. "$(dirname "$0")/common.sh"
+bench_start "${1:-build}" G=suites/gpu/mlaconf_gpu_tests || exit 2
 M=$(bench_bin "$B" tools/mlaconf 2>/dev/null) || M="$B/tools/mlaconf"  # optional: synthesizes a tiny model if ../shared lacks one
 G="$(realpath "$G")"
 W="$(mktemp -d)"

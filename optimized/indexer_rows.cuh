@@ -43,6 +43,16 @@ struct ScoreHist {
   int k = 0;
 };
 
+// One thread of row t's last CTA: the row's first-bin pick (the bin b1, the count above it, keff) into state
+// for topk_collect, and the row's count and ticket left zero for the next call.
+__device__ __forceinline__ void publish_first_bin(int* state, int* valid, int* ticket, int64_t t, int bin, int rest, int keff) {
+  state[t * 8 + 0] = bin;
+  state[t * 8 + 1] = keff - rest;
+  state[t * 8 + 2] = keff;
+  valid[t] = 0;
+  ticket[t] = 0;
+}
+
 // Run by the last CTA of row t (NT threads), after every CTA of the row added its scores to h: the bin
 // b1 of bits 31..21 that holds the k-th largest finite score, the count above it and keff = min(k,
 // finite count) into h.state (what topk_hist leaves for topk_collect); the row's histogram, count and
@@ -76,13 +86,7 @@ __device__ void pick_first_bin(const ScoreHist& h, int64_t t) {
     }
   }
   __syncthreads();
-  if (tid == 0) {
-    h.state[t * 8 + 0] = s_bin;
-    h.state[t * 8 + 1] = keff - s_rest;
-    h.state[t * 8 + 2] = keff;
-    h.valid[t] = 0;
-    h.ticket[t] = 0;
-  }
+  if (tid == 0) publish_first_bin(h.state, h.valid, h.ticket, t, s_bin, s_rest, keff);
 }
 
 // A lane's share of sum_h w[h] relu(S[key, h]) from the C fragments of NT n-tiles of 8 heads: its heads

@@ -181,13 +181,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_hist(const float* scores, i
     s_bin = -1, s_rest = 0;
   }
   __syncthreads();
-  if (tid == 0) {
-    w.state[t * 8 + 0] = s_bin;
-    w.state[t * 8 + 1] = keff - s_rest;
-    w.state[t * 8 + 2] = keff;
-    w.valid[t] = 0;
-    w.ticket1[t] = 0;
-  }
+  if (tid == 0) publish_first_bin(w.state, w.valid, w.ticket1, t, s_bin, s_rest, keff);
 }
 
 // done (or nullptr): done[t * 8] != 0 when row t's selection is already written (indexer_refine's last CTA).

@@ -201,6 +201,52 @@ __device__ __forceinline__ void group_sync(int gi) {
   else asm volatile("bar.sync 2, 128;\n" ::: "memory");
 }
 
+// S[16 heads, 8 rows] of a warp's 8 rows of the tile (K at k_addr, this lane's ldmatrix address), in the log2
+// domain and -inf at missing rows (rows: the lane's two row slots, row or -1), and the maxima of the thread's
+// two heads over those rows. s[0], s[1]: head g, rows 8w + 2tq + {0, 1}; s[2], s[3]: head g + 8, the same rows.
+// Two accumulators (even and odd k steps) halve the dependent HMMA chain.
+__device__ __forceinline__ void tile_scores(const uint32_t (&qa)[kMmaDqk / 16][4], uint32_t k_addr, const int* rows, float scale_log2,
+                                            float (&s)[4], float& mxA, float& mxB) {
+  float s2[4] = {0.f, 0.f, 0.f, 0.f};
+  s[0] = s[1] = s[2] = s[3] = 0.f;
+#pragma unroll
+  for (int j = 0; j < kMmaDqk / 32; ++j) {
+    uint32_t b[4];
+    ldmatrix_x4(b, k_addr + j * 64);
+    mma_16816(s, qa[2 * j], b[0], b[1]);
+    mma_16816(s2, qa[2 * j + 1], b[2], b[3]);
+  }
+  mxA = -INFINITY, mxB = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const bool ok = rows[j] >= 0;
+    s[j] = ok ? (s[j] + s2[j]) * scale_log2 : -INFINITY;
+    s[2 + j] = ok ? (s[2 + j] + s2[2 + j]) * scale_log2 : -INFINITY;
+    mxA = fmaxf(mxA, s[j]);
+    mxB = fmaxf(mxB, s[2 + j]);
+  }
+#pragma unroll
+  for (int o = 1; o < 4; o <<= 1) {
+    mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, o));
+    mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, o));
+  }
+}
+
+// The sums of P of the thread's two heads over every row: over the quad's rows, then over the group's 4 warps in
+// a fixed order (all warps hold the same), through mx_g once the last tile's maxima are read.
+__device__ __forceinline__ void group_sums(float& lA, float& lB, float* mx_g, int warp, int g, int tq) {
+#pragma unroll
+  for (int o = 1; o < 4; o <<= 1) {
+    lA += __shfl_xor_sync(0xffffffffu, lA, o);
+    lB += __shfl_xor_sync(0xffffffffu, lB, o);
+  }
+  __syncthreads();  // the last tile's maxima are read
+  if (tq == 0) mx_g[warp * 16 + g] = lA, mx_g[warp * 16 + g + 8] = lB;
+  __syncthreads();
+  lA = (mx_g[g] + mx_g[16 + g]) + (mx_g[32 + g] + mx_g[48 + g]);
+  lB = (mx_g[8 + g] + mx_g[24 + g]) + (mx_g[40 + g] + mx_g[56 + g]);
+}
+
 template <int G>
 __global__ void __launch_bounds__(128 * G, 2 / G) sparse_mla_rows(MmaParams p) {
   static_assert(G == 1 || G == 2, "16 or 32 heads per CTA");
@@ -294,30 +340,8 @@ __global__ void __launch_bounds__(128 * G, 2 / G) sparse_mla_rows(MmaParams p) {
     mbar_wait(&full[i % kRowsStages], (unsigned)(i / kRowsStages) & 1);  // tile i is in place
     const uint32_t st = k_base + (uint32_t)((i % kRowsStages) * kRowsTile * kLdk * 2);
 
-    // S[16 heads, 8 rows]: two accumulators (even and odd k steps) halve the dependent HMMA chain.
-    float s[4] = {0.f, 0.f, 0.f, 0.f}, s2[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int j = 0; j < kMmaDqk / 32; ++j) {
-      uint32_t b[4];
-      ldmatrix_x4(b, st + qk_off + j * 64);
-      mma_16816(s, qa[2 * j], b[0], b[1]);
-      mma_16816(s2, qa[2 * j + 1], b[2], b[3]);
-    }
-    // s[0], s[1]: head g, rows 8w + 2tq + {0, 1}; s[2], s[3]: head g + 8, the same rows.
-    float mxA = -INFINITY, mxB = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const bool ok = rows_s[i * kRowsTile + warp * 8 + 2 * tq + j] >= 0;
-      s[j] = ok ? (s[j] + s2[j]) * p.scale_log2 : -INFINITY;
-      s[2 + j] = ok ? (s[2 + j] + s2[2 + j]) * p.scale_log2 : -INFINITY;
-      mxA = fmaxf(mxA, s[j]);
-      mxB = fmaxf(mxB, s[2 + j]);
-    }
-#pragma unroll
-    for (int o = 1; o < 4; o <<= 1) {
-      mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, o));
-      mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, o));
-    }
+    float s[4], mxA, mxB;
+    tile_scores(qa, st + qk_off, rows_s + i * kRowsTile + warp * 8 + 2 * tq, p.scale_log2, s, mxA, mxB);
     if (tq == 0) mx_g[warp * 16 + g] = mxA, mx_g[warp * 16 + g + 8] = mxB;
     group_sync<G>(gi);  // every warp's maxima are written
     mxA = fmaxf(fmaxf(mx_g[g], mx_g[16 + g]), fmaxf(mx_g[32 + g], mx_g[48 + g]));
@@ -344,17 +368,7 @@ __global__ void __launch_bounds__(128 * G, 2 / G) sparse_mla_rows(MmaParams p) {
       }
     }
   }
-  // The sums: over the quad's rows, then over the group's 4 warps in a fixed order (all warps hold the same).
-#pragma unroll
-  for (int o = 1; o < 4; o <<= 1) {
-    lA += __shfl_xor_sync(0xffffffffu, lA, o);
-    lB += __shfl_xor_sync(0xffffffffu, lB, o);
-  }
-  __syncthreads();  // the last tile's maxima are read
-  if (tq == 0) mx_g[warp * 16 + g] = lA, mx_g[warp * 16 + g + 8] = lB;
-  __syncthreads();
-  lA = (mx_g[g] + mx_g[16 + g]) + (mx_g[32 + g] + mx_g[48 + g]);
-  lB = (mx_g[8 + g] + mx_g[24 + g]) + (mx_g[40 + g] + mx_g[56 + g]);
+  group_sums(lA, lB, mx_g, warp, g, tq);
   __syncthreads();  // mx_s is the merge's scratch below
   finish_split<kThreadsG, 16 * G>(p, acc, mA, mB, lA, lB, hA, hB, warp * kNPart + 2 * tq, warp == 0 && tq == 0, t, split,
                                   head_block, mx_s);

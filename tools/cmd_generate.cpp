@@ -150,15 +150,215 @@ std::string token_label(const tok::Tokenizer* t, int32_t id) {
   return " " + json_text(Json(t->token_text(id)), -1);
 }
 
-void run(const GenerateArgs& a) {
+// The arguments that need no file: one line and exit 2 (or 3 for a fault the reference lacks) before the model
+// is opened.
+void check_args(const GenerateArgs& a) {
   if (a.prompt && !a.prompt_ids.empty()) throw InputError("generate: give --prompt (text) or --prompt-ids, not both");
   if (!a.prompt && a.prompt_ids.empty()) throw InputError("generate: give --prompt \"text\" or --prompt-ids 1,2,3");
   require_count(a.n, "generate: -n", 0);  // bounded before prompt + n (a sum past INT64_MAX passed the context check)
   if (a.backend != "reference" && a.backend != "cuda" && a.backend != "both")
     throw InputError("generate: --backend must be reference, cuda or both, not '" + a.backend + "'");
-  const bool use_ref = a.backend != "cuda", use_cuda = a.backend != "reference";
   require_fault_name(a.fault);  // a typo is unusable input (2), before "not supported" (3)
   require_finite_nonnegative(a.expert_cache_gib, "--expert-cache-gib");
+}
+
+// The prompt's ids and the tokenizer: required for a text prompt; with ids, used for the text when the GGUF has one.
+struct Prompt {
+  std::optional<tok::Tokenizer> tk;
+  std::vector<int32_t> ids;
+  const tok::Tokenizer* tokenizer() const { return tk ? &*tk : nullptr; }
+};
+Prompt read_prompt(const GenerateArgs& a, const GgufFile& f, const ModelConfig& c) {
+  Prompt p;
+  if (a.prompt) {
+    p.tk.emplace(tok::Tokenizer::from_gguf(f));
+  } else if (f.find("tokenizer.ggml.model")) {
+    try {
+      p.tk.emplace(tok::Tokenizer::from_gguf(f));
+    } catch (const InputError& e) {
+      std::fprintf(stderr, "mlaconf generate: no text output (%s)\n", e.what());
+    }
+  }
+  if (a.prompt) {
+    p.ids = p.tk->encode(*a.prompt, {.add_bos = p.tk->add_bos_default(), .parse_special = true});
+    if (p.ids.empty()) throw InputError("generate: --prompt encodes to no tokens (empty text)");
+  } else {
+    p.ids = parse_ids(a.prompt_ids);
+  }
+  for (int32_t id : p.ids)
+    if (id >= c.n_vocab)
+      throw InputError(a.model + ": prompt token " + std::to_string(id) + " is outside the vocabulary (" +
+                       std::to_string(c.n_vocab) + ")");
+  if (p.tk && p.tk->n_vocab() > c.n_vocab)
+    throw InputError(a.model + ": the tokenizer has " + std::to_string(p.tk->n_vocab()) +
+                     " tokens, more than the model's vocabulary (" + std::to_string(c.n_vocab) + ")");
+  return p;
+}
+
+// The backends of a run: the reference, the pipeline, and the pipeline forced onto the reference's decisions.
+struct Backends {
+  std::unique_ptr<be::Backend> ref, gpu, forced;
+  be::Backend* test = nullptr;  // beside the reference: the pipeline itself, or (--force-decisions) its forced run
+  be::Backend* lead = nullptr;  // whose tokens extend the prefix
+};
+// NotSupported (no CUDA here, YaRN in the pipeline): main() prints it and exits 3.
+Backends open_backends(const GenerateArgs& a, const GgufFile& f, const ModelConfig& c, int64_t ctx,
+                       const std::vector<int>& devices, const cuda::KernelConfig& kernels) {
+  const bool use_ref = a.backend != "cuda", use_cuda = a.backend != "reference";
+  Backends b;
+  be::BackendOptions bo;
+  bo.precision = a.precision;
+  bo.expert_cache_gib = a.expert_cache_gib;
+  bo.max_ctx = std::max<int64_t>(ctx, 1);
+  bo.fault = a.fault;
+  bo.devices = devices;
+  bo.kernels = kernels;
+  if (use_cuda && !a.force_decisions) b.gpu = be::make_backend("cuda", f, c, bo);
+  if (use_cuda && use_ref && (a.force_decisions || !a.no_attribution)) b.forced = be::make_backend("cuda", f, c, bo);
+  if (use_ref) {
+    if (a.backend != "reference") bo.fault.clear();  // with both, the fault goes to the backend under test
+    b.ref = be::make_backend("reference", f, c, bo);
+  }
+  b.test = a.force_decisions ? b.forced.get() : b.gpu.get();
+  b.lead = b.ref ? b.ref.get() : b.test;
+  return b;
+}
+
+// What the steps found: each backend's stream, the divergences and the decisions that differed.
+struct Outcome {
+  Stream lead_s, gpu_s;  // lead_s: the reference (or cuda alone); gpu_s: cuda beside the reference
+  std::vector<Divergence> divs;
+  be::DecisionDiff first_flip;    // the pipeline's first own decision that differs from the reference's
+  int64_t decision_failures = 0;  // --force-decisions: own decisions differing outside near-ties
+  int64_t real = 0, flips = 0;    // failures (divergences and decision failures) and decision flips
+  const char* verdict = "agree";
+};
+
+// The greedy steps: every backend on the lead's prefix, the text streamed to stdout (but with --json).
+Outcome generate_steps(const GenerateArgs& a, const Prompt& p, const Backends& b) {
+  Outcome o;
+  const tok::Tokenizer* tk = p.tokenizer();
+  std::optional<tok::TextStreamer> streamer;
+  if (tk) streamer.emplace(*tk, tok::DecodeOptions{.special = false});
+  std::vector<int32_t> feed = p.ids;  // prefill first, then one token per step (incremental decode)
+  for (int64_t step = 0; step < a.n; ++step) {
+    double m = 0;
+    be::DecisionTrace ref_dec;
+    const int32_t t = argmax_lower(b.lead->forward(feed, b.ref ? &ref_dec : nullptr), &m);
+    o.lead_s.tokens.push_back(t);
+    o.lead_s.margins.push_back(m);
+    double gm = 0;
+    int32_t gt = -1, ft = -1;
+    if (b.ref && b.test) {
+      be::DecisionTrace own;
+      gt = argmax_lower(b.test->forward(feed, &own, a.force_decisions ? &ref_dec.decisions() : nullptr), &gm);
+      o.gpu_s.tokens.push_back(gt);
+      o.gpu_s.margins.push_back(gm);
+      const be::DecisionDiff d = be::first_decision_difference(ref_dec, own, decision_tie_gap(*b.test));
+      if (d.found && !o.first_flip.found) o.first_flip = d;
+      if (a.force_decisions) o.decision_failures += d.rows_outside_ties;
+      if (b.forced && !a.force_decisions) ft = argmax_lower(b.forced->forward(feed, nullptr, &ref_dec.decisions()));
+      if (gt != t) o.divs.push_back({step, t, gt, m, gm, ft, o.first_flip, near_tie_margin(*b.test)});
+    }
+    if (a.verbose) {
+      std::fprintf(stderr, "\nstep %lld: token %d%s margin %.6g", static_cast<long long>(step), t, token_label(tk, t).c_str(), m);
+      if (gt >= 0)
+        std::fprintf(stderr, " | cuda %d%s margin %.6g%s", gt, token_label(tk, gt).c_str(), gm,
+                     gt != t ? ("  <- divergence: " + o.divs.back().cls()).c_str() : "");
+      if (ft >= 0) std::fprintf(stderr, " | forced %d", ft);
+      std::fprintf(stderr, "\n");
+    }
+    if (!a.json) {
+      std::fputs(streamer ? streamer->push(t).c_str() : ("[" + std::to_string(t) + "]").c_str(), stdout);
+      std::fflush(stdout);
+    }
+    const bool end = tk && tk->is_end_of_generation(t);
+    if (end && !a.ignore_eos) {
+      o.lead_s.stop = "eos";
+      break;
+    }
+    feed.assign(1, t);
+  }
+  if (!a.json && streamer) std::fputs(streamer->flush().c_str(), stdout);
+  if (tk) {
+    o.lead_s.text = tk->decode(o.lead_s.tokens, {.special = false});
+    o.gpu_s.text = tk->decode(o.gpu_s.tokens, {.special = false});
+  }
+  o.gpu_s.stop = o.lead_s.stop;
+  for (const Divergence& d : o.divs) {
+    if (d.cls() == "failure") ++o.real;
+    if (d.cls() == "decision_flip") ++o.flips;
+  }
+  o.real += o.decision_failures;
+  o.verdict = o.real ? "fail" : o.divs.empty() ? "agree" : o.flips ? "decision-flip" : "near-tie";
+  return o;
+}
+
+// --json: one line, one object (the header's schema).
+void print_json(const GenerateArgs& a, const Prompt& p, const Backends& b, const Outcome& o) {
+  Json j;
+  if (b.ref && b.test) {
+    Json dl = Json::array();
+    for (const Divergence& d : o.divs) dl.push_back(d.json());
+    j = {{"prompt_ids", p.ids},
+         {"reference", o.lead_s.json(b.ref->describe())},
+         {"cuda", o.gpu_s.json(b.test->describe())},
+         {"first_divergence", o.divs.empty() ? Json(nullptr) : o.divs.front().json()},
+         {"divergences", std::move(dl)},
+         {"near_tie_margin", near_tie_margin(*b.test)},
+         {"forced_decisions", a.force_decisions},
+         {"attribution", b.forced != nullptr},
+         {"decision_failures", o.decision_failures},
+         {"first_decision_flip", o.first_flip.found ? flip_json(o.first_flip) : Json(nullptr)},
+         {"verdict", o.verdict}};
+  } else {
+    // {"tokens", "margins"} is the contract suites/reference/test_cli_generate.cpp holds.
+    j = {{"backend", b.lead->describe()}, {"prompt_ids", p.ids},   {"tokens", o.lead_s.tokens},
+         {"margins", o.lead_s.margins},   {"text", o.lead_s.text}, {"stop", o.lead_s.stop}};
+  }
+  const std::string s = json_text(j, -1);
+  std::printf("%s\n", s.c_str());
+}
+
+// Without --json: the summary on stderr, after the streamed text's last line.
+void print_summary(const GenerateArgs& a, const Prompt& p, const Backends& b, const Outcome& o) {
+  std::printf("\n");
+  std::fflush(stdout);  // the text's last line before the summary on stderr
+  double minm = 0;
+  for (size_t i = 0; i < o.lead_s.margins.size(); ++i) minm = i ? std::min(minm, o.lead_s.margins[i]) : o.lead_s.margins[i];
+  std::fprintf(stderr, "generate: %zu tokens (stop: %s), smallest margin %.4g\n", o.lead_s.tokens.size(), o.lead_s.stop.c_str(),
+               minm);
+  if (!b.ref || !b.test) return;
+  const be::DecisionDiff& ff = o.first_flip;
+  if (ff.found)
+    std::fprintf(stderr, "generate: first own decision of cuda that differs from the reference's: layer %d %s row %lld "
+                         "(reference gap %.3g)%s\n",
+                 ff.layer, ff.kind.c_str(), static_cast<long long>(ff.row), ff.gap,
+                 a.force_decisions ? " (forced: the reference's was used)" : "");
+  if (o.decision_failures)
+    std::fprintf(stderr, "generate: FAILURE: %lld own decisions differ where the reference's gap is above %.0e\n",
+                 static_cast<long long>(o.decision_failures), decision_tie_gap(*b.test));
+  if (o.divs.empty()) {
+    std::fprintf(stderr, "generate: reference and cuda agree on all %zu steps\n", o.lead_s.tokens.size());
+    return;
+  }
+  const Divergence* first = &o.divs.front();
+  const tok::Tokenizer* tk = p.tokenizer();
+  std::fprintf(stderr,
+               "generate: first divergence at step %lld: reference %d%s (margin %.6g) vs cuda %d%s (margin "
+               "%.6g): %s\n",
+               static_cast<long long>(first->step), first->ref_token, token_label(tk, first->ref_token).c_str(),
+               first->ref_margin, first->cuda_token, token_label(tk, first->cuda_token).c_str(), first->cuda_margin,
+               first->near_tie()                   ? ("near-tie (reference margin <= " + fmt_bound(first->margin_bound) + ")").c_str()
+               : first->cls() == "decision_flip" ? "decision flip upstream (the forced run agrees here)"
+                                                  : "FAILURE");
+  std::fprintf(stderr, "generate: %zu divergent steps of %zu: %lld decision flips, %lld failures: %s\n", o.divs.size(),
+               o.lead_s.tokens.size(), static_cast<long long>(o.flips), static_cast<long long>(o.real), o.verdict);
+}
+
+void run(const GenerateArgs& a) {
+  check_args(a);
+  const bool use_cuda = a.backend != "reference";
   const std::vector<int> devices = parse_devices(a.devices);
   if (!devices.empty() && !use_cuda) throw InputError("generate: --devices needs --backend cuda or both");
   if (!a.kernel_config.empty() && !use_cuda) throw InputError("generate: --kernel-config needs --backend cuda or both");
@@ -170,186 +370,26 @@ void run(const GenerateArgs& a) {
 
   GgufFile f = GgufFile::open(a.model);
   ModelConfig c = ModelConfig::from_gguf(f);
-  // The tokenizer: required for a text prompt; with ids, used for the text when the GGUF has one.
-  std::optional<tok::Tokenizer> tk;
-  if (a.prompt) {
-    tk.emplace(tok::Tokenizer::from_gguf(f));
-  } else if (f.find("tokenizer.ggml.model")) {
-    try {
-      tk.emplace(tok::Tokenizer::from_gguf(f));
-    } catch (const InputError& e) {
-      std::fprintf(stderr, "mlaconf generate: no text output (%s)\n", e.what());
-    }
-  }
-  std::vector<int32_t> ids;
-  if (a.prompt) {
-    ids = tk->encode(*a.prompt, {.add_bos = tk->add_bos_default(), .parse_special = true});
-    if (ids.empty()) throw InputError("generate: --prompt encodes to no tokens (empty text)");
-  } else {
-    ids = parse_ids(a.prompt_ids);
-  }
-  for (int32_t id : ids)
-    if (id >= c.n_vocab)
-      throw InputError(a.model + ": prompt token " + std::to_string(id) + " is outside the vocabulary (" +
-                       std::to_string(c.n_vocab) + ")");
-  if (tk && tk->n_vocab() > c.n_vocab)
-    throw InputError(a.model + ": the tokenizer has " + std::to_string(tk->n_vocab()) +
-                     " tokens, more than the model's vocabulary (" + std::to_string(c.n_vocab) + ")");
-  const int64_t ctx = static_cast<int64_t>(ids.size()) + a.n;
+  const Prompt p = read_prompt(a, f, c);
+  const int64_t ctx = static_cast<int64_t>(p.ids.size()) + a.n;
   if (c.n_ctx_train > 0 && ctx > c.n_ctx_train)
-    throw InputError(a.model + ": prompt (" + std::to_string(ids.size()) + ") + -n " + std::to_string(a.n) +
+    throw InputError(a.model + ": prompt (" + std::to_string(p.ids.size()) + ") + -n " + std::to_string(a.n) +
                      " exceeds the context length " + std::to_string(c.n_ctx_train));
-
   if (a.force_decisions && a.backend != "both") throw InputError("generate: --force-decisions needs --backend both");
-  std::unique_ptr<be::Backend> ref, gpu, forced;  // forced: the pipeline on the reference's decisions
-  // NotSupported (no CUDA here, YaRN in the pipeline): main() prints it and exits 3.
-  {
-    be::BackendOptions bo;
-    bo.precision = a.precision;
-    bo.expert_cache_gib = a.expert_cache_gib;
-    bo.max_ctx = std::max<int64_t>(ctx, 1);
-    bo.fault = a.fault;
-    bo.devices = devices;
-    bo.kernels = kernels;
-    if (use_cuda && !a.force_decisions) gpu = be::make_backend("cuda", f, c, bo);
-    if (use_cuda && use_ref && (a.force_decisions || !a.no_attribution)) forced = be::make_backend("cuda", f, c, bo);
-    if (use_ref) {
-      if (a.backend != "reference") bo.fault.clear();  // with both, the fault goes to the backend under test
-      ref = be::make_backend("reference", f, c, bo);
-    }
-  }
-  // The backend under test beside the reference: the pipeline itself, or (--force-decisions) its forced run.
-  be::Backend* test = a.force_decisions ? forced.get() : gpu.get();
-  be::Backend* lead = ref ? ref.get() : test;  // whose tokens extend the prefix
+  const Backends b = open_backends(a, f, c, ctx, devices, kernels);
 
   if (!a.json) {
-    std::fprintf(stderr, "generate: %s%s%s%s, %zu prompt tokens, up to %lld new%s\n", lead->describe().c_str(),
-                 test && ref ? " vs " : "", test && ref ? test->describe().c_str() : "",
-                 a.force_decisions ? " on the reference's decisions" : forced ? " (+ a forced run for attribution)" : "",
-                 ids.size(), static_cast<long long>(a.n), a.ignore_eos ? " (ignoring eos)" : "");
+    std::fprintf(stderr, "generate: %s%s%s%s, %zu prompt tokens, up to %lld new%s\n", b.lead->describe().c_str(),
+                 b.test && b.ref ? " vs " : "", b.test && b.ref ? b.test->describe().c_str() : "",
+                 a.force_decisions ? " on the reference's decisions" : b.forced ? " (+ a forced run for attribution)" : "",
+                 p.ids.size(), static_cast<long long>(a.n), a.ignore_eos ? " (ignoring eos)" : "");
     if (a.prompt) std::fputs(a.prompt->c_str(), stdout);  // the continuation follows the prompt
     std::fflush(stdout);
   }
-
-  Stream lead_s, gpu_s;  // lead_s: the reference (or cuda alone); gpu_s: cuda beside the reference
-  std::vector<Divergence> divs;
-  std::optional<tok::TextStreamer> streamer;
-  if (tk) streamer.emplace(*tk, tok::DecodeOptions{.special = false});
-  std::vector<int32_t> feed = ids;  // prefill first, then one token per step (incremental decode)
-  be::DecisionDiff first_flip;        // the pipeline's first own decision that differs from the reference's
-  int64_t decision_failures = 0;      // --force-decisions: own decisions differing outside near-ties
-  for (int64_t step = 0; step < a.n; ++step) {
-    double m = 0;
-    be::DecisionTrace ref_dec;
-    const int32_t t = argmax_lower(lead->forward(feed, ref ? &ref_dec : nullptr), &m);
-    lead_s.tokens.push_back(t);
-    lead_s.margins.push_back(m);
-    double gm = 0;
-    int32_t gt = -1, ft = -1;
-    if (ref && test) {
-      be::DecisionTrace own;
-      gt = argmax_lower(test->forward(feed, &own, a.force_decisions ? &ref_dec.decisions() : nullptr), &gm);
-      gpu_s.tokens.push_back(gt);
-      gpu_s.margins.push_back(gm);
-      const be::DecisionDiff d = be::first_decision_difference(ref_dec, own, decision_tie_gap(*test));
-      if (d.found && !first_flip.found) first_flip = d;
-      if (a.force_decisions) decision_failures += d.rows_outside_ties;
-      if (forced && !a.force_decisions) ft = argmax_lower(forced->forward(feed, nullptr, &ref_dec.decisions()));
-      if (gt != t) divs.push_back({step, t, gt, m, gm, ft, first_flip, near_tie_margin(*test)});
-    }
-    if (a.verbose) {
-      std::fprintf(stderr, "\nstep %lld: token %d%s margin %.6g", static_cast<long long>(step), t,
-                   token_label(tk ? &*tk : nullptr, t).c_str(), m);
-      if (gt >= 0)
-        std::fprintf(stderr, " | cuda %d%s margin %.6g%s", gt, token_label(tk ? &*tk : nullptr, gt).c_str(), gm,
-                     gt != t ? ("  <- divergence: " + divs.back().cls()).c_str() : "");
-      if (ft >= 0) std::fprintf(stderr, " | forced %d", ft);
-      std::fprintf(stderr, "\n");
-    }
-    if (!a.json) {
-      std::fputs(streamer ? streamer->push(t).c_str() : ("[" + std::to_string(t) + "]").c_str(), stdout);
-      std::fflush(stdout);
-    }
-    const bool end = tk && tk->is_end_of_generation(t);
-    if (end && !a.ignore_eos) {
-      lead_s.stop = "eos";
-      break;
-    }
-    feed.assign(1, t);
-  }
-  if (!a.json && streamer) std::fputs(streamer->flush().c_str(), stdout);
-  if (tk) {
-    lead_s.text = tk->decode(lead_s.tokens, {.special = false});
-    gpu_s.text = tk->decode(gpu_s.tokens, {.special = false});
-  }
-  gpu_s.stop = lead_s.stop;
-
-  const Divergence* first = divs.empty() ? nullptr : &divs.front();
-  int64_t real = 0, flips = 0;
-  for (const Divergence& d : divs) {
-    if (d.cls() == "failure") ++real;
-    if (d.cls() == "decision_flip") ++flips;
-  }
-  real += decision_failures;
-  const char* verdict = real ? "fail" : divs.empty() ? "agree" : flips ? "decision-flip" : "near-tie";
-
-  if (a.json) {
-    Json j;
-    if (ref && test) {
-      Json dl = Json::array();
-      for (const Divergence& d : divs) dl.push_back(d.json());
-      j = {{"prompt_ids", ids},
-           {"reference", lead_s.json(ref->describe())},
-           {"cuda", gpu_s.json(test->describe())},
-           {"first_divergence", first ? first->json() : Json(nullptr)},
-           {"divergences", std::move(dl)},
-           {"near_tie_margin", near_tie_margin(*test)},
-           {"forced_decisions", a.force_decisions},
-           {"attribution", forced != nullptr},
-           {"decision_failures", decision_failures},
-           {"first_decision_flip", first_flip.found ? flip_json(first_flip) : Json(nullptr)},
-           {"verdict", verdict}};
-    } else {
-      // {"tokens", "margins"} is the contract suites/reference/test_cli_generate.cpp holds.
-      j = {{"backend", lead->describe()}, {"prompt_ids", ids},       {"tokens", lead_s.tokens},
-           {"margins", lead_s.margins},   {"text", lead_s.text},     {"stop", lead_s.stop}};
-    }
-    const std::string s = json_text(j, -1);
-    std::printf("%s\n", s.c_str());
-  } else {
-    std::printf("\n");
-    std::fflush(stdout);  // the text's last line before the summary on stderr
-    double minm = 0;
-    for (size_t i = 0; i < lead_s.margins.size(); ++i) minm = i ? std::min(minm, lead_s.margins[i]) : lead_s.margins[i];
-    std::fprintf(stderr, "generate: %zu tokens (stop: %s), smallest margin %.4g\n", lead_s.tokens.size(),
-                 lead_s.stop.c_str(), minm);
-    if (ref && test) {
-      if (first_flip.found)
-        std::fprintf(stderr, "generate: first own decision of cuda that differs from the reference's: layer %d %s row %lld "
-                             "(reference gap %.3g)%s\n",
-                     first_flip.layer, first_flip.kind.c_str(), static_cast<long long>(first_flip.row), first_flip.gap,
-                     a.force_decisions ? " (forced: the reference's was used)" : "");
-      if (decision_failures)
-        std::fprintf(stderr, "generate: FAILURE: %lld own decisions differ where the reference's gap is above %.0e\n",
-                     static_cast<long long>(decision_failures), decision_tie_gap(*test));
-      if (!first) {
-        std::fprintf(stderr, "generate: reference and cuda agree on all %zu steps\n", lead_s.tokens.size());
-      } else {
-        std::fprintf(stderr,
-                     "generate: first divergence at step %lld: reference %d%s (margin %.6g) vs cuda %d%s (margin "
-                     "%.6g): %s\n",
-                     static_cast<long long>(first->step), first->ref_token,
-                     token_label(tk ? &*tk : nullptr, first->ref_token).c_str(), first->ref_margin, first->cuda_token,
-                     token_label(tk ? &*tk : nullptr, first->cuda_token).c_str(), first->cuda_margin,
-                     first->near_tie()                   ? ("near-tie (reference margin <= " + fmt_bound(first->margin_bound) + ")").c_str()
-                     : first->cls() == "decision_flip" ? "decision flip upstream (the forced run agrees here)"
-                                                        : "FAILURE");
-        std::fprintf(stderr, "generate: %zu divergent steps of %zu: %lld decision flips, %lld failures: %s\n", divs.size(),
-                     lead_s.tokens.size(), static_cast<long long>(flips), static_cast<long long>(real), verdict);
-      }
-    }
-  }
-  set_exit_code(real ? kExitFail : kExitOk);
+  const Outcome o = generate_steps(a, p, b);
+  if (a.json) print_json(a, p, b, o);
+  else print_summary(a, p, b, o);
+  set_exit_code(o.real ? kExitFail : kExitOk);
 }
 
 const CommandRegistration reg(30, [](CLI::App& root) {

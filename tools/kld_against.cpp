@@ -129,16 +129,11 @@ Json step_json(const StepResult& r) {
 
 }  // namespace
 
-void run_kld_against(const KldAgainstArgs& a) {
-  // ---- arguments and input, before any work ----
-  if (!fx::is_builtin_precision(a.engine_precision))
-    throw InputError("kld: --engine-precision must be one of " + fx::builtin_precisions_text() + ", not '" + a.engine_precision + "'");
-  a.check.validate();
-  require_regular_file(a.against, "--against");
-  const auto [f, c, tk] = open_kld_model(a.model);
-  const int64_t V = c.n_vocab;
+namespace {
 
-  // Token text -> ids, built on first use (a file with ids everywhere never needs it).
+// The engine's run, its token texts resolved through the model's vocabulary (a table built on first use: a file
+// with ids everywhere never needs it).
+EngineRun read_engine_run(const KldAgainstArgs& a, const tok::Tokenizer& tk, int64_t V) {
   std::multimap<std::string, int32_t> by_text;
   auto resolve = [&](const std::string& piece) {
     if (by_text.empty())
@@ -149,53 +144,34 @@ void run_kld_against(const KldAgainstArgs& a) {
     for (auto it = lo; it != hi; ++it) ids.push_back(it->second);
     return ids;
   };
-  const EngineRun run = parse_engine_run(json_parse(read_text_file(a.against, "--against"), a.against), a.against, V, resolve);
-  const int64_t P = static_cast<int64_t>(run.prompt.size()), n = static_cast<int64_t>(run.steps.size());
-  std::vector<int32_t> ids = run.prompt;
-  for (int64_t i = 0; i + 1 < n; ++i) ids.push_back(run.steps[static_cast<size_t>(i)].id);
-  const int64_t T = static_cast<int64_t>(ids.size());
-  if (c.n_ctx_train > 0 && T > c.n_ctx_train)
-    throw InputError(a.against + ": prompt and generated tokens need " + std::to_string(T) + " positions, beyond the model's context length " +
-                     std::to_string(c.n_ctx_train));
-  const fx::Tolerance tol = fx::tolerance(fx::TolClass::ExactIds, a.engine_precision);
-  const double margin = tol.margin, tie_gap = tol.tie_gap;
-  const int64_t top_k = c.indexer_top_k;
+  return parse_engine_run(json_parse(read_text_file(a.against, "--against"), a.against), a.against, V, resolve);
+}
 
-  // ---- the reference in f64, one teacher-forced pass ----
-  be::BackendOptions o;
-  o.precision = "f64";
-  o.max_ctx = T;
-  std::unique_ptr<be::Backend> truth = be::make_backend("reference", f, c, o);
-  if (!a.json)
-    std::fprintf(stderr, "%s --against: %s (%s%s), %lld prompt + %lld generated tokens, top-%zu logprobs; %s, one pass of %lld tokens\n",
-                 a.generate_report ? "generate" : "kld", a.against.c_str(), run.shape.c_str(),
-                 run.engine.empty() ? "" : (", " + run.engine).c_str(), static_cast<long long>(P),
-                 static_cast<long long>(n), run.steps[0].top.size(), truth->describe().c_str(), static_cast<long long>(T));
-  const auto t0 = std::chrono::steady_clock::now();
-  truth->reset();
-  be::LayerRange whole;
-  whole.head_all_rows = true;
-  truth->set_range(whole);
-  AgainstTrace tr;
-  truth->forward(ids, &tr);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (tr.logits_shape != std::vector<int64_t>{T, V}) throw std::runtime_error("kld --against: the reference reported no logits [T, vocab]");
+// What every report prints beside its steps: the run's sizes, the precision's margin and tie gap, the truth.
+struct Setup {
+  int64_t P = 0, n = 0, V = 0, top_k = 0;  // prompt and generated tokens, vocabulary, the indexer's top_k
+  double margin = 0, tie_gap = 0;
+  std::string truth;  // the reference's description
+  double seconds = 0;  // its pass
+};
 
-  // ---- per step ----
+// Per step: the top-N KLD and the truth's logprob of the engine's id at the row that predicts it, and the class
+// of a differing top-1.
+std::vector<StepResult> judge_steps(const EngineRun& run, const AgainstTrace& tr, const Setup& u) {
   std::vector<StepResult> res;
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < u.n; ++i) {
     const EngineStep& s = run.steps[static_cast<size_t>(i)];
     StepResult r;
     r.step = i;
-    r.position = P - 1 + i;
+    r.position = u.P - 1 + i;
     r.id = s.id;
-    r.beyond = r.position >= top_k;  // the row attends to position + 1 keys; more than top_k: the indexer drops some
-    const double* row = tr.logits.data() + r.position * V;
-    r.d = topn_divergence(row, V, s.top);
-    argmax_lower(row, static_cast<size_t>(V), &r.truth_margin);
+    r.beyond = r.position >= u.top_k;  // the row attends to position + 1 keys; more than top_k: the indexer drops some
+    const double* row = tr.logits.data() + r.position * u.V;
+    r.d = topn_divergence(row, u.V, s.top);
+    argmax_lower(row, static_cast<size_t>(u.V), &r.truth_margin);
     double m = -kInf, sum = 0;
-    for (int64_t v = 0; v < V; ++v) m = std::max(m, row[v]);
-    for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - m);
+    for (int64_t v = 0; v < u.V; ++v) m = std::max(m, row[v]);
+    for (int64_t v = 0; v < u.V; ++v) sum += std::exp(row[v] - m);
     r.truth_logprob = row[s.id] - m - std::log(sum);
     r.engine_logprob = s.logprob;
     if (static_cast<size_t>(r.position) < tr.min_gap.size()) {
@@ -203,137 +179,213 @@ void run_kld_against(const KldAgainstArgs& a) {
       std::tie(r.nearest_layer, r.nearest_kind) = tr.nearest[static_cast<size_t>(r.position)];
     }
     if (!r.d.same_top)
-      r.cls = r.d.truth_gap <= margin ? "near-tie" : r.min_decision_gap <= tie_gap ? "decision-flip" : "failure";
+      r.cls = r.d.truth_gap <= u.margin ? "near-tie" : r.min_decision_gap <= u.tie_gap ? "decision-flip" : "failure";
     res.push_back(r);
   }
+  return res;
+}
+
+// The steps grouped (all, within and beyond the indexer's top_k), the first divergence, and the verdict with the
+// bounds it violated.
+struct Summary {
   std::vector<const StepResult*> all, within, beyond;
   const StepResult* first = nullptr;
   int64_t failures = 0;
-  for (const StepResult& r : res) {
-    all.push_back(&r);
-    (r.beyond ? beyond : within).push_back(&r);
-    if (!first && !r.d.same_top) first = &r;
-    failures += r.cls == "failure";
-  }
-  const Json j_all = group_json(all);
-  const double mean_kld = j_all.at("kld").at("mean").is_null() ? kInf : j_all.at("kld").at("mean").get<double>();
-  const double same_top = j_all.at("same_top").at("p").get<double>();
+  Json j_all;
   std::vector<std::string> violated;
-  if (failures) violated.push_back(std::to_string(failures) + " differing top-1 classed failure");
-  for (std::string& v : a.check.violations(mean_kld, same_top, "top-1 agreement")) violated.push_back(std::move(v));
-  const char* verdict = violated.empty() ? "pass" : "fail";
+  const char* verdict = "pass";
+};
+Summary summarize(const std::vector<StepResult>& res, const KldCheck& check) {
+  Summary m;
+  for (const StepResult& r : res) {
+    m.all.push_back(&r);
+    (r.beyond ? m.beyond : m.within).push_back(&r);
+    if (!m.first && !r.d.same_top) m.first = &r;
+    m.failures += r.cls == "failure";
+  }
+  m.j_all = group_json(m.all);
+  const double mean_kld = m.j_all.at("kld").at("mean").is_null() ? kInf : m.j_all.at("kld").at("mean").get<double>();
+  const double same_top = m.j_all.at("same_top").at("p").get<double>();
+  if (m.failures) m.violated.push_back(std::to_string(m.failures) + " differing top-1 classed failure");
+  for (std::string& v : check.violations(mean_kld, same_top, "top-1 agreement")) m.violated.push_back(std::move(v));
+  m.verdict = m.violated.empty() ? "pass" : "fail";
+  return m;
+}
 
-  if (a.generate_report) {
-    auto cls = [](const std::string& c) {  // generate's class names
-      std::string u = c;
-      std::replace(u.begin(), u.end(), '-', '_');
-      return u;
-    };
-    std::vector<int32_t> ref_tokens, eng_tokens;
-    std::vector<double> ref_margins;
-    Json eng_margins = Json::array(), divs = Json::array();
-    for (const StepResult& r : res) {
-      const EngineStep& s = run.steps[static_cast<size_t>(r.step)];
-      ref_tokens.push_back(r.d.truth_top);
-      ref_margins.push_back(r.truth_margin);
-      eng_tokens.push_back(r.id);
-      eng_margins.push_back(s.top.size() > 1 ? Json(s.top[0].logprob - s.top[1].logprob) : Json(nullptr));
-      if (!r.d.same_top)
-        divs.push_back({{"step", r.step}, {"reference_token", r.d.truth_top}, {"engine_token", r.d.engine_top},
-                        {"reference_margin", r.truth_margin}, {"engine_margin", eng_margins.back()}, {"truth_gap", r.d.truth_gap},
-                        {"beyond_topk", r.beyond}, {"class", cls(r.cls)}});
-    }
-    std::vector<int32_t> gen;
-    for (const EngineStep& s : run.steps) gen.push_back(s.id);
-    const std::string text = tk.decode(gen, tok::DecodeOptions{.special = false});
-    if (a.json) {
-      Json j = {{"prompt_ids", run.prompt},
-                {"against", a.against},
-                {"shape", run.shape},
-                {"reference", {{"backend", truth->describe()}, {"tokens", ref_tokens}, {"margins", ref_margins}}},
-                {"engine", {{"backend", run.engine.empty() ? run.shape : run.engine}, {"tokens", eng_tokens}, {"margins", eng_margins}, {"text", text}}},
-                {"first_divergence", divs.empty() ? Json(nullptr) : divs[0]},
-                {"divergences", divs},
-                {"engine_precision", a.engine_precision},
-                {"margin", margin},
-                {"tie_gap", tie_gap},
-                {"verdict", verdict}};
-      std::printf("%s\n", json_text(j, -1).c_str());
-    } else {
-      std::printf("%s\n", text.c_str());
-      std::fflush(stdout);
-      if (!first) {
-        std::fprintf(stderr, "generate: the reference (on the engine's prefix) and the engine agree on all %lld steps\n",
-                     static_cast<long long>(n));
-      } else {
-        std::fprintf(stderr, "generate: first divergence at step %lld: reference %d (margin %.6g) vs engine %d: %s\n",
-                     static_cast<long long>(first->step), first->d.truth_top, first->truth_margin, first->d.engine_top,
-                     cls(first->cls).c_str());
-        std::fprintf(stderr, "generate: %zu divergent steps of %lld: %lld near-ties, %lld decision flips, %lld failures: %s\n",
-                     divs.size(), static_cast<long long>(n), j_all.at("differing_top").at("near_tie").get<long long>(),
-                     j_all.at("differing_top").at("decision_flip").get<long long>(), static_cast<long long>(failures), verdict);
-      }
-    }
-  } else if (a.json) {
-    Json steps = Json::array();
-    for (const StepResult& r : res) steps.push_back(step_json(r));
-    Json j = {{"model", a.model},
+// `generate --against`: generate's report (kld_against.h).
+void print_generate_report(const KldAgainstArgs& a, const EngineRun& run, const tok::Tokenizer& tk, const Setup& u,
+                           const std::vector<StepResult>& res, const Summary& m) {
+  auto cls = [](const std::string& c) {  // generate's class names
+    std::string x = c;
+    std::replace(x.begin(), x.end(), '-', '_');
+    return x;
+  };
+  std::vector<int32_t> ref_tokens, eng_tokens;
+  std::vector<double> ref_margins;
+  Json eng_margins = Json::array(), divs = Json::array();
+  for (const StepResult& r : res) {
+    const EngineStep& s = run.steps[static_cast<size_t>(r.step)];
+    ref_tokens.push_back(r.d.truth_top);
+    ref_margins.push_back(r.truth_margin);
+    eng_tokens.push_back(r.id);
+    eng_margins.push_back(s.top.size() > 1 ? Json(s.top[0].logprob - s.top[1].logprob) : Json(nullptr));
+    if (!r.d.same_top)
+      divs.push_back({{"step", r.step}, {"reference_token", r.d.truth_top}, {"engine_token", r.d.engine_top},
+                      {"reference_margin", r.truth_margin}, {"engine_margin", eng_margins.back()}, {"truth_gap", r.d.truth_gap},
+                      {"beyond_topk", r.beyond}, {"class", cls(r.cls)}});
+  }
+  std::vector<int32_t> gen;
+  for (const EngineStep& s : run.steps) gen.push_back(s.id);
+  const std::string text = tk.decode(gen, tok::DecodeOptions{.special = false});
+  if (a.json) {
+    Json j = {{"prompt_ids", run.prompt},
               {"against", a.against},
               {"shape", run.shape},
-              {"engine", run.engine},
-              {"truth", truth->describe()},
-              {"prompt_tokens", P},
-              {"generated_tokens", n},
-              {"top_n", run.steps[0].top.size()},
-              {"ids_from_text", run.ids_from_text},
-              {"index_topk", top_k},
+              {"reference", {{"backend", u.truth}, {"tokens", ref_tokens}, {"margins", ref_margins}}},
+              {"engine", {{"backend", run.engine.empty() ? run.shape : run.engine}, {"tokens", eng_tokens}, {"margins", eng_margins}, {"text", text}}},
+              {"first_divergence", divs.empty() ? Json(nullptr) : divs[0]},
+              {"divergences", divs},
               {"engine_precision", a.engine_precision},
-              {"margin", margin},
-              {"tie_gap", tie_gap},
-              {"kld_definition", "top-N buckets + other, engine logprobs not renormalized"},
-              {"all", j_all},
-              {"within_topk", group_json(within)},
-              {"beyond_topk", group_json(beyond)},
-              {"first_divergence", first ? step_json(*first) : Json(nullptr)},
-              {"steps", steps},
-              {"seconds", seconds},
-              {"check", a.check.json(violated, verdict)}};
+              {"margin", u.margin},
+              {"tie_gap", u.tie_gap},
+              {"verdict", m.verdict}};
     std::printf("%s\n", json_text(j, -1).c_str());
-  } else {
-    std::printf("kld --against %s: %s vs %s%s, %lld generated tokens after %lld prompt tokens, top-%zu\n", a.against.c_str(),
-                truth->describe().c_str(), run.shape.c_str(), run.engine.empty() ? "" : (" (" + run.engine + ")").c_str(),
-                static_cast<long long>(n), static_cast<long long>(P), run.steps[0].top.size());
-    std::printf("precision %s: margin %g (logit), tie gap %g; KLD over the engine's top-N + other (nats)\n", a.engine_precision.c_str(),
-                margin, tie_gap);
-    std::printf("%-6s %-8s %-5s %-7s %-12s %-6s %-9s %-9s %-10s %s\n", "step", "position", "keys", "id", "KLD", "top1", "truth_top",
-                "engine_top", "truth_gap", "class");
-    for (const StepResult& r : res)
-      std::printf("%-6lld %-8lld %-5lld %-7d %-12.6g %-6s %-9d %-9d %-10.4g %s\n", static_cast<long long>(r.step),
-                  static_cast<long long>(r.position), static_cast<long long>(r.position + 1), r.id, r.d.kld, r.d.same_top ? "same" : "DIFF",
-                  r.d.truth_top, r.d.engine_top, r.d.truth_gap, r.cls.empty() ? "-" : r.cls.c_str());
-    for (const auto& [title, g] : {std::pair<const char*, Json>{"all", j_all}, {"<= index_topk keys", group_json(within)},
-                                   {"> index_topk keys", group_json(beyond)}}) {
-      const Json& d = g.at("differing_top");
-      std::printf("%-18s positions %lld: Mean KLD %.6g, Max KLD %.6g, top-1 agreement %lld/%lld; differing top-1: near-tie %lld, "
-                  "decision-flip %lld, failure %lld\n",
-                  title, g.at("positions").get<long long>(), g.at("kld").at("mean").is_null() ? std::nan("") : g.at("kld").at("mean").get<double>(),
-                  g.at("kld").at("max").is_null() ? std::nan("") : g.at("kld").at("max").get<double>(), g.at("same_top").at("n").get<long long>(),
-                  g.at("positions").get<long long>(), d.at("near_tie").get<long long>(), d.at("decision_flip").get<long long>(),
-                  d.at("failure").get<long long>());
-    }
-    if (first)
-      std::printf("first divergence: step %lld (position %lld, %s index_topk keys): truth top %d, engine top %d, truth gap %.4g: %s "
-                  "(the row's nearest decision tie: %.3g, layer %d %s)\n",
-                  static_cast<long long>(first->step), static_cast<long long>(first->position), first->beyond ? "more than" : "at most",
-                  first->d.truth_top, first->d.engine_top, first->d.truth_gap, first->cls.c_str(), first->min_decision_gap,
-                  first->nearest_layer, first->nearest_kind.c_str());
-    else
-      std::printf("first divergence: none (every top-1 agrees)\n");
-    std::printf("check: %s", verdict);
-    for (const std::string& v : violated) std::printf("; %s", v.c_str());
-    std::printf("\nseconds: reference %.2f\n", seconds);
+    return;
   }
-  set_exit_code(violated.empty() ? kExitOk : kExitFail);
+  std::printf("%s\n", text.c_str());
+  std::fflush(stdout);
+  if (!m.first) {
+    std::fprintf(stderr, "generate: the reference (on the engine's prefix) and the engine agree on all %lld steps\n",
+                 static_cast<long long>(u.n));
+    return;
+  }
+  std::fprintf(stderr, "generate: first divergence at step %lld: reference %d (margin %.6g) vs engine %d: %s\n",
+               static_cast<long long>(m.first->step), m.first->d.truth_top, m.first->truth_margin, m.first->d.engine_top,
+               cls(m.first->cls).c_str());
+  std::fprintf(stderr, "generate: %zu divergent steps of %lld: %lld near-ties, %lld decision flips, %lld failures: %s\n",
+               divs.size(), static_cast<long long>(u.n), m.j_all.at("differing_top").at("near_tie").get<long long>(),
+               m.j_all.at("differing_top").at("decision_flip").get<long long>(), static_cast<long long>(m.failures), m.verdict);
+}
+
+// `kld --against --json`: one object (docs/KLD.md).
+void print_kld_json(const KldAgainstArgs& a, const EngineRun& run, const Setup& u, const std::vector<StepResult>& res,
+                    const Summary& m) {
+  Json steps = Json::array();
+  for (const StepResult& r : res) steps.push_back(step_json(r));
+  Json j = {{"model", a.model},
+            {"against", a.against},
+            {"shape", run.shape},
+            {"engine", run.engine},
+            {"truth", u.truth},
+            {"prompt_tokens", u.P},
+            {"generated_tokens", u.n},
+            {"top_n", run.steps[0].top.size()},
+            {"ids_from_text", run.ids_from_text},
+            {"index_topk", u.top_k},
+            {"engine_precision", a.engine_precision},
+            {"margin", u.margin},
+            {"tie_gap", u.tie_gap},
+            {"kld_definition", "top-N buckets + other, engine logprobs not renormalized"},
+            {"all", m.j_all},
+            {"within_topk", group_json(m.within)},
+            {"beyond_topk", group_json(m.beyond)},
+            {"first_divergence", m.first ? step_json(*m.first) : Json(nullptr)},
+            {"steps", steps},
+            {"seconds", u.seconds},
+            {"check", a.check.json(m.violated, m.verdict)}};
+  std::printf("%s\n", json_text(j, -1).c_str());
+}
+
+// `kld --against`: a line per step, the groups' figures, the first divergence and the verdict.
+void print_kld_table(const KldAgainstArgs& a, const EngineRun& run, const Setup& u, const std::vector<StepResult>& res,
+                     const Summary& m) {
+  std::printf("kld --against %s: %s vs %s%s, %lld generated tokens after %lld prompt tokens, top-%zu\n", a.against.c_str(),
+              u.truth.c_str(), run.shape.c_str(), run.engine.empty() ? "" : (" (" + run.engine + ")").c_str(),
+              static_cast<long long>(u.n), static_cast<long long>(u.P), run.steps[0].top.size());
+  std::printf("precision %s: margin %g (logit), tie gap %g; KLD over the engine's top-N + other (nats)\n", a.engine_precision.c_str(),
+              u.margin, u.tie_gap);
+  std::printf("%-6s %-8s %-5s %-7s %-12s %-6s %-9s %-9s %-10s %s\n", "step", "position", "keys", "id", "KLD", "top1", "truth_top",
+              "engine_top", "truth_gap", "class");
+  for (const StepResult& r : res)
+    std::printf("%-6lld %-8lld %-5lld %-7d %-12.6g %-6s %-9d %-9d %-10.4g %s\n", static_cast<long long>(r.step),
+                static_cast<long long>(r.position), static_cast<long long>(r.position + 1), r.id, r.d.kld, r.d.same_top ? "same" : "DIFF",
+                r.d.truth_top, r.d.engine_top, r.d.truth_gap, r.cls.empty() ? "-" : r.cls.c_str());
+  for (const auto& [title, g] : {std::pair<const char*, Json>{"all", m.j_all}, {"<= index_topk keys", group_json(m.within)},
+                                 {"> index_topk keys", group_json(m.beyond)}}) {
+    const Json& d = g.at("differing_top");
+    std::printf("%-18s positions %lld: Mean KLD %.6g, Max KLD %.6g, top-1 agreement %lld/%lld; differing top-1: near-tie %lld, "
+                "decision-flip %lld, failure %lld\n",
+                title, g.at("positions").get<long long>(), g.at("kld").at("mean").is_null() ? std::nan("") : g.at("kld").at("mean").get<double>(),
+                g.at("kld").at("max").is_null() ? std::nan("") : g.at("kld").at("max").get<double>(), g.at("same_top").at("n").get<long long>(),
+                g.at("positions").get<long long>(), d.at("near_tie").get<long long>(), d.at("decision_flip").get<long long>(),
+                d.at("failure").get<long long>());
+  }
+  const StepResult* first = m.first;
+  if (first)
+    std::printf("first divergence: step %lld (position %lld, %s index_topk keys): truth top %d, engine top %d, truth gap %.4g: %s "
+                "(the row's nearest decision tie: %.3g, layer %d %s)\n",
+                static_cast<long long>(first->step), static_cast<long long>(first->position), first->beyond ? "more than" : "at most",
+                first->d.truth_top, first->d.engine_top, first->d.truth_gap, first->cls.c_str(), first->min_decision_gap,
+                first->nearest_layer, first->nearest_kind.c_str());
+  else
+    std::printf("first divergence: none (every top-1 agrees)\n");
+  std::printf("check: %s", m.verdict);
+  for (const std::string& v : m.violated) std::printf("; %s", v.c_str());
+  std::printf("\nseconds: reference %.2f\n", u.seconds);
+}
+
+}  // namespace
+
+void run_kld_against(const KldAgainstArgs& a) {
+  // ---- arguments and input, before any work ----
+  if (!fx::is_builtin_precision(a.engine_precision))
+    throw InputError("kld: --engine-precision must be one of " + fx::builtin_precisions_text() + ", not '" + a.engine_precision + "'");
+  a.check.validate();
+  require_regular_file(a.against, "--against");
+  const auto [f, c, tk] = open_kld_model(a.model);
+  Setup u;
+  u.V = c.n_vocab;
+  const EngineRun run = read_engine_run(a, tk, u.V);
+  u.P = static_cast<int64_t>(run.prompt.size());
+  u.n = static_cast<int64_t>(run.steps.size());
+  std::vector<int32_t> ids = run.prompt;
+  for (int64_t i = 0; i + 1 < u.n; ++i) ids.push_back(run.steps[static_cast<size_t>(i)].id);
+  const int64_t T = static_cast<int64_t>(ids.size());
+  if (c.n_ctx_train > 0 && T > c.n_ctx_train)
+    throw InputError(a.against + ": prompt and generated tokens need " + std::to_string(T) + " positions, beyond the model's context length " +
+                     std::to_string(c.n_ctx_train));
+  const fx::Tolerance tol = fx::tolerance(fx::TolClass::ExactIds, a.engine_precision);
+  u.margin = tol.margin;
+  u.tie_gap = tol.tie_gap;
+  u.top_k = c.indexer_top_k;
+
+  // ---- the reference in f64, one teacher-forced pass ----
+  be::BackendOptions o;
+  o.precision = "f64";
+  o.max_ctx = T;
+  std::unique_ptr<be::Backend> truth = be::make_backend("reference", f, c, o);
+  u.truth = truth->describe();
+  if (!a.json)
+    std::fprintf(stderr, "%s --against: %s (%s%s), %lld prompt + %lld generated tokens, top-%zu logprobs; %s, one pass of %lld tokens\n",
+                 a.generate_report ? "generate" : "kld", a.against.c_str(), run.shape.c_str(),
+                 run.engine.empty() ? "" : (", " + run.engine).c_str(), static_cast<long long>(u.P),
+                 static_cast<long long>(u.n), run.steps[0].top.size(), u.truth.c_str(), static_cast<long long>(T));
+  const auto t0 = std::chrono::steady_clock::now();
+  truth->reset();
+  be::LayerRange whole;
+  whole.head_all_rows = true;
+  truth->set_range(whole);
+  AgainstTrace tr;
+  truth->forward(ids, &tr);
+  u.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (tr.logits_shape != std::vector<int64_t>{T, u.V}) throw std::runtime_error("kld --against: the reference reported no logits [T, vocab]");
+
+  const std::vector<StepResult> res = judge_steps(run, tr, u);
+  const Summary m = summarize(res, a.check);
+  if (a.generate_report) print_generate_report(a, run, tk, u, res, m);
+  else if (a.json) print_kld_json(a, run, u, res, m);
+  else print_kld_table(a, run, u, res, m);
+  set_exit_code(m.violated.empty() ? kExitOk : kExitFail);
 }
 
 }  // namespace mlaconf::cli

@@ -25,27 +25,40 @@ Cleanup& cleanup() {
   static Cleanup c;
   return c;
 }
+
+// Model `o` written into a folder of its own (removed at exit); its first file.
+std::string write_shared(const std::string& folder, const std::string& file, const synth::Options& o) {
+  const std::string dir = testing_gguf::scratch_dir(folder);
+  cleanup().dirs.push_back(dir);
+  return synth::write_model(o, dir + "/" + file).front();
+}
 }  // namespace
 
 const std::string& tiny_seed11() {
   static const std::string path = [] {
-    const std::string dir = testing_gguf::scratch_dir("synth-shared");
-    cleanup().dirs.push_back(dir);
     synth::Options o;
     o.seed = 11;
-    return synth::write_model(o, dir + "/tiny-seed11.gguf").front();
+    return write_shared("synth-shared", "tiny-seed11.gguf", o);
   }();
   return path;
 }
 
 const std::string& tiny_header_only() {
   static const std::string path = [] {
-    const std::string dir = testing_gguf::scratch_dir("synth-shared-ho");
-    cleanup().dirs.push_back(dir);
     synth::Options o;
     o.seed = 11;
     o.header_only = true;
-    return synth::write_model(o, dir + "/tiny-header-only.gguf").front();
+    return write_shared("synth-shared-ho", "tiny-header-only.gguf", o);
+  }();
+  return path;
+}
+
+const std::string& tiny_ffs_seed37() {
+  static const std::string path = [] {
+    synth::Options o;
+    o.seed = 37;
+    o.config = with_dims(ModelConfig::tiny_default(), DimOverrides{.layers = 4, .top_k = 8, .indexer_types = "FFS"});
+    return write_shared("synth-shared-ffs", "tiny-ffs-seed37.gguf", o);
   }();
   return path;
 }

@@ -10,6 +10,9 @@ namespace mlaconf::testing_synth {
 const std::string& tiny_seed11();
 // The same model written --header-only (sparse data: cheap; for metadata tests).
 const std::string& tiny_header_only();
+// The forcing suites' model: tiny dims, 4 layers with indexer types F F S F (layer 2 reuses layer 1's
+// selection), top_k 8, seed 37 (`mlaconf synth --seed 37 --layers 4 --top-k 8 --indexer-types FFS`).
+const std::string& tiny_ffs_seed37();
 
 // Runs a shell command; returns its exit status (-1 if it did not exit normally) and its stdout and
 // stderr (separately).

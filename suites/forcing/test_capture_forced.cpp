@@ -29,7 +29,9 @@
 #include "core/trace.h"
 #include "fixtures/fixture_file.h"
 #include "suites/common/case_registry.h"
+#include "suites/common/mem_trace.h"
 #include "suites/core/gguf_bytes.h"
+#include "suites/core/synth_files.h"
 #include "tools/backend/backend.h"
 
 namespace mlaconf::capture_forced_test {
@@ -44,15 +46,7 @@ int sh(const std::string& cmd) {
   return st == -1 ? -1 : WEXITSTATUS(st);
 }
 
-struct MemTrace : Trace {
-  std::map<std::pair<int, std::string>, std::vector<double>> f;
-  void record(int layer, std::string_view name, const double* d, const std::vector<int64_t>& shape) override {
-    int64_t n = 1;
-    for (auto s : shape) n *= s;
-    f[{layer, std::string(name)}] = std::vector<double>(d, d + n);
-  }
-  void record_i32(int, std::string_view, const int32_t*, const std::vector<int64_t>&) override {}
-};
+using test::MemTrace;
 
 std::vector<double> other_topk_row(const double* own, int64_t p) {
   std::vector<double> row(kK, -1);
@@ -191,8 +185,7 @@ void capture_follows_forced(const std::string& backend) {
   const std::string d = testing_gguf::scratch_dir("capture-forced-" + backend);
   // Environment MLACONF_CLI (a binary carried to a GPU machine), else the one built beside this test.
   const char* env = std::getenv("MLACONF_CLI");
-  const std::string cli = env ? env : MLACONF_CLI, m = d + "/m.gguf";
-  ASSERT_EQ(sh(cli + " synth --seed 37 --layers 4 --top-k 8 --indexer-types FFS -o " + m), 0);
+  const std::string cli = env ? env : MLACONF_CLI, m = testing_synth::tiny_ffs_seed37();
   GgufFile gf = GgufFile::open(m);
   const ModelConfig c = ModelConfig::from_gguf(gf);
   ASSERT_EQ(c.indexer_top_k, kK);
@@ -225,10 +218,10 @@ void capture_follows_forced(const std::string& backend) {
       for (const char* n : outs) {
         const std::string p = "layers/" + std::to_string(l) + "/" + n;
         if (!F.has(cs, p)) continue;
-        auto it = tr.f.find({l, n});
-        ASSERT_NE(it, tr.f.end()) << p;
+        const MemTrace::Rec* rec = tr.get(l, n);
+        ASSERT_NE(rec, nullptr) << p;
         const Array got = F.read(cs, p), unforced = E.read(cs, p);
-        const double e = worst_row_nmse(got.v, it->second, T), sep = worst_row_nmse(unforced.v, it->second, T);
+        const double e = worst_row_nmse(got.v, rec->v, T), sep = worst_row_nmse(unforced.v, rec->v, T);
         EXPECT_LE(e, tol) << cs << " " << p << ": the forced capture is not the run on E2's decisions (worst row NMSE " << e << ")";
         EXPECT_GE(sep, 1e-3) << cs << " " << p << ": E2's decisions do not change it (worst row NMSE against E " << sep << ")";
         ++checked;

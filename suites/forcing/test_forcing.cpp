@@ -35,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,8 @@
 #include "core/model_config.h"
 #include "core/trace.h"
 #include "suites/common/case_registry.h"
-#include "suites/core/gguf_bytes.h"
-#include "synth/synth.h"
+#include "suites/common/mem_trace.h"
+#include "suites/core/synth_files.h"
 #include "tools/backend/backend.h"
 
 namespace mlaconf::forcing_test {
@@ -54,33 +55,9 @@ namespace {
 constexpr int64_t kPrompt = 24, kTopK = 8, kDecode = 2, kGreedy = 2;
 constexpr double kTeeth = 1e-3;  // row NMSE by which the forced selection must change a row to count
 
-// Every record of one pass, by (layer, name).
-struct MemTrace : Trace {
-  struct Rec {
-    std::vector<double> v;
-    std::vector<int32_t> i;
-    std::vector<int64_t> shape;
-  };
-  std::map<std::pair<int, std::string>, Rec> recs;
-  void record(int layer, std::string_view name, const double* d, const std::vector<int64_t>& shape) override {
-    recs[{layer, std::string(name)}] = Rec{std::vector<double>(d, d + count(shape)), {}, shape};
-  }
-  void record_i32(int layer, std::string_view name, const int32_t* d, const std::vector<int64_t>& shape) override {
-    recs[{layer, std::string(name)}] = Rec{{}, std::vector<int32_t>(d, d + count(shape)), shape};
-  }
-  static int64_t count(const std::vector<int64_t>& s) {
-    int64_t n = 1;
-    for (auto x : s) n *= x;
-    return n;
-  }
-  const Rec& at(int layer, const char* name) const {
-    auto it = recs.find({layer, name});
-    if (it == recs.end()) throw std::runtime_error(std::string("trace lacks layer ") + std::to_string(layer) + " " + name);
-    return it->second;
-  }
-};
+using test::MemTrace;  // every record of one pass, by (layer, name)
 
-// The synthesized model, written once per process.
+// The synthesized model (suites/core/synth_files.h), written once per process.
 struct Model {
   std::string path;
   GgufFile f;
@@ -88,13 +65,10 @@ struct Model {
 };
 const Model& model() {
   static const Model m = [] {
-    const std::string dir = testing_gguf::scratch_dir("forcing-model");
-    synth::Options o;
-    o.seed = 37;
-    o.config = with_dims(ModelConfig::tiny_default(), DimOverrides{.layers = 4, .top_k = kTopK, .indexer_types = "FFS"});
-    const std::string p = synth::write_model(o, dir + "/forcing.gguf").front();
+    const std::string& p = testing_synth::tiny_ffs_seed37();
     GgufFile f = GgufFile::open(p);
     ModelConfig c = ModelConfig::from_gguf(f);
+    if (c.indexer_top_k != kTopK) throw std::runtime_error("the forcing model's top_k is not kTopK");
     return Model{p, std::move(f), std::move(c)};
   }();
   return m;

@@ -34,6 +34,7 @@
 #include "core/weight_layout.h"
 #include "reference/weights.h"
 #include "suites/common/case_registry.h"
+#include "suites/common/mem_trace.h"
 #include "suites/core/gguf_bytes.h"
 #include "synth/synth.h"
 #include "tools/backend/backend.h"
@@ -44,30 +45,7 @@ namespace {
 constexpr double kEps = 0.5, kTheta = 50.0;
 constexpr int64_t kT = 12;
 
-struct MemTrace : Trace {
-  std::map<std::pair<int, std::string>, std::pair<std::vector<double>, std::vector<int64_t>>> f;
-  std::map<std::pair<int, std::string>, std::vector<int32_t>> i;
-  void record(int layer, std::string_view name, const double* d, const std::vector<int64_t>& shape) override {
-    int64_t n = 1;
-    for (auto s : shape) n *= s;
-    f[{layer, std::string(name)}] = {std::vector<double>(d, d + n), shape};
-  }
-  void record_i32(int layer, std::string_view name, const int32_t* d, const std::vector<int64_t>& shape) override {
-    int64_t n = 1;
-    for (auto s : shape) n *= s;
-    i[{layer, std::string(name)}] = std::vector<int32_t>(d, d + n);
-  }
-  const std::vector<double>& at(int l, const char* n) const {
-    auto it = f.find({l, n});
-    if (it == f.end()) throw std::runtime_error("trace lacks layer " + std::to_string(l) + " " + n);
-    return it->second.first;
-  }
-  const std::vector<int32_t>& ids(int l, const char* n) const {
-    auto it = i.find({l, n});
-    if (it == i.end()) throw std::runtime_error("trace lacks layer " + std::to_string(l) + " " + n);
-    return it->second;
-  }
-};
+using test::MemTrace;
 
 struct Variant {
   double scale;
@@ -236,33 +214,33 @@ void check(const std::string& backend, Variant v) {
       expect_constant(x, what + " (rms eps)", got, rmsnorm(in, w, kEps), kT,
                       {{"eps 1e-6", rmsnorm(in, w, 1e-6)}, {"eps 1e-5", rmsnorm(in, w, 1e-5)}});
     };
-    norm_check("attn_norm_out", tr.at(l, op::kInputHidden), vec(wname::kAttnNorm), tr.at(l, op::kAttnNormOut));
-    norm_check("q_a_norm", tr.at(l, op::kQA), vec(wname::kQANorm), tr.at(l, op::kQANorm));
-    norm_check("kv_latent", cols(tr.at(l, op::kKvA), dl + R, 0, dl), vec(wname::kKvANorm), tr.at(l, op::kKvLatent));
-    std::vector<double> a = tr.at(l, op::kInputHidden);
-    const auto& ao = tr.at(l, op::kAttnOut);
+    norm_check("attn_norm_out", tr.at(l, op::kInputHidden).v, vec(wname::kAttnNorm), tr.at(l, op::kAttnNormOut).v);
+    norm_check("q_a_norm", tr.at(l, op::kQA).v, vec(wname::kQANorm), tr.at(l, op::kQANorm).v);
+    norm_check("kv_latent", cols(tr.at(l, op::kKvA).v, dl + R, 0, dl), vec(wname::kKvANorm), tr.at(l, op::kKvLatent).v);
+    std::vector<double> a = tr.at(l, op::kInputHidden).v;
+    const auto& ao = tr.at(l, op::kAttnOut).v;
     for (size_t i = 0; i < a.size(); ++i) a[i] += ao[i];
-    norm_check("ffn_norm_out", a, vec(wname::kFfnNorm), tr.at(l, op::kFfnNormOut));
+    norm_check("ffn_norm_out", a, vec(wname::kFfnNorm), tr.at(l, op::kFfnNormOut).v);
     // RoPE with theta: the key's rope part of kv_a, and each head's q_pe.
-    const auto kpe = cols(tr.at(l, op::kKvA), dl + R, dl, R);
-    const auto qpe = cols(tr.at(l, op::kQB), nope + R, nope, R);  // [T*H, R]
+    const auto kpe = cols(tr.at(l, op::kKvA).v, dl + R, dl, R);
+    const auto qpe = cols(tr.at(l, op::kQB).v, nope + R, nope, R);  // [T*H, R]
     const auto f = freqs(R, kTheta, v.yarn, kYarnOrig);
     if (v.yarn > 0) {  // YaRN moves the low frequencies only: positions from 6 on rotate them far enough to tell
-      expect_constant(x, "k_pe_rope (rope theta, YaRN factor and original context)", tr.at(l, op::kKPeRope), rope(kpe, R, 1, f), kT,
+      expect_constant(x, "k_pe_rope (rope theta, YaRN factor and original context)", tr.at(l, op::kKPeRope).v, rope(kpe, R, 1, f), kT,
                       {{"no YaRN", rope(kpe, R, 1, freqs(R, kTheta))}, {"YaRN factor 2", rope(kpe, R, 1, freqs(R, kTheta, 2, kYarnOrig))},
                        {"YaRN original context 64", rope(kpe, R, 1, freqs(R, kTheta, v.yarn, 64))}}, 6);
-      expect_constant(x, "q_pe_rope (YaRN)", tr.at(l, op::kQPeRope), rope(qpe, R, H, f), kT * H,
+      expect_constant(x, "q_pe_rope (YaRN)", tr.at(l, op::kQPeRope).v, rope(qpe, R, H, f), kT * H,
                       {{"no YaRN", rope(qpe, R, H, freqs(R, kTheta))}}, 6 * H);
     } else {
-      expect_constant(x, "k_pe_rope (rope theta)", tr.at(l, op::kKPeRope), rope(kpe, R, 1, f), kT,
+      expect_constant(x, "k_pe_rope (rope theta)", tr.at(l, op::kKPeRope).v, rope(kpe, R, 1, f), kT,
                       {{"theta 1e4", rope(kpe, R, 1, freqs(R, 1e4))}, {"theta 1e6", rope(kpe, R, 1, freqs(R, 1e6))}}, 1);
-      expect_constant(x, "q_pe_rope (rope theta)", tr.at(l, op::kQPeRope), rope(qpe, R, H, f), kT * H,
+      expect_constant(x, "q_pe_rope (rope theta)", tr.at(l, op::kQPeRope).v, rope(qpe, R, H, f), kT * H,
                       {{"theta 1e4", rope(qpe, R, H, freqs(R, 1e4))}}, H);
     }
     // Softmax scale: attention over the selected keys of this pass's cache (a prefill: rows 0..T-1).
-    const auto& qa = tr.at(l, op::kQAbsorbed);       // [T, H, dlat]
-    const auto& cache = tr.at(l, op::kLatentCache);  // [T, dlat]
-    const auto& sel = tr.ids(l, op::kIndexerTopk);   // [T, top_k]
+    const auto& qa = tr.at(l, op::kQAbsorbed).v;       // [T, H, dlat]
+    const auto& cache = tr.at(l, op::kLatentCache).v;  // [T, dlat]
+    const auto& sel = tr.at(l, op::kIndexerTopk).i;    // [T, top_k]
     const int64_t K = c.indexer_top_k;
     auto attend = [&](double scale) {
       std::vector<double> out(kT * H * dl, 0.0);
@@ -292,12 +270,12 @@ void check(const std::string& backend, Variant v) {
     std::map<std::string, std::vector<double>> wrong = {{"1/sqrt(kv_lora + rope)", attend(m * m / std::sqrt(static_cast<double>(dlat)))},
                                                         {"1/sqrt(qk_nope)", attend(m * m / std::sqrt(static_cast<double>(nope)))}};
     if (v.yarn > 0) wrong["without the YaRN m^2"] = attend(1.0 / std::sqrt(static_cast<double>(nope + R)));
-    expect_constant(x, "attn_latent_out (softmax scale 1/sqrt(qk_nope + qk_rope), YaRN m^2)", tr.at(l, op::kAttnLatentOut),
+    expect_constant(x, "attn_latent_out (softmax scale 1/sqrt(qk_nope + qk_rope), YaRN m^2)", tr.at(l, op::kAttnLatentOut).v,
                     attend(scale), kT, wrong, 1);
     // Router weights: sigmoid at the chosen ids, normalized (flag) and scaled (routed_scaling_factor).
     if (c.is_moe_layer(l)) {
-      const auto& lg = tr.at(l, op::kRouterLogits);
-      const auto& rid = tr.ids(l, op::kRouterIds);
+      const auto& lg = tr.at(l, op::kRouterLogits).v;
+      const auto& rid = tr.at(l, op::kRouterIds).i;
       const int64_t U = c.n_expert_used;
       auto weights = [&](bool norm, double sc) {
         std::vector<double> w(kT * U);
@@ -308,7 +286,7 @@ void check(const std::string& backend, Variant v) {
         }
         return w;
       };
-      expect_constant(x, "router_weights (expert_weights_scale, expert_weights_norm)", tr.at(l, op::kRouterWeights),
+      expect_constant(x, "router_weights (expert_weights_scale, expert_weights_norm)", tr.at(l, op::kRouterWeights).v,
                       weights(v.norm, v.scale), kT,
                       {{"scale 1", weights(v.norm, 1.0)}, {"scale 2.5 (the tiny model's)", weights(v.norm, 2.5)},
                        {"norm flag flipped", weights(!v.norm, v.scale)}});
@@ -318,13 +296,12 @@ void check(const std::string& backend, Variant v) {
   // The final norm, on the last layer's output.
   Ctx x = base;
   x.where = backend + " model";
-  const auto& last = tr.at(static_cast<int>(c.n_layer_run() - 1), op::kOutputHidden);
+  const auto& last = tr.at(static_cast<int>(c.n_layer_run() - 1), op::kOutputHidden).v;
   const Eigen::VectorXd wo = W.vec(wname::kOutputNorm);
-  auto fn = tr.f.find({-1, op::kFinalNorm});
-  if (fn != tr.f.end()) {
-    const int64_t rows = fn->second.second.empty() ? 0 : fn->second.second[0];
+  if (const MemTrace::Rec* fn = tr.get(-1, op::kFinalNorm)) {
+    const int64_t rows = fn->shape.empty() ? 0 : fn->shape[0];
     const std::vector<double> in(last.end() - rows * E, last.end());
-    expect_constant(x, "final_norm (rms eps)", fn->second.first, rmsnorm(in, wo, kEps), rows,
+    expect_constant(x, "final_norm (rms eps)", fn->v, rmsnorm(in, wo, kEps), rows,
                     {{"eps 1e-6", rmsnorm(in, wo, 1e-6)}});
   } else {
     ADD_FAILURE() << backend << ": the trace holds no final_norm";

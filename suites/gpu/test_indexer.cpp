@@ -280,6 +280,25 @@ void indexer_f32_many_rows_case() {
 // keys around the 2^31-element mark, the last ones and a random spread judged against the reference), and
 // one query over the last 40000 keys through k_off (an offset past 2^31 elements): bit for bit the same
 // scores as the first query's over those keys (same q, w; every key causal).
+// The judged keys of a case over more than 2^31 key elements (all <= L - 2, so causal for both queries): the
+// 1024 below the last, the 1024 around the first key at or past element 2^31, then random keys up to 4096.
+std::vector<int64_t> huge_judged_keys(int64_t L, int64_t Di, std::mt19937_64& rng) {
+  const int64_t first_high = ((int64_t)1 << 31) / Di;
+  std::vector<int64_t> keys;
+  for (int64_t r = L - 1025; r <= L - 2; ++r) keys.push_back(r);
+  for (int64_t r = first_high - 512; r < first_high + 512; ++r) keys.push_back(r);
+  while ((int64_t)keys.size() < 4096) keys.push_back((int64_t)(rng() % (L - 1)));
+  return keys;
+}
+
+// Those keys' rows of the pattern fill_pattern_f16 / fill_pattern_f32 wrote with `seed`, [keys, Di].
+MatD pattern_key_rows(const std::vector<int64_t>& keys, int64_t Di, uint64_t seed) {
+  MatD K(keys.size(), Di);
+  for (size_t j = 0; j < keys.size(); ++j)
+    for (int64_t x = 0; x < Di; ++x) K(j, x) = cuda::half_bits_to_float_host(cuda::pattern_half_bits(seed, keys[j], x));
+  return K;
+}
+
 void huge_keys_f32_case() {
   MLACONF_REQUIRE_CUDA();
   const int64_t T = 2, Hi = 32, Di = 128, L = ((int64_t)1 << 31) / Di + 50'000, L2 = 40'000;
@@ -300,14 +319,8 @@ void huge_keys_f32_case() {
   cuda::indexer_scores_f32(d_q.as<float>(), d_k.as<float>(), d_w.as<float>(), d_pos.as<int32_t>(), T, Hi, Di, L, d_s.as<float>());
   cuda::indexer_scores_f32_rows(d_q.as<float>(), d_k.as<float>(), d_off2.as<int64_t>(), d_w.as<float>(), d_pos2.as<int32_t>(), 1, Hi,
                                 Di, L2, d_s2.as<float>());
-  const int64_t first_high = ((int64_t)1 << 31) / Di;
-  std::vector<int64_t> keys;
-  for (int64_t r = L - 1025; r <= L - 2; ++r) keys.push_back(r);
-  for (int64_t r = first_high - 512; r < first_high + 512; ++r) keys.push_back(r);
-  while ((int64_t)keys.size() < 4096) keys.push_back((int64_t)(rng() % (L - 1)));
-  MatD K(keys.size(), Di);
-  for (size_t j = 0; j < keys.size(); ++j)
-    for (int64_t x = 0; x < Di; ++x) K(j, x) = cuda::half_bits_to_float_host(cuda::pattern_half_bits(seed, keys[j], x));
+  const std::vector<int64_t> keys = huge_judged_keys(L, Di, rng);
+  const MatD K = pattern_key_rows(keys, Di, seed);
   const std::vector<float> all = cuda::to_host<float>(d_s, T * L), tail = cuda::to_host<float>(d_s2, L2);
   std::vector<double> got, want;
   for (int64_t t = 0; t < T; ++t) {
@@ -485,15 +498,8 @@ void huge_keys_case() {
   cuda::DeviceBuffer d_s((size_t)(T * L) * 4);
   cuda::indexer_scores(d_q.as<uint16_t>(), d_k.as<uint16_t>(), d_w.as<float>(), d_pos.as<int32_t>(), T, Hi, Di, L, d_s.as<float>());
   cuda::synchronize();
-  // The judged keys (all <= L - 2, so causal for both queries).
-  const int64_t first_high = ((int64_t)1 << 31) / Di;  // the first key at or past element 2^31
-  std::vector<int64_t> keys;
-  for (int64_t r = L - 1025; r <= L - 2; ++r) keys.push_back(r);
-  for (int64_t r = first_high - 512; r < first_high + 512; ++r) keys.push_back(r);
-  while ((int64_t)keys.size() < 4096) keys.push_back((int64_t)(rng() % (L - 1)));
-  MatD K(keys.size(), Di);
-  for (size_t j = 0; j < keys.size(); ++j)
-    for (int64_t x = 0; x < Di; ++x) K(j, x) = cuda::half_bits_to_float_host(cuda::pattern_half_bits(seed, keys[j], x));
+  const std::vector<int64_t> keys = huge_judged_keys(L, Di, rng);
+  const MatD K = pattern_key_rows(keys, Di, seed);
   std::vector<float> all = cuda::to_host<float>(d_s, T * L);
   std::vector<double> got, want;
   for (int64_t t = 0; t < T; ++t) {

@@ -21,6 +21,7 @@
 #include "fixtures/tolerances.h"
 #include "optimized/faults.h"
 #include "optimized/pipeline.h"
+#include "suites/common/mem_trace.h"
 #include "suites/gpu/gpu_test_util.h"
 #ifdef MLACONF_HAVE_REF_MODEL
 #include "reference/model.h"
@@ -38,28 +39,7 @@ std::string tiny_model_path() {
   return std::string(env ? env : MLACONF_SHARED_DIR) + "/models/glm-dsa-tiny.gguf";
 }
 
-struct MemTrace : Trace {
-  struct Rec {
-    std::vector<double> v;
-    std::vector<int32_t> i;
-    std::vector<int64_t> shape;
-  };
-  std::map<std::pair<int, std::string>, Rec> recs;
-  void record(int layer, std::string_view name, const double* d, const std::vector<int64_t>& shape) override {
-    int64_t n = 1;
-    for (auto s : shape) n *= s;
-    recs[{layer, std::string(name)}] = Rec{std::vector<double>(d, d + n), {}, shape};
-  }
-  void record_i32(int layer, std::string_view name, const int32_t* d, const std::vector<int64_t>& shape) override {
-    int64_t n = 1;
-    for (auto s : shape) n *= s;
-    recs[{layer, std::string(name)}] = Rec{{}, std::vector<int32_t>(d, d + n), shape};
-  }
-  const Rec* get(int layer, const char* name) const {
-    auto it = recs.find({layer, name});
-    return it == recs.end() ? nullptr : &it->second;
-  }
-};
+using test::MemTrace;
 
 std::vector<int32_t> prompt_ids(int64_t T, int64_t vocab) {
   std::mt19937_64 rng(2026);

@@ -112,19 +112,19 @@ struct ReferenceReplay<S>::Impl {
   }
 
   Tensors run(int l, const std::string& op, const Tensors& in, int64_t pos0);
+  // Each answers the ops of one part of the layer into `out` (false: not one of its ops).
+  bool query_op(int l, const std::string& op, const Tensors& in, int64_t pos0, Tensors& out);
+  bool indexer_op(int l, const std::string& op, const Tensors& in, int64_t pos0, Tensors& out);
+  bool attention_op(int l, const std::string& op, const Tensors& in, int64_t pos0, Tensors& out);
+  bool ffn_op(int l, const std::string& op, const Tensors& in, int64_t pos0, Tensors& out);
 };
 
+// The attention's inputs: the norm, the query path, the latent cache row and the absorbed query.
 template <class S>
-Tensors ReferenceReplay<S>::Impl::run(int l, const std::string& op, const Tensors& in, int64_t pos0) {
+bool ReferenceReplay<S>::Impl::query_op(int l, const std::string& op, const Tensors& in, int64_t pos0, Tensors& out) {
   const int64_t E = c.n_embd, H = c.n_head, dn = c.qk_nope(), R = c.qk_rope(), dq = c.qk_head(), dl = c.kv_lora_rank;
-  const int64_t Q = c.q_lora_rank, Hi = c.indexer_n_head, Di = c.indexer_head_size, K = c.indexer_top_k, dv = c.v_head();
-  const int64_t U = c.n_expert_used, X = c.n_expert;
-  const ref::RopeStyle idx_style = c.indexer_neox() ? ref::RopeStyle::NeoX : ref::RopeStyle::Interleaved;
-  if (l < 0 || l >= c.n_layer_run()) throw InputError("op replay: layer " + std::to_string(l) + " is outside the model");
-  if (pos0 < 0) throw InputError("op replay: negative pos0");
+  const int64_t Q = c.q_lora_rank;
   auto M = [&](const char* name, int64_t width) { return to_mat<S>(input(in, name, width, op)); };
-  Tensors out;
-
   if (op == op::kAttnNormOut) {
     Mat<S> h = M(op::kInputHidden, E);
     out[op] = host(ref::rmsnorm<S>(h, W.vec(blk(l, wname::kAttnNorm)), c.rms_eps), {h.rows(), E});
@@ -163,7 +163,19 @@ Tensors ReferenceReplay<S>::Impl::run(int l, const std::string& op, const Tensor
     if (static_cast<int64_t>(kb.size()) != H) throw InputError(f.path() + ": attn_k_b head count differs from the config");
     for (int64_t h = 0; h < H; ++h) q.middleCols(h * dq + dn, R) = qpe.middleCols(h * R, R);
     out[op] = host(ref::absorb_query_rows<S>(q, kb, dn), {q.rows(), H, dl + R});
-  } else if (op == op::kIndexerQ) {
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The indexer: its query, keys, weights, scores and top-k.
+template <class S>
+bool ReferenceReplay<S>::Impl::indexer_op(int l, const std::string& op, const Tensors& in, int64_t pos0, Tensors& out) {
+  const int64_t E = c.n_embd, Q = c.q_lora_rank, Hi = c.indexer_n_head, Di = c.indexer_head_size, K = c.indexer_top_k;
+  const ref::RopeStyle idx_style = c.indexer_neox() ? ref::RopeStyle::NeoX : ref::RopeStyle::Interleaved;
+  auto M = [&](const char* name, int64_t width) { return to_mat<S>(input(in, name, width, op)); };
+  if (op == op::kIndexerQ) {
     Mat<S> cq = M(op::kQANorm, Q);
     const auto pos = positions(pos0, cq.rows());
     Mat<S> qi = ref::indexer_queries<S>(cq, W.mat(blk(l, wname::kIdxQB)), Hi, pos.data(), inv_freq, idx_style);
@@ -194,7 +206,18 @@ Tensors ReferenceReplay<S>::Impl::run(int l, const std::string& op, const Tensor
     out[op::kIndexerTopk] = host(sel.idx, {sel.idx.rows(), K});
     out[op::kIndexerTopkTie] = host_vec(sel.tie);
     out[op::kIndexerTopkGap] = host_vec(sel.gap);
-  } else if (op == op::kAttnLatentOut) {
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The sparse attention over the selected cache rows, the value up-projection and the output projection.
+template <class S>
+bool ReferenceReplay<S>::Impl::attention_op(int l, const std::string& op, const Tensors& in, int64_t pos0, Tensors& out) {
+  const int64_t E = c.n_embd, H = c.n_head, R = c.qk_rope(), dl = c.kv_lora_rank, K = c.indexer_top_k, dv = c.v_head();
+  auto M = [&](const char* name, int64_t width) { return to_mat<S>(input(in, name, width, op)); };
+  if (op == op::kAttnLatentOut) {
     Mat<S> qabs = M(op::kQAbsorbed, H * (dl + R)), cache = M(op::kLatentCache, dl + R);
     MatI idx = to_mati(input(in, op::kIndexerTopk, K, op));
     const int64_t T = qabs.rows();
@@ -213,7 +236,18 @@ Tensors ReferenceReplay<S>::Impl::run(int l, const std::string& op, const Tensor
   } else if (op == op::kAttnOut) {
     Mat<S> v = M(op::kAttnVOut, H * dv);
     out[op] = host(ref::linear<S>(v, W.mat(blk(l, wname::kAttnOut))), {v.rows(), E});
-  } else if (op == op::kFfnNormOut) {
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The FFN: its norm, the router, the experts, the shared expert or the dense MLP, and the layer's output.
+template <class S>
+bool ReferenceReplay<S>::Impl::ffn_op(int l, const std::string& op, const Tensors& in, int64_t pos0, Tensors& out) {
+  const int64_t E = c.n_embd, U = c.n_expert_used, X = c.n_expert;
+  auto M = [&](const char* name, int64_t width) { return to_mat<S>(input(in, name, width, op)); };
+  if (op == op::kFfnNormOut) {
     Mat<S> h = M(op::kInputHidden, E), attn = M(op::kAttnOut, E);
     if (h.rows() != attn.rows()) throw InputError("op replay of ffn_norm_out: input_hidden and attn_out rows differ");
     Mat<S> a = h + attn;
@@ -276,8 +310,19 @@ Tensors ReferenceReplay<S>::Impl::run(int l, const std::string& op, const Tensor
     Mat<S> o = a + mlp;
     out[op] = host(o, {h.rows(), E});
   } else {
-    throw InputError("op replay: unknown op '" + op + "'");
+    return false;
   }
+  return true;
+}
+
+template <class S>
+Tensors ReferenceReplay<S>::Impl::run(int l, const std::string& op, const Tensors& in, int64_t pos0) {
+  if (l < 0 || l >= c.n_layer_run()) throw InputError("op replay: layer " + std::to_string(l) + " is outside the model");
+  if (pos0 < 0) throw InputError("op replay: negative pos0");
+  Tensors out;
+  if (!query_op(l, op, in, pos0, out) && !indexer_op(l, op, in, pos0, out) && !attention_op(l, op, in, pos0, out) &&
+      !ffn_op(l, op, in, pos0, out))
+    throw InputError("op replay: unknown op '" + op + "'");
   return out;
 }
 

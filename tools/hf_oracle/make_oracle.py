@@ -374,7 +374,7 @@ def patch_conventions(model, c, torch, Fp64Mode, log):
     return eps_changed, rope_notes
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gguf", required=True)
     ap.add_argument("--out")
@@ -385,52 +385,25 @@ def main():
     ap.add_argument("--synth-cmd", default="")
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--no-stock", action="store_true", help="skip the stock-float64 drop-point audit run")
-    a = ap.parse_args()
-    t0 = time.time()
-    log_lines = []
+    return ap.parse_args()
 
-    def log(s):
-        s = f"[{time.time() - t0:7.1f}s] {s}"
-        print(s, flush=True)
-        log_lines.append(s)
 
-    sha = sha256_file(a.gguf)
-    meta, arch, tensors, types = load_gguf(a.gguf)
-    c = Cfg(meta, arch, tensors)
-    log(f"{a.gguf}: sha256 {sha}, arch {arch}, {len(tensors)} tensors, layers {c.n_layer}, E {c.E}, H {c.H}, "
-        f"top_k {c.topk}, experts {c.n_exp}/{c.n_used} groups {c.groups}/{c.groups_used}, idx_full {c.idx_full}")
-    sd_np = hf_state_dict(c, tensors)
-    del tensors
-    rng = np.random.RandomState(a.prompt_seed)
-    ids = rng.randint(0, c.vocab, size=a.tokens).astype(np.int32)
-    if a.dry_run:
-        for k, v in list(sd_np.items())[:40]:
-            print(k, v.shape)
-        print(json.dumps(hf_config_kwargs(c), indent=1))
-        print("ids", ids.tolist())
-        return
-    torch, Fp64Mode, DropAudit, stable_topk, orig_topk, counts = torch_side()
-    import transformers
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
-    model, cfg, nan_filled, layout_notes = build_model(c, sd_np, log)
-    del sd_np
+# ----------------------------------------------------------------------------------------------------
+# Capture: module hooks record a forward's tensors in `cap`, (layer, name) -> float64 numpy array
+# ----------------------------------------------------------------------------------------------------
+def first(o):
+    return o[0] if isinstance(o, (tuple, list)) else o
 
-    eps_changed, rope_notes = patch_conventions(model, c, torch, Fp64Mode, log)
 
-    layers = model.model.layers
-    L = len(layers)
-    moe_layers = [l for l in range(L) if l >= c.dense_lead]
-
-    # ---- capture hooks ---------------------------------------------------------------------------
-    cap = {}
-    cur = {"indexer": None}
-
+def make_store(cap, torch):
     def store(key, x):
         cap[key] = x.detach().to(torch.float64).cpu().numpy() if isinstance(x, torch.Tensor) else x
+    return store
 
-    def first(o):
-        return o[0] if isinstance(o, (tuple, list)) else o
 
+def install_hooks(model, layers, moe_layers, cap, cur, store, torch):
+    """The hooks of every layer (hidden states, attention, MLP, indexer, router) and of the final norm;
+    cur["indexer"] is the layer whose indexer is running (topk_capture reads it)."""
     hooks = []
     for l, layer in enumerate(layers):
         def pre(mod, args, kwargs, l=l):
@@ -487,6 +460,12 @@ def main():
                 mlp.route_tokens_to_experts = wrapped
     hooks.append(model.model.norm.register_forward_hook(lambda m, i, o: store((-1, "final_norm"), first(o)[0])))
 
+    return hooks
+
+
+def make_run_forward(model, cap, cur, store, torch, Fp64Mode, DropAudit, stable_topk, orig_topk):
+    """run_forward(ids, fp64): one forward of the model on ids with `cap` refilled and torch.topk swapped for
+    the lower-index rule (recording the indexer's scores) while it runs; returns (float64 logits, the mode)."""
     def topk_capture(input, k, dim=-1, largest=True, sorted=True, *, out=None):
         if cur["indexer"] is not None and input.dim() in (3, 4):
             x = input.reshape(input.shape[-2], input.shape[-1]) if input.dim() == 4 else input[0]
@@ -508,93 +487,82 @@ def main():
         store((-1, "logits"), out.logits[0])
         return logits, mode
 
-    # ---- derived quantities with the reference's definitions --------------------------------------
-    def indexer_derived(l, T):
-        raw = cap.get((l, "indexer_scores_raw"))
-        if raw is None:
-            return None
-        s = np.array(raw, dtype=np.float64)[:, -T:] if raw.shape[1] >= T else np.array(raw)
-        s = s.copy()
-        tri = np.triu(np.ones((T, T), dtype=bool), 1)
-        s[tri] = -np.inf
-        k = c.topk
-        topk = -np.ones((T, k), dtype=np.int32)
-        tie = np.zeros(T, dtype=np.uint8)
-        gap = np.full(T, np.nan)
-        for r in range(T):
-            order = np.argsort(-s[r, : r + 1], kind="stable")
-            n = min(k, r + 1)
-            sel = np.sort(order[:n])
-            topk[r, :n] = sel
-            if r + 1 > k:
-                gap[r] = s[r, order[k - 1]] - s[r, order[k]]
-                tie[r] = 1 if s[r, order[k - 1]] == s[r, order[k]] else 0
-        return s, topk, tie, gap
+    return run_forward
 
-    bias_of = {l: layers[l].mlp.gate.e_score_correction_bias.detach().to(torch.float64).numpy() for l in moe_layers}
 
-    def router_derived(l):
-        lg = cap.get((l, "router_logits"))
-        if lg is None:
-            return None
-        lg = np.array(lg, dtype=np.float64).reshape(-1, c.n_exp)
-        prob = 1 / (1 + np.exp(-lg))
-        choice = prob + bias_of[l][None, :]
-        T = lg.shape[0]
-        gap = np.full(T, np.inf)
-        ggap = np.full(T, np.nan)
-        ids_ref = np.zeros((T, c.n_used), dtype=np.int32)
-        per = c.n_exp // c.groups
-        for t in range(T):
-            ch = choice[t].copy()
-            if c.groups > 1:
-                gs = np.array([np.sort(ch[g * per:(g + 1) * per])[::-1][:2].sum() for g in range(c.groups)])
-                go = np.argsort(-gs, kind="stable")
-                if c.groups_used < c.groups:
-                    ggap[t] = gs[go[c.groups_used - 1]] - gs[go[c.groups_used]]
-                for g in go[c.groups_used:]:
-                    ch[g * per:(g + 1) * per] = -np.inf
-            o = np.argsort(-ch, kind="stable")
-            if c.n_used < c.n_exp:
-                gap[t] = ch[o[c.n_used - 1]] - ch[o[c.n_used]]
-            ids_ref[t] = np.sort(o[: c.n_used])
-        hid = cap.get((l, "hf_route_ids"))
-        hw = cap.get((l, "hf_route_w"))
-        if hid is None:
-            raise SystemExit(f"layer {l}: the router's choice was not captured (no route_tokens_to_experts)")
-        hid = np.array(hid).reshape(T, -1).astype(np.int64)
-        hw = np.array(hw, dtype=np.float64).reshape(T, -1)
-        order = np.argsort(hid, axis=1, kind="stable")
-        ids = np.take_along_axis(hid, order, 1).astype(np.int32)
-        w = np.take_along_axis(hw, order, 1)
-        return ids, w, gap, ggap, ids_ref
+# ----------------------------------------------------------------------------------------------------
+# Derived quantities with the reference's definitions
+# ----------------------------------------------------------------------------------------------------
+def indexer_derived(cap, c, l, T):
+    raw = cap.get((l, "indexer_scores_raw"))
+    if raw is None:
+        return None
+    s = np.array(raw, dtype=np.float64)[:, -T:] if raw.shape[1] >= T else np.array(raw)
+    s = s.copy()
+    tri = np.triu(np.ones((T, T), dtype=bool), 1)
+    s[tri] = -np.inf
+    k = c.topk
+    topk = -np.ones((T, k), dtype=np.int32)
+    tie = np.zeros(T, dtype=np.uint8)
+    gap = np.full(T, np.nan)
+    for r in range(T):
+        order = np.argsort(-s[r, : r + 1], kind="stable")
+        n = min(k, r + 1)
+        sel = np.sort(order[:n])
+        topk[r, :n] = sel
+        if r + 1 > k:
+            gap[r] = s[r, order[k - 1]] - s[r, order[k]]
+            tie[r] = 1 if s[r, order[k - 1]] == s[r, order[k]] else 0
+    return s, topk, tie, gap
 
-    # ---- runs ------------------------------------------------------------------------------------
-    import h5py
-    summary = {"label": a.label, "gguf_sha256": sha, "tokens": a.tokens}
-    out_path = a.out
-    tmp = out_path + ".tmp"
-    f = h5py.File(tmp, "w")
+
+def router_derived(cap, c, bias_of, l):
+    lg = cap.get((l, "router_logits"))
+    if lg is None:
+        return None
+    lg = np.array(lg, dtype=np.float64).reshape(-1, c.n_exp)
+    prob = 1 / (1 + np.exp(-lg))
+    choice = prob + bias_of[l][None, :]
+    T = lg.shape[0]
+    gap = np.full(T, np.inf)
+    ggap = np.full(T, np.nan)
+    ids_ref = np.zeros((T, c.n_used), dtype=np.int32)
+    per = c.n_exp // c.groups
+    for t in range(T):
+        ch = choice[t].copy()
+        if c.groups > 1:
+            gs = np.array([np.sort(ch[g * per:(g + 1) * per])[::-1][:2].sum() for g in range(c.groups)])
+            go = np.argsort(-gs, kind="stable")
+            if c.groups_used < c.groups:
+                ggap[t] = gs[go[c.groups_used - 1]] - gs[go[c.groups_used]]
+            for g in go[c.groups_used:]:
+                ch[g * per:(g + 1) * per] = -np.inf
+        o = np.argsort(-ch, kind="stable")
+        if c.n_used < c.n_exp:
+            gap[t] = ch[o[c.n_used - 1]] - ch[o[c.n_used]]
+        ids_ref[t] = np.sort(o[: c.n_used])
+    hid = cap.get((l, "hf_route_ids"))
+    hw = cap.get((l, "hf_route_w"))
+    if hid is None:
+        raise SystemExit(f"layer {l}: the router's choice was not captured (no route_tokens_to_experts)")
+    hid = np.array(hid).reshape(T, -1).astype(np.int64)
+    hw = np.array(hw, dtype=np.float64).reshape(T, -1)
+    order = np.argsort(hid, axis=1, kind="stable")
+    ids = np.take_along_axis(hid, order, 1).astype(np.int32)
+    w = np.take_along_axis(hw, order, 1)
+    return ids, w, gap, ggap, ids_ref
+
+
+# ----------------------------------------------------------------------------------------------------
+# Runs and the file
+# ----------------------------------------------------------------------------------------------------
+def write_prompt_case(f, case, ids, logits, cap, c, L, moe_layers, bias_of, comp, summary, log):
+    """The prompt case: every layer's datasets, the indexer's and router's decisions, final norm and logits;
+    its statistics in summary["prompt"]."""
     T = len(ids)
-    case = f"prompt{T}"
-    t1 = time.time()
-    logits, mode = run_forward(ids, fp64=True)
-    summary["forward_secs"] = round(time.time() - t1, 2)
-    summary["fp64_dtype_audit"] = {"aten_ops": mode.ops, "low_precision_outputs": dict(mode.low_outputs),
-                                   "dtype_rewrites": dict(mode.rewrites)}
-    summary["fp64_rewrite_sites"] = {k: v for k, v in mode.sites.items()}
-    summary["topk_calls"] = counts["topk"]
-    log(f"fp64 forward {summary['forward_secs']} s; aten ops {mode.ops}; low-precision outputs {dict(mode.low_outputs)}; "
-        f"rewrites {dict(mode.rewrites)}")
-    for s_, n_ in mode.sites.items():
-        log(f"  rewritten at {s_}  x{n_}")
-    if not np.all(np.isfinite(logits)):
-        log("ERROR: non-finite logits (a NaN-filled parameter was used?)")
-        summary["error"] = "non-finite logits"
     g = f.create_group(case)
     g.attrs["moe"] = 0
     g.create_dataset("input_ids", data=ids)
-    comp = dict(compression="gzip", compression_opts=4, shuffle=True)
     stats = {"sparse_rows": 0, "indexer_tie_rows": 0, "min_indexer_gap": None, "min_router_gap": None,
              "hf_topk_vs_lower_index_rows_diff": 0, "hf_router_vs_reference_rule_rows_diff": 0}
     for l in range(L):
@@ -603,7 +571,7 @@ def main():
         lg_.attrs["indexer_full"] = int(c.idx_full[l])
         for n in ("input_hidden", "attn_out", "mlp_out", "output_hidden"):
             lg_.create_dataset(n, data=cap[(l, n)].astype(np.float32), **comp)
-        d = indexer_derived(l, T)
+        d = indexer_derived(cap, c, l, T)
         if d is not None:
             s, topk, tie, gap = d
             lg_.create_dataset("indexer_scores", data=s.astype(np.float32), **comp)
@@ -627,7 +595,7 @@ def main():
         elif c.idx_full[l]:
             log(f"WARNING: layer {l} is full but no indexer scores were captured")
         if l in moe_layers:
-            ids_, w_, gap_, ggap_, ids_ref = router_derived(l)
+            ids_, w_, gap_, ggap_, ids_ref = router_derived(cap, c, bias_of, l)
             lg_.create_dataset("router_ids", data=ids_)
             lg_.create_dataset("router_weights", data=w_.astype(np.float32))
             lg_.create_dataset("router_topk_gap", data=gap_)
@@ -640,10 +608,10 @@ def main():
     g.create_dataset("logits", data=logits.astype(np.float32), **comp)
     summary["prompt"] = stats
     log(f"{case}: {stats}")
-    patched_logits = logits
-    patched_layer = {k: v for k, v in cap.items() if k[1] in ("attn_out", "mlp_out", "output_hidden")}
 
-    # ---- the stock float64 run: where the stock code drops to float32, and what it costs ------------
+
+def stock_audit(run_forward, ids, a, cap, patched_logits, patched_layer, summary, log):
+    """The stock float64 run: where the stock code drops to float32, and what it costs."""
     try:
         if not a.no_stock:
             slogits, audit = run_forward(ids, fp64=False)
@@ -663,7 +631,10 @@ def main():
     except Exception:
         log('stock run failed: ' + traceback.format_exc())
 
-    # ---- greedy: full recompute per step ----------------------------------------------------------
+
+def greedy_case(f, run_forward, ids, a, c, L, moe_layers, cap, bias_of, comp, summary, log):
+    """Greedy steps, a full recompute per step: tokens, margins and each step's decisions."""
+    T = len(ids)
     try:
         if a.greedy > 0:
             all_ids = list(int(x) for x in ids)
@@ -683,7 +654,7 @@ def main():
                     src = l
                     while not c.idx_full[src]:
                         src -= 1
-                    s, topk, tie, gap = indexer_derived(src, Tn)
+                    s, topk, tie, gap = indexer_derived(cap, c, src, Tn)
                     kk.append(topk[-1])
                     tt.append(tie[-1])
                     gg.append(gap[-1])
@@ -692,7 +663,7 @@ def main():
                 s_gap.append(gg)
                 ri, rw, rg = [], [], []
                 for l in moe_layers:
-                    ids_, w_, gap_, _, _ = router_derived(l)
+                    ids_, w_, gap_, _, _ = router_derived(cap, c, bias_of, l)
                     ri.append(ids_[-1])
                     rw.append(w_[-1])
                     rg.append(gap_[-1])
@@ -720,7 +691,11 @@ def main():
     except Exception:
         log('greedy failed: ' + traceback.format_exc())
 
-    # ---- file attributes -------------------------------------------------------------------------
+
+def write_file_attrs(f, a, c, cfg, model, sha, types, summary, eps_changed, rope_notes, nan_filled, layout_notes, log_lines,
+                     torch, transformers):
+    """The file's attributes: the model, the versions of everything that ran, the patches, the schema, the log."""
+    import h5py
     import platform
     f.attrs["config_json"] = json.dumps(cfg.to_dict(), indent=2, sort_keys=True, default=str)
     f.attrs["gguf_sha256"] = sha
@@ -758,6 +733,81 @@ def main():
                          "(n_group>1); final_norm[T,E], logits[T,V]. greedy group: full recompute per step.")
     f.attrs["summary_json"] = json.dumps(summary, indent=1, default=str)
     f.attrs["log"] = "\n".join(log_lines)
+
+
+def main():
+    a = parse_args()
+    t0 = time.time()
+    log_lines = []
+
+    def log(s):
+        s = f"[{time.time() - t0:7.1f}s] {s}"
+        print(s, flush=True)
+        log_lines.append(s)
+
+    sha = sha256_file(a.gguf)
+    meta, arch, tensors, types = load_gguf(a.gguf)
+    c = Cfg(meta, arch, tensors)
+    log(f"{a.gguf}: sha256 {sha}, arch {arch}, {len(tensors)} tensors, layers {c.n_layer}, E {c.E}, H {c.H}, "
+        f"top_k {c.topk}, experts {c.n_exp}/{c.n_used} groups {c.groups}/{c.groups_used}, idx_full {c.idx_full}")
+    sd_np = hf_state_dict(c, tensors)
+    del tensors
+    rng = np.random.RandomState(a.prompt_seed)
+    ids = rng.randint(0, c.vocab, size=a.tokens).astype(np.int32)
+    if a.dry_run:
+        for k, v in list(sd_np.items())[:40]:
+            print(k, v.shape)
+        print(json.dumps(hf_config_kwargs(c), indent=1))
+        print("ids", ids.tolist())
+        return
+    torch, Fp64Mode, DropAudit, stable_topk, orig_topk, counts = torch_side()
+    import transformers
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    model, cfg, nan_filled, layout_notes = build_model(c, sd_np, log)
+    del sd_np
+
+    eps_changed, rope_notes = patch_conventions(model, c, torch, Fp64Mode, log)
+
+    layers = model.model.layers
+    L = len(layers)
+    moe_layers = [l for l in range(L) if l >= c.dense_lead]
+    cap = {}
+    cur = {"indexer": None}
+    store = make_store(cap, torch)
+    install_hooks(model, layers, moe_layers, cap, cur, store, torch)
+    run_forward = make_run_forward(model, cap, cur, store, torch, Fp64Mode, DropAudit, stable_topk, orig_topk)
+    bias_of = {l: layers[l].mlp.gate.e_score_correction_bias.detach().to(torch.float64).numpy() for l in moe_layers}
+
+    # ---- runs ------------------------------------------------------------------------------------
+    import h5py
+    summary = {"label": a.label, "gguf_sha256": sha, "tokens": a.tokens}
+    out_path = a.out
+    tmp = out_path + ".tmp"
+    f = h5py.File(tmp, "w")
+    T = len(ids)
+    case = f"prompt{T}"
+    t1 = time.time()
+    logits, mode = run_forward(ids, fp64=True)
+    summary["forward_secs"] = round(time.time() - t1, 2)
+    summary["fp64_dtype_audit"] = {"aten_ops": mode.ops, "low_precision_outputs": dict(mode.low_outputs),
+                                   "dtype_rewrites": dict(mode.rewrites)}
+    summary["fp64_rewrite_sites"] = {k: v for k, v in mode.sites.items()}
+    summary["topk_calls"] = counts["topk"]
+    log(f"fp64 forward {summary['forward_secs']} s; aten ops {mode.ops}; low-precision outputs {dict(mode.low_outputs)}; "
+        f"rewrites {dict(mode.rewrites)}")
+    for s_, n_ in mode.sites.items():
+        log(f"  rewritten at {s_}  x{n_}")
+    if not np.all(np.isfinite(logits)):
+        log("ERROR: non-finite logits (a NaN-filled parameter was used?)")
+        summary["error"] = "non-finite logits"
+    comp = dict(compression="gzip", compression_opts=4, shuffle=True)
+    write_prompt_case(f, case, ids, logits, cap, c, L, moe_layers, bias_of, comp, summary, log)
+    patched_logits = logits
+    patched_layer = {k: v for k, v in cap.items() if k[1] in ("attn_out", "mlp_out", "output_hidden")}
+    stock_audit(run_forward, ids, a, cap, patched_logits, patched_layer, summary, log)
+    greedy_case(f, run_forward, ids, a, c, L, moe_layers, cap, bias_of, comp, summary, log)
+    write_file_attrs(f, a, c, cfg, model, sha, types, summary, eps_changed, rope_notes, nan_filled, layout_notes, log_lines,
+                     torch, transformers)
     f.close()
     os.replace(tmp, out_path)
     log(f"wrote {out_path} ({os.path.getsize(out_path)} bytes)")

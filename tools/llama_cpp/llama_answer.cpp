@@ -128,24 +128,141 @@ struct RunState {
   std::map<std::string, std::vector<double>> cache_rows;  // dataset path -> rows of every pass so far
 };
 
+// Shared indexer layers (GLM-5.2) reuse the top-k of the full layer before them, and llama.cpp names that one
+// node again for each of them: the node of full layer F ends up named top_k-S, S the last shared layer after F.
+// So a layer's top-k is the top_k node of the smallest layer >= it.
+void share_indexer_topk(Collector& col, const ModelConfig& c) {
+  const Record* next = nullptr;
+  for (int l = static_cast<int>(c.n_layer_run()) - 1; l >= 0; --l) {
+    auto it = col.got.find(layer_path(l, "indexer_topk"));
+    if (it != col.got.end())
+      next = &it->second;
+    else if (next)
+      col.got[layer_path(l, "indexer_topk")] = *next;
+  }
+}
+
+// One pass of the model c: T rows at pos0, S = pos0 + T keys.
+struct PassShape {
+  int64_t T, pos0, S;
+  const ModelConfig& c;
+};
+
+// Each take_* below fills `a` (shape and values) from one record, or returns why the record does not fit the
+// dataset (then `a` is not written out).
+
+// Rows: [T, tail...] of this pass; CacheRows: the earlier passes' rows then this pass's, [S, tail...].
+std::string take_rows(Record& r, const std::string& p, const std::vector<int64_t>& tail, const PassShape& ps, RunState& run,
+                      fx::Array& a) {
+  const int64_t n = static_cast<int64_t>(r.v.size()), T = ps.T;
+  if (n % T != 0) return "ne [" + std::to_string(r.ne[0]) + ", " + std::to_string(r.ne[1]) + ", ...] is not " + std::to_string(T) + " rows";
+  int64_t w = n / T, prod = 1;
+  for (int64_t d : tail) prod *= d;
+  if (prod != w) return "a row holds " + std::to_string(w) + " values, the dataset " + std::to_string(prod);
+  if (r.take == Take::CacheRows) {
+    std::vector<double>& rows = run.cache_rows[p];
+    if (static_cast<int64_t>(rows.size()) != ps.pos0 * w)
+      return "the earlier passes left " + std::to_string(rows.size() / std::max<int64_t>(w, 1)) + " cache rows, not " + std::to_string(ps.pos0);
+    rows.insert(rows.end(), r.v.begin(), r.v.end());
+    a.v = rows;
+    a.shape = {ps.S};
+  } else {
+    a.v = std::move(r.v);
+    a.shape = {T};
+  }
+  a.shape.insert(a.shape.end(), tail.begin(), tail.end());
+  return "";
+}
+
+// [n_kv, T] scores over the whole KV buffer, cropped to the S keys of this pass: [T, S].
+std::string take_crop_keys(const Record& r, const PassShape& ps, fx::Array& a) {
+  const int64_t nkv = r.ne[0], T = ps.T, S = ps.S;
+  if (r.ne[1] != T || nkv < S || r.ne[2] * r.ne[3] != 1)
+    return "ne [" + std::to_string(r.ne[0]) + ", " + std::to_string(r.ne[1]) + "] is not [n_kv >= " + std::to_string(S) + ", " + std::to_string(T) + "]";
+  a.shape = {T, S};
+  a.v.resize(static_cast<size_t>(T * S));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t s = 0; s < S; ++s) a.v[t * S + s] = r.v[t * nkv + s];
+  return "";
+}
+
+// [k, T] selections: per row the causal picks ascending, padded with -1 to [T, top_k].
+std::string take_topk(const Record& r, const PassShape& ps, fx::Array& a) {
+  const int64_t k = r.ne[0], K = ps.c.indexer_top_k, T = ps.T;
+  if (r.ne[1] != T || r.ne[2] * r.ne[3] != 1 || k > K)
+    return "ne [" + std::to_string(r.ne[0]) + ", " + std::to_string(r.ne[1]) + "] is not [k <= " + std::to_string(K) + ", " + std::to_string(T) + "]";
+  a.shape = {T, K};
+  a.v.assign(static_cast<size_t>(T * K), -1);
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> keep;
+    for (int64_t j = 0; j < k; ++j) {
+      const double cell = r.v[t * k + j];
+      if (cell >= 0 && cell <= ps.pos0 + t) keep.push_back(cell);  // cells after the row: masked picks
+    }
+    std::sort(keep.begin(), keep.end());
+    std::copy(keep.begin(), keep.end(), a.v.begin() + t * K);
+  }
+  return "";
+}
+
+// [T, U] expert ids, each row ascending; perm[t][j]: llama.cpp's index of the j-th ascending id (the order
+// take_router_order puts the layer's per-expert rows in).
+std::string take_router_ids(const Record& r, const PassShape& ps, std::vector<std::vector<int>>& perm, fx::Array& a) {
+  const int64_t U = ps.c.n_expert_used, T = ps.T, n = static_cast<int64_t>(r.v.size());
+  if (n != T * U) return "holds " + std::to_string(n) + " ids, not T x U = " + std::to_string(T * U);
+  a.shape = {T, U};
+  a.v.resize(static_cast<size_t>(n));
+  perm.assign(static_cast<size_t>(T), std::vector<int>(static_cast<size_t>(U)));
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int>& pr = perm[t];
+    std::iota(pr.begin(), pr.end(), 0);
+    std::stable_sort(pr.begin(), pr.end(), [&](int x, int y) { return r.v[t * U + x] < r.v[t * U + y]; });
+    for (int64_t j = 0; j < U; ++j) a.v[t * U + j] = r.v[t * U + pr[j]];
+  }
+  return "";
+}
+
+// [T, U, w] per-expert rows, put in the order of the layer's ascending router ids (perm: nullptr when the pass
+// had no router ids for the layer).
+std::string take_router_order(const Record& r, const std::vector<int64_t>& tail, const PassShape& ps,
+                              const std::vector<std::vector<int>>* perm, fx::Array& a) {
+  const int64_t U = ps.c.n_expert_used, T = ps.T, n = static_cast<int64_t>(r.v.size());
+  if (!perm) return "no ffn_moe_topk of the layer to order it by";
+  if (n % (T * U) != 0) return "holds " + std::to_string(n) + " values, not a multiple of T x U";
+  const int64_t w = n / (T * U);
+  int64_t prod = 1;
+  for (size_t i = 1; i < tail.size(); ++i) prod *= tail[i];
+  if (prod != w) return "an expert's row holds " + std::to_string(w) + " values, the dataset " + std::to_string(prod);
+  a.shape = {T};
+  a.shape.insert(a.shape.end(), tail.begin(), tail.end());
+  a.v.resize(static_cast<size_t>(n));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < U; ++j) {
+      const int64_t from = (t * U + (*perm)[t][j]) * w;
+      std::copy(r.v.begin() + from, r.v.begin() + from + w, a.v.begin() + (t * U + j) * w);
+    }
+  return "";
+}
+
+// [L, T, H] latent rows (head-major) as [T, H, L].
+std::string take_latent_permuted(const Record& r, const PassShape& ps, fx::Array& a) {
+  const int64_t L = r.ne[0], H = r.ne[2], T = ps.T;
+  if (r.ne[1] != T || H != ps.c.n_head || L != ps.c.kv_lora_rank)
+    return "ne [" + std::to_string(r.ne[0]) + ", " + std::to_string(r.ne[1]) + ", " + std::to_string(r.ne[2]) + "] is not [L, T, H]";
+  a.shape = {T, H, L};
+  a.v.resize(r.v.size());
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t t = 0; t < T; ++t)
+      std::copy(r.v.begin() + (h * T + t) * L, r.v.begin() + (h * T + t + 1) * L, a.v.begin() + (t * H + h) * L);
+  return "";
+}
+
 // Turns the records of one pass of T rows at pos0 into the datasets `want` names. Problems (a shape
 // that is not the dataset's) are reported in `bad`, never written.
 void convert(Collector& col, int64_t T, int64_t pos0, const ModelConfig& c, const fx::ModelDims& dims, RunState& run,
              std::map<std::string, fx::Array>& out, std::vector<std::string>& bad) {
-  const int64_t S = pos0 + T;
-  // Shared indexer layers (GLM-5.2) reuse the top-k of the full layer before them, and llama.cpp names
-  // that one node again for each of them: the node of full layer F ends up named top_k-S, S the last
-  // shared layer after F. So a layer's top-k is the top_k node of the smallest layer >= it.
-  {
-    const Record* next = nullptr;
-    for (int l = static_cast<int>(c.n_layer_run()) - 1; l >= 0; --l) {
-      auto it = col.got.find(layer_path(l, "indexer_topk"));
-      if (it != col.got.end())
-        next = &it->second;
-      else if (next)
-        col.got[layer_path(l, "indexer_topk")] = *next;
-    }
-  }
+  const PassShape ps{T, pos0, pos0 + T, c};
+  share_indexer_topk(col, c);
   std::map<int, std::vector<std::vector<int>>> perm;  // layer -> per row, llama.cpp's index of the j-th ascending id
   // Router ids first: the order of router_weights and expert_out.
   std::vector<std::string> order;
@@ -154,136 +271,37 @@ void convert(Collector& col, int64_t T, int64_t pos0, const ModelConfig& c, cons
     else order.push_back(p);
   for (const std::string& p : order) {
     Record& r = col.got[p];
-    const int64_t n = static_cast<int64_t>(r.v.size());
-    auto fail = [&](const std::string& why) { bad.push_back(p + " <- " + r.from + ": " + why); };
-    fx::Array a;
     const fx::DatasetSpec* spec = fx::spec_for(p);
     if (!spec) {
-      fail("not a schema dataset");
+      bad.push_back(p + " <- " + r.from + ": not a schema dataset");
       continue;
     }
+    fx::Array a;
     a.dtype = fx::storage_dtype(spec->cls);
-    std::vector<int64_t> tail = trailing_dims(p, dims);
+    const std::vector<int64_t> tail = trailing_dims(p, dims);
     const int l = fx::layer_of(p);
+    std::string why;
     switch (r.take) {
       case Take::Rows:
-      case Take::CacheRows: {
-        if (n % T != 0) {
-          fail("ne [" + std::to_string(r.ne[0]) + ", " + std::to_string(r.ne[1]) + ", ...] is not " + std::to_string(T) + " rows");
-          continue;
-        }
-        int64_t w = n / T, prod = 1;
-        for (int64_t d : tail) prod *= d;
-        if (prod != w) {
-          fail("a row holds " + std::to_string(w) + " values, the dataset " + std::to_string(prod));
-          continue;
-        }
-        if (r.take == Take::CacheRows) {
-          std::vector<double>& rows = run.cache_rows[p];
-          if (static_cast<int64_t>(rows.size()) != pos0 * w) {
-            fail("the earlier passes left " + std::to_string(rows.size() / std::max<int64_t>(w, 1)) + " cache rows, not " + std::to_string(pos0));
-            continue;
-          }
-          rows.insert(rows.end(), r.v.begin(), r.v.end());
-          a.v = rows;
-          a.shape = {S};
-        } else {
-          a.v = std::move(r.v);
-          a.shape = {T};
-        }
-        a.shape.insert(a.shape.end(), tail.begin(), tail.end());
-        break;
-      }
-      case Take::CropKeys: {
-        const int64_t nkv = r.ne[0];
-        if (r.ne[1] != T || nkv < S || r.ne[2] * r.ne[3] != 1) {
-          fail("ne [" + std::to_string(r.ne[0]) + ", " + std::to_string(r.ne[1]) + "] is not [n_kv >= " + std::to_string(S) + ", " + std::to_string(T) + "]");
-          continue;
-        }
-        a.shape = {T, S};
-        a.v.resize(static_cast<size_t>(T * S));
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t s = 0; s < S; ++s) a.v[t * S + s] = r.v[t * nkv + s];
-        break;
-      }
-      case Take::TopK: {
-        const int64_t k = r.ne[0], K = c.indexer_top_k;
-        if (r.ne[1] != T || r.ne[2] * r.ne[3] != 1 || k > K) {
-          fail("ne [" + std::to_string(r.ne[0]) + ", " + std::to_string(r.ne[1]) + "] is not [k <= " + std::to_string(K) + ", " + std::to_string(T) + "]");
-          continue;
-        }
-        a.shape = {T, K};
-        a.v.assign(static_cast<size_t>(T * K), -1);
-        for (int64_t t = 0; t < T; ++t) {
-          std::vector<double> keep;
-          for (int64_t j = 0; j < k; ++j) {
-            const double cell = r.v[t * k + j];
-            if (cell >= 0 && cell <= pos0 + t) keep.push_back(cell);  // cells after the row: masked picks
-          }
-          std::sort(keep.begin(), keep.end());
-          std::copy(keep.begin(), keep.end(), a.v.begin() + t * K);
-        }
-        break;
-      }
+      case Take::CacheRows: why = take_rows(r, p, tail, ps, run, a); break;
+      case Take::CropKeys: why = take_crop_keys(r, ps, a); break;
+      case Take::TopK: why = take_topk(r, ps, a); break;
       case Take::RouterIds: {
-        const int64_t U = c.n_expert_used;
-        if (n != T * U) {
-          fail("holds " + std::to_string(n) + " ids, not T x U = " + std::to_string(T * U));
-          continue;
-        }
-        a.shape = {T, U};
-        a.v.resize(static_cast<size_t>(n));
-        auto& pl = perm[l];
-        pl.assign(static_cast<size_t>(T), std::vector<int>(static_cast<size_t>(U)));
-        for (int64_t t = 0; t < T; ++t) {
-          std::vector<int>& pr = pl[t];
-          std::iota(pr.begin(), pr.end(), 0);
-          std::stable_sort(pr.begin(), pr.end(), [&](int x, int y) { return r.v[t * U + x] < r.v[t * U + y]; });
-          for (int64_t j = 0; j < U; ++j) a.v[t * U + j] = r.v[t * U + pr[j]];
-        }
+        std::vector<std::vector<int>> pl;
+        why = take_router_ids(r, ps, pl, a);
+        if (why.empty()) perm[l] = std::move(pl);  // only ids that fit order the layer's rows
         break;
       }
       case Take::RouterOrder: {
-        const int64_t U = c.n_expert_used;
         auto pit = perm.find(l);
-        if (pit == perm.end()) {
-          fail("no ffn_moe_topk of the layer to order it by");
-          continue;
-        }
-        if (n % (T * U) != 0) {
-          fail("holds " + std::to_string(n) + " values, not a multiple of T x U");
-          continue;
-        }
-        const int64_t w = n / (T * U);
-        int64_t prod = 1;
-        for (size_t i = 1; i < tail.size(); ++i) prod *= tail[i];
-        if (prod != w) {
-          fail("an expert's row holds " + std::to_string(w) + " values, the dataset " + std::to_string(prod));
-          continue;
-        }
-        a.shape = {T};
-        a.shape.insert(a.shape.end(), tail.begin(), tail.end());
-        a.v.resize(static_cast<size_t>(n));
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t j = 0; j < U; ++j) {
-            const int64_t from = (t * U + pit->second[t][j]) * w;
-            std::copy(r.v.begin() + from, r.v.begin() + from + w, a.v.begin() + (t * U + j) * w);
-          }
+        why = take_router_order(r, tail, ps, pit == perm.end() ? nullptr : &pit->second, a);
         break;
       }
-      case Take::LatentPermuted: {
-        const int64_t L = r.ne[0], H = r.ne[2];
-        if (r.ne[1] != T || H != c.n_head || L != c.kv_lora_rank) {
-          fail("ne [" + std::to_string(r.ne[0]) + ", " + std::to_string(r.ne[1]) + ", " + std::to_string(r.ne[2]) + "] is not [L, T, H]");
-          continue;
-        }
-        a.shape = {T, H, L};
-        a.v.resize(static_cast<size_t>(n));
-        for (int64_t h = 0; h < H; ++h)
-          for (int64_t t = 0; t < T; ++t)
-            std::copy(r.v.begin() + (h * T + t) * L, r.v.begin() + (h * T + t + 1) * L, a.v.begin() + (t * H + h) * L);
-        break;
-      }
+      case Take::LatentPermuted: why = take_latent_permuted(r, ps, a); break;
+    }
+    if (!why.empty()) {
+      bad.push_back(p + " <- " + r.from + ": " + why);
+      continue;
     }
     out[p] = std::move(a);
   }
@@ -292,7 +310,6 @@ void convert(Collector& col, int64_t T, int64_t pos0, const ModelConfig& c, cons
     auto it = out.find(layer_path(l - 1, "output_hidden"));
     if (it != out.end()) out[layer_path(l, "input_hidden")] = it->second;
   }
-  (void)T;
 }
 
 }  // namespace
