@@ -115,7 +115,7 @@ TempFileName::TempFileName(const std::string& final_path) : final_(final_path) {
     const std::string candidate = dir + base.substr(0, keep) + tail + random_suffix(kRandom);
     // Registered before it exists, so that an interrupt between create and register cannot leave it.
     slot_ = claim(candidate);
-    fd_ = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    fd_ = ::open(candidate.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd_ >= 0) {
       tmp_ = candidate;
       return;

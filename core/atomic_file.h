@@ -29,7 +29,8 @@ class TempFileName {
   TempFileName& operator=(const TempFileName&) = delete;
   const std::string& path() const { return tmp_; }
   const std::string& final_path() const { return final_; }
-  // The descriptor of the created file (write only); the caller closes it (once) before the rename.
+  // The descriptor of the created file (read and write: the HDF5 writer reads back what it wrote); the
+  // caller closes it (once) before the rename.
   int fd() const { return fd_; }
   // Hands the descriptor to a caller that closes it; the file is still removed unless renamed into place.
   int release_fd() {

@@ -95,7 +95,9 @@ CommandRegistration reg(40, [](CLI::App& root) {
   c->add_option("--threads", a->o.threads, "reference threads (default 0: every core); the values do not depend on it")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
-  c->add_option("--op-layers", a->op_layers, "op-level datasets only for these captured layers (default: all captured)");
+  c->add_option("--op-layers", a->op_layers,
+                 "op-level datasets for these captured layers, or all (default: every captured layer while their op-level "
+                 "datasets stay within 1 GB as double, else none)");
   c->add_flag("--no-op-level", a->no_op_level, "model-level datasets only");
   c->add_flag("--dense-attention", a->o.dense_attention, "negative control: ignore the indexer (dense causal attention)");
   c->add_option("--fault", a->o.fault, "cuda negative control: a fault of optimized/faults.h (dense-attention, topk-upper-tie, ...)");
@@ -142,7 +144,11 @@ CommandRegistration reg(40, [](CLI::App& root) {
       throw InputError(o.model + ": " + std::to_string(prompt) + " prompt tokens + " + std::to_string(std::max(o.decode_steps, o.generate)) +
                        " steps exceed the model's context length " + std::to_string(cfg.n_ctx_train));
     o.op_level = !a->no_op_level;
-    for (const auto& s : split_list(a->op_layers)) o.op_layers.push_back(static_cast<int>(parse_int(s, "--op-layers")));
+    if (a->op_layers == "all")
+      o.op_layers_all = true;
+    else
+      for (const auto& s : split_list(a->op_layers)) o.op_layers.push_back(static_cast<int>(parse_int(s, "--op-layers")));
+    o.quiet = a->quiet;
     o.progress = a->quiet ? ProgressMode::Never : a->progress ? ProgressMode::Always : ProgressMode::Auto;
     std::ostringstream cl;
     cl << "mlaconf capture --model " << o.model << " --layers " << a->layers;
