@@ -318,7 +318,8 @@ Mat<S> moe_forward(LayerCtx<S>& L, const Mat<S>& y) {
   // expert). One in flight: the experts one after another, each one's dequantization and products split
   // over the threads, through the LRU cache.
   const size_t per_expert = n_used > 0 ? std::max<size_t>(L.W.expert_bytes(L.l), 1) : 1;
-  run.in_flight = std::clamp<int64_t>(static_cast<int64_t>(L.opt.experts_in_flight_bytes / per_expert), 1,
+  const int64_t by_budget = static_cast<int64_t>(L.opt.experts_in_flight_bytes / per_expert);
+  run.in_flight = std::clamp<int64_t>(L.opt.experts_in_flight > 0 ? std::min(L.opt.experts_in_flight, by_budget) : by_budget, 1,
                                       std::min<int64_t>(threads(), std::max<int64_t>(n_used, 1)));
   std::vector<std::unique_ptr<ExpertWeights<S>>> spare(static_cast<size_t>(run.in_flight));
   const ExpertSlotSource<S> expert = [&](int64_t e, int64_t slot) {

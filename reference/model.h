@@ -29,6 +29,10 @@ struct ModelOptions {
   // dequantized (at least one; f64 GLM-5 experts are 302 MB each: 13 at 16 threads). Does not change
   // any value.
   size_t experts_in_flight_bytes = size_t(4) << 30;
+  // > 0: at most this many experts in flight whatever the budget; 1 (the default): the experts one after
+  // another, each one's products split over the threads, which measured as fast at 2 and 16 threads with
+  // half the memory (docs/REAL_SIZE.md). 0: as many as experts_in_flight_bytes holds.
+  int64_t experts_in_flight = 1;
   MlaForm mla_form = MlaForm::Absorbed;
   // Negative control: attend to every causal token, ignoring the indexer's selection.
   bool dense_attention = false;

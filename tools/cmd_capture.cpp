@@ -95,6 +95,12 @@ CommandRegistration reg(40, [](CLI::App& root) {
   c->add_option("--threads", a->o.threads, "reference threads (default 0: every core); the values do not depend on it")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
+  c->add_option("--experts-in-flight", a->o.experts_in_flight,
+                 "reference: routed experts run side by side, one per thread, at most this many (default 1: one after "
+                 "another, each split over the threads; 0: as many as 4 GiB of dequantized experts holds); the values do "
+                 "not depend on it")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   c->add_option("--op-layers", a->op_layers,
                  "op-level datasets for these captured layers, or all (default: every captured layer while their op-level "
                  "datasets stay within 1 GB as double, else none)");

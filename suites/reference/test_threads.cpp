@@ -281,6 +281,7 @@ void forward_in_flight_same_bits() {
   ref::ModelOptions capture_like;
   capture_like.expert_cache_bytes = 0;
   capture_like.release_layer_weights = true;
+  capture_like.experts_in_flight = 0;  // in flight by the memory budget (the default is one at a time)
   auto run = [&](int n, const ref::ModelOptions& o, Capture& cap) {
     ref::set_threads(n);
     ref::Model<S> m(f, c, o);

@@ -34,6 +34,7 @@ struct BackendOptions {
   double expert_cache_gib = 4.0;     // reference: LRU budget for dequantized experts
   bool release_layer_weights = false;  // reference: drop each layer's weights after use (one-pass captures)
   int threads = 0;                   // reference: threads (reference/threads.h); 0 = every core
+  int experts_in_flight = 1;         // reference: routed experts run side by side (ref::ModelOptions); 0 = by memory
   std::string fault;                 // negative control: "dense-attention" (both) or any optimized/faults.h name
   int64_t max_ctx = 4096;            // cuda: cache rows per layer
   std::vector<int> devices;          // cuda: the layer split's devices (empty: the current device alone; 0,0: virtual)

@@ -57,6 +57,7 @@ class ReferenceBackend : public Backend {
     mo.expert_cache_bytes = o.release_layer_weights ? 0 : static_cast<size_t>(o.expert_cache_gib * double(1ull << 30));
     mo.dense_attention = o.fault == "dense-attention";
     mo.release_layer_weights = o.release_layer_weights;
+    mo.experts_in_flight = o.experts_in_flight;
     return mo;
   }
   ref::Model<S> m_;
