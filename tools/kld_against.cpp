@@ -25,6 +25,7 @@
 #include "core/gguf.h"
 #include "core/json.h"
 #include "core/model_config.h"
+#include "core/text_escape.h"
 #include "core/trace.h"
 #include "fixtures/engine_run.h"
 #include "fixtures/logit_divergence.h"
@@ -166,10 +167,10 @@ void run_kld_against(const KldAgainstArgs& a) {
   o.precision = "f64";
   o.max_ctx = T;
   std::unique_ptr<be::Backend> truth = be::make_backend("reference", f, c, o);
-  if (!a.json)
+  if (!a.json)  // the path and the run's engine name are the user's and the file's text: escaped
     std::fprintf(stderr, "%s --against: %s (%s%s), %lld prompt + %lld generated tokens, top-%zu logprobs; %s, one pass of %lld tokens\n",
-                 a.generate_report ? "generate" : "kld", a.against.c_str(), run.shape.c_str(),
-                 run.engine.empty() ? "" : (", " + run.engine).c_str(), static_cast<long long>(P),
+                 a.generate_report ? "generate" : "kld", escape_text(a.against).c_str(), run.shape.c_str(),
+                 run.engine.empty() ? "" : (", " + escape_text(run.engine)).c_str(), static_cast<long long>(P),
                  static_cast<long long>(n), run.steps[0].top.size(), truth->describe().c_str(), static_cast<long long>(T));
   const auto t0 = std::chrono::steady_clock::now();
   truth->reset();
@@ -301,7 +302,7 @@ void run_kld_against(const KldAgainstArgs& a) {
     std::printf("%s\n", json_text(j, -1).c_str());
   } else {
     std::printf("kld --against %s: %s vs %s%s, %lld generated tokens after %lld prompt tokens, top-%zu\n", a.against.c_str(),
-                truth->describe().c_str(), run.shape.c_str(), run.engine.empty() ? "" : (" (" + run.engine + ")").c_str(),
+                truth->describe().c_str(), run.shape.c_str(), run.engine.empty() ? "" : (" (" + escape_text(run.engine) + ")").c_str(),
                 static_cast<long long>(n), static_cast<long long>(P), run.steps[0].top.size());
     std::printf("precision %s: margin %g (logit), tie gap %g; KLD over the engine's top-N + other (nats)\n", a.engine_precision.c_str(),
                 margin, tie_gap);
