@@ -63,6 +63,13 @@ long long parse_int(const std::string& s, const char* what) {
   }
 }
 
+// A layer index of a list option, checked before it is narrowed to int: 4294967296 once became layer 0.
+int parse_layer(const std::string& s, const char* what) {
+  const long long v = parse_int(s, what);
+  if (v < 0 || v > INT32_MAX) throw InputError(std::string(what) + ": '" + s + "' is not a layer index");
+  return static_cast<int>(v);
+}
+
 CommandRegistration reg(40, [](CLI::App& root) {
   auto a = std::make_shared<CaptureArgs>();
   CLI::App* c = root.add_subcommand("capture", "Capture a golden HDF5 fixture from a GGUF model with the CPU reference");
@@ -113,7 +120,7 @@ CommandRegistration reg(40, [](CLI::App& root) {
       o.all_layers = true;
     } else {
       o.all_layers = false;
-      for (const auto& s : split_list(a->layers)) o.layers.push_back(static_cast<int>(parse_int(s, "--layers")));
+      for (const auto& s : split_list(a->layers)) o.layers.push_back(parse_layer(s, "--layers"));
     }
     for (const auto& s : split_list(a->prompt_ids)) {
       long long v = parse_int(s, "--prompt-ids");
@@ -142,7 +149,7 @@ CommandRegistration reg(40, [](CLI::App& root) {
       throw InputError(o.model + ": " + std::to_string(prompt) + " prompt tokens + " + std::to_string(std::max(o.decode_steps, o.generate)) +
                        " steps exceed the model's context length " + std::to_string(cfg.n_ctx_train));
     o.op_level = !a->no_op_level;
-    for (const auto& s : split_list(a->op_layers)) o.op_layers.push_back(static_cast<int>(parse_int(s, "--op-layers")));
+    for (const auto& s : split_list(a->op_layers)) o.op_layers.push_back(parse_layer(s, "--op-layers"));
     o.progress = a->quiet ? ProgressMode::Never : a->progress ? ProgressMode::Always : ProgressMode::Auto;
     std::ostringstream cl;
     cl << "mlaconf capture --model " << o.model << " --layers " << a->layers;

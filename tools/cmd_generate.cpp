@@ -158,7 +158,7 @@ void run(const GenerateArgs& a) {
     throw InputError("generate: --backend must be reference, cuda or both, not '" + a.backend + "'");
   const bool use_ref = a.backend != "cuda", use_cuda = a.backend != "reference";
   require_fault_name(a.fault);  // a typo is unusable input (2), before "not supported" (3)
-  require_finite_nonnegative(a.expert_cache_gib, "--expert-cache-gib");
+  require_gib(a.expert_cache_gib, "--expert-cache-gib");
   const std::vector<int> devices = parse_devices(a.devices);
   if (!devices.empty() && !use_cuda) throw InputError("generate: --devices needs --backend cuda or both");
   if (!a.kernel_config.empty() && !use_cuda) throw InputError("generate: --kernel-config needs --backend cuda or both");
