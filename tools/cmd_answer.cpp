@@ -282,7 +282,7 @@ CommandRegistration reg(45, [](CLI::App& root) {
       ->capture_default_str();
   c->add_option("--layers", a->layers, "only these layers (comma list; default: every layer the fixture holds)");
   c->add_option("--ops", a->ops, "only these ops (comma list of op names = their first output dataset)");
-  c->add_option("--filter", a->filter, "only this expected case");
+  c->add_option("--filter", a->filter, "only this expected case")->check(non_empty());
   c->add_option("--fault", a->fault, "negative control: dense-attention (both backends) or a fault of optimized/faults.h (cuda)");
   c->add_flag("--quiet", a->quiet, "no per-case lines");
   add_kernel_config_option(c, &a->kernel_config);

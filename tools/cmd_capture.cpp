@@ -87,7 +87,8 @@ CommandRegistration reg(40, [](CLI::App& root) {
       ->check(CLI::Range(0, 1 << 20));
   c->add_option("--generate", a->o.generate, "greedy generation of N tokens (oracle greedy layout)")->check(CLI::Range(0, 1 << 20));
   c->add_option("--precision", a->o.precision, "reference precision")->check(CLI::IsMember({"f64", "f32"}))->capture_default_str();
-  c->add_option("--case-name", a->o.case_name, "name of the forward case group (default: canonical from the parameters)");
+  c->add_option("--case-name", a->o.case_name, "name of the forward case group (default: canonical from the parameters)")
+      ->check(non_empty());
   c->add_option("--backend", a->backend, "reference or cuda")->check(CLI::IsMember({"reference", "cuda"}))->capture_default_str();
   c->add_option("--hidden-source", a->o.hidden_source,
                 "input of the first captured layer: forward (real pass through the layers before it) or synthetic (token "
@@ -107,7 +108,8 @@ CommandRegistration reg(40, [](CLI::App& root) {
   c->add_flag("--dense-attention", a->o.dense_attention, "negative control: ignore the indexer (dense causal attention)");
   c->add_option("--fault", a->o.fault, "cuda negative control: a fault of optimized/faults.h (dense-attention, topk-upper-tie, ...)");
   c->add_option("--force-decisions", a->o.force_decisions,
-                "use this fixture's decisions (indexer top-k, router ids) in every pass; the backend's own are still stored");
+                "use this fixture's decisions (indexer top-k, router ids) in every pass; the backend's own are still stored")
+      ->check(non_empty());
   auto* qf = c->add_flag("--quiet", a->quiet, "no progress bar");
   c->add_flag("--progress", a->progress, "progress bar even when stderr is not a terminal (plain lines, no \\r)")->excludes(qf);
   c->add_option("--devices", a->devices, "cuda: layer split over these CUDA devices, e.g. 0,1 (0,0: virtual devices)");

@@ -143,6 +143,33 @@ TEST(hostile_cli, output_is_an_input_under_another_spelling) {
   expect_refused(trial::run({cli(), "compare", "e.h5", "f32.h5", "--json", "f32_sym.h5"}, o), 2, "is the input", s.dir, before);
 }
 
+// An empty value given to an option whose empty value reads as "not given" (an unset shell variable in
+// `--json "$OUT"`): compare wrote no report and exited 0, --bounds "" judged with the built-in bounds,
+// capture --force-decisions "" captured without forcing. Each is a usage error now (exit 2, one line).
+TEST(hostile_cli, empty_values_are_not_absent_options) {
+  NEED_CLI();
+  Scratch s({"m.gguf", "e.h5"});
+  const auto before = trial::snapshot(s.dir);
+  const std::string m = s.p("m.gguf"), e = s.p("e.h5");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> trials = {
+      {{cli(), "compare", e, e, "--json", ""}, "--json"},
+      {{cli(), "compare", e, e, "--plot", ""}, "--plot"},
+      {{cli(), "compare", e, e, "--bounds", ""}, "--bounds"},
+      {{cli(), "compare", e, e, "--filter", ""}, "--filter"},
+      {{cli(), "answer", e, "--model", m, "--quiet", "--filter", "", "--out", s.p("a.h5")}, "--filter"},
+      {{cli(), "capture", "--model", m, "--random-tokens", "4", "--quiet", "--force-decisions", "", "--out", s.p("x.h5")}, "--force-decisions"},
+      {{cli(), "capture", "--model", m, "--random-tokens", "4", "--quiet", "--case-name", "", "--out", s.p("x.h5")}, "--case-name"},
+      {{cli(), "tokenize", "--model", m, "--text-file", ""}, "--text-file"},
+      {{cli(), "kld", "--model", m, "--against", ""}, "--against"},
+      {{cli(), "answer", e, "--model", m, "--quiet", "--out", ""}, "--out"},
+      {{cli(), "synth", "--out", ""}, "--out"},
+  };
+  for (const auto& [argv, says] : trials) {
+    SCOPED_TRACE(argv[1] + " " + says);
+    expect_refused(trial::run(argv), 2, says, s.dir, before);
+  }
+}
+
 // ---- planted files at inputs ------------------------------------------------------------------------------
 // Every input option of every command against a FIFO (no writer: an open would block), a directory, links
 // to them and a dangling link: refused in one line, at once.
