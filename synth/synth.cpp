@@ -216,15 +216,23 @@ std::vector<PlannedTensor> plan(const Options& o) {
   return v;
 }
 
-std::vector<std::string> write_model(const Options& o, const std::string& out) {
-  const std::vector<PlannedTensor> tensors = plan(o);
-  std::vector<std::string> paths;
+std::vector<std::string> output_paths(const Options& o, const std::string& out) {
+  if (o.split <= 1) return {out};
   std::string prefix = out;
   if (prefix.size() > 5 && prefix.compare(prefix.size() - 5, 5, ".gguf") == 0) prefix.resize(prefix.size() - 5);
+  std::vector<std::string> v;
+  for (int k = 1; k <= o.split; ++k) v.push_back(make_split_name(prefix, k, o.split));
+  return v;
+}
+
+std::vector<std::string> write_model(const Options& o, const std::string& out) {
+  const std::vector<PlannedTensor> tensors = plan(o);
+  const std::vector<std::string> names = output_paths(o, out);
+  std::vector<std::string> paths;
   std::vector<uint8_t> buf;
   std::vector<std::unique_ptr<AtomicFile>> files;  // written, flushed, not yet renamed
   for (int k = 0; k < o.split; ++k) {
-    const std::string path = o.split == 1 ? out : make_split_name(prefix, k + 1, o.split);
+    const std::string& path = names[static_cast<size_t>(k)];
     GgufWriter w(o.alignment);
     if (o.split > 1) put_split_keys(w, k, o.split, static_cast<int64_t>(tensors.size()));
     if (k == 0) put_metadata(w, o);

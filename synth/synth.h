@@ -55,7 +55,12 @@ struct PlannedTensor {
 // Every tensor the file(s) will hold, with its final type and shard.
 std::vector<PlannedTensor> plan(const Options& o);
 
-// Writes the model. `out` is "F.gguf"; with split > 1 the shards are "F-0000k-of-0000N.gguf".
+// The files write_model writes: `out` ("F.gguf"), or with split > 1 the shards "F-0000k-of-0000N.gguf".
+// For checking every one of them before the work (a directory or a special file planted at shard 2 was
+// found only at its rename, after shard 1 had replaced, then removed, the file of that name).
+std::vector<std::string> output_paths(const Options& o, const std::string& out);
+
+// Writes the model to output_paths(o, out).
 // Returns the paths written. Throws InputError on a bad config or an I/O failure.
 std::vector<std::string> write_model(const Options& o, const std::string& out);
 

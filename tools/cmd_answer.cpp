@@ -26,6 +26,7 @@
 #include "core/gguf.h"
 #include "core/json.h"
 #include "core/model_config.h"
+#include "core/text_escape.h"
 #include "core/weight_layout.h"
 #include "fixtures/digest.h"
 #include "fixtures/fixture_file.h"
@@ -161,12 +162,12 @@ void run_llama_cpp(const AnswerArgs& a, const std::string& command_line, const G
   fx::write_fixture(a.out, std::move(fd));
   if (!a.quiet) {
     std::fprintf(stderr, "answer: llama.cpp nodes not mapped (%zu):", r.unmapped.size());
-    for (const auto& u : r.unmapped) std::fprintf(stderr, " %s;", u.c_str());
+    for (const auto& u : r.unmapped) std::fprintf(stderr, " %s;", escape_text(u).c_str());
     std::fprintf(stderr, "\n");
-    for (const auto& m : r.missing) std::fprintf(stderr, "answer: not answered: %s\n", m.c_str());
+    for (const auto& m : r.missing) std::fprintf(stderr, "answer: not answered: %s\n", escape_text(m).c_str());
   }
   std::printf("answer: %zu datasets in %zu case(s) by llama.cpp %s (%s) -> %s\n", r.n_datasets, n_cases, r.version.c_str(),
-              r.lib_dir.c_str(), a.out.c_str());
+              escape_text(r.lib_dir).c_str(), escape_text(a.out).c_str());
 }
 
 void run_answer(const AnswerArgs& a, const std::string& command_line) {
@@ -242,7 +243,7 @@ void run_answer(const AnswerArgs& a, const std::string& command_line) {
     CaseAnswer ca = answer_case(E, ec, *eng, c, only_layers, only_ops, used_layers);
     if (ca.answers.empty()) continue;
     n_answers += ca.answers.size();
-    if (!a.quiet) std::fprintf(stderr, "answer: %s: %zu datasets\n", ec.c_str(), ca.answers.size());
+    if (!a.quiet) std::fprintf(stderr, "answer: %s: %zu datasets\n", escape_text(ec).c_str(), ca.answers.size());  // a name from the file
     fd.cases.push_back(std::move(ca.data));
   }
   if (fd.cases.empty())
@@ -258,7 +259,7 @@ void run_answer(const AnswerArgs& a, const std::string& command_line) {
   fd.attrs["answer_command"] = command_line;
   const size_t n_cases = fd.cases.size();
   fx::write_fixture(a.out, std::move(fd));
-  std::printf("answer: %zu datasets in %zu case(s) by %s -> %s\n", n_answers, n_cases, eng->describe().c_str(), a.out.c_str());
+  std::printf("answer: %zu datasets in %zu case(s) by %s -> %s\n", n_answers, n_cases, eng->describe().c_str(), escape_text(a.out).c_str());
 }
 
 CommandRegistration reg(45, [](CLI::App& root) {
@@ -281,7 +282,7 @@ CommandRegistration reg(45, [](CLI::App& root) {
       ->capture_default_str();
   c->add_option("--layers", a->layers, "only these layers (comma list; default: every layer the fixture holds)");
   c->add_option("--ops", a->ops, "only these ops (comma list of op names = their first output dataset)");
-  c->add_option("--filter", a->filter, "only this expected case");
+  c->add_option("--filter", a->filter, "only this expected case")->check(non_empty());
   c->add_option("--fault", a->fault, "negative control: dense-attention (both backends) or a fault of optimized/faults.h (cuda)");
   c->add_flag("--quiet", a->quiet, "no per-case lines");
   add_kernel_config_option(c, &a->kernel_config);

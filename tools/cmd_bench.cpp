@@ -213,7 +213,7 @@ void run_bench(const BenchArgs& a) {
   require_count(a.prompt_tokens, "bench: --prompt-tokens", 1);
   require_count(a.decode_steps, "bench: --decode-steps", 0);
   require_count(a.context, "bench: --context", 0);
-  require_finite_nonnegative(a.expert_cache_gib, "--expert-cache-gib");
+  require_gib(a.expert_cache_gib, "--expert-cache-gib");
   require_regular_file(a.model, "--model");
   const std::vector<int> devices = parse_devices(a.devices);
   if (!devices.empty() && a.backend != "cuda") throw InputError("bench: --devices needs --backend cuda");

@@ -63,6 +63,13 @@ long long parse_int(const std::string& s, const char* what) {
   }
 }
 
+// A layer index of a list option, checked before it is narrowed to int: 4294967296 once became layer 0.
+int parse_layer(const std::string& s, const char* what) {
+  const long long v = parse_int(s, what);
+  if (v < 0 || v > INT32_MAX) throw InputError(std::string(what) + ": '" + s + "' is not a layer index");
+  return static_cast<int>(v);
+}
+
 CommandRegistration reg(40, [](CLI::App& root) {
   auto a = std::make_shared<CaptureArgs>();
   CLI::App* c = root.add_subcommand("capture", "Capture a golden HDF5 fixture from a GGUF model with the CPU reference");
@@ -80,7 +87,8 @@ CommandRegistration reg(40, [](CLI::App& root) {
       ->check(CLI::Range(0, 1 << 20));
   c->add_option("--generate", a->o.generate, "greedy generation of N tokens (oracle greedy layout)")->check(CLI::Range(0, 1 << 20));
   c->add_option("--precision", a->o.precision, "reference precision")->check(CLI::IsMember({"f64", "f32"}))->capture_default_str();
-  c->add_option("--case-name", a->o.case_name, "name of the forward case group (default: canonical from the parameters)");
+  c->add_option("--case-name", a->o.case_name, "name of the forward case group (default: canonical from the parameters)")
+      ->check(non_empty());
   c->add_option("--backend", a->backend, "reference or cuda")->check(CLI::IsMember({"reference", "cuda"}))->capture_default_str();
   c->add_option("--hidden-source", a->o.hidden_source,
                 "input of the first captured layer: forward (real pass through the layers before it) or synthetic (token "
@@ -108,7 +116,8 @@ CommandRegistration reg(40, [](CLI::App& root) {
   c->add_flag("--dense-attention", a->o.dense_attention, "negative control: ignore the indexer (dense causal attention)");
   c->add_option("--fault", a->o.fault, "cuda negative control: a fault of optimized/faults.h (dense-attention, topk-upper-tie, ...)");
   c->add_option("--force-decisions", a->o.force_decisions,
-                "use this fixture's decisions (indexer top-k, router ids) in every pass; the backend's own are still stored");
+                "use this fixture's decisions (indexer top-k, router ids) in every pass; the backend's own are still stored")
+      ->check(non_empty());
   auto* qf = c->add_flag("--quiet", a->quiet, "no progress bar");
   c->add_flag("--progress", a->progress, "progress bar even when stderr is not a terminal (plain lines, no \\r)")->excludes(qf);
   c->add_option("--devices", a->devices, "cuda: layer split over these CUDA devices, e.g. 0,1 (0,0: virtual devices)");
@@ -121,7 +130,7 @@ CommandRegistration reg(40, [](CLI::App& root) {
       o.all_layers = true;
     } else {
       o.all_layers = false;
-      for (const auto& s : split_list(a->layers)) o.layers.push_back(static_cast<int>(parse_int(s, "--layers")));
+      for (const auto& s : split_list(a->layers)) o.layers.push_back(parse_layer(s, "--layers"));
     }
     for (const auto& s : split_list(a->prompt_ids)) {
       long long v = parse_int(s, "--prompt-ids");
@@ -153,7 +162,7 @@ CommandRegistration reg(40, [](CLI::App& root) {
     if (a->op_layers == "all")
       o.op_layers_all = true;
     else
-      for (const auto& s : split_list(a->op_layers)) o.op_layers.push_back(static_cast<int>(parse_int(s, "--op-layers")));
+      for (const auto& s : split_list(a->op_layers)) o.op_layers.push_back(parse_layer(s, "--op-layers"));
     o.quiet = a->quiet;
     o.progress = a->quiet ? ProgressMode::Never : a->progress ? ProgressMode::Always : ProgressMode::Auto;
     std::ostringstream cl;

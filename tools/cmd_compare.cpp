@@ -33,13 +33,15 @@ CommandRegistration reg(50, [](CLI::App& root) {
   CLI::App* c = root.add_subcommand("compare", "Judge ACTUAL against EXPECTED fixture, dataset by dataset (exit 0 pass, 1 fail, 2 unusable)");
   c->add_option("expected", a->expected, "expected fixture (.h5): an mlaconf capture or the oracle")->required();
   c->add_option("actual", a->actual, "actual fixture (.h5) to judge")->required();
-  c->add_option("--json", a->json, "write the report as JSON here");
-  c->add_option("--plot", a->plot, "write a PNG here: log10(NMSE) per layer, one panel per op class, the bound, the first failing op named");
-  c->add_option("--filter", a->filter, "judge only this case (canonical name, expected or actual)");
+  c->add_option("--json", a->json, "write the report as JSON here")->check(non_empty());
+  c->add_option("--plot", a->plot, "write a PNG here: log10(NMSE) per layer, one panel per op class, the bound, the first failing op named")
+      ->check(non_empty());
+  c->add_option("--filter", a->filter, "judge only this case (canonical name, expected or actual)")->check(non_empty());
   c->add_option("--precision", a->precision,
                  "tolerances for this precision (a built-in one: f64, f32, f16, bf16, fp8, llamacpp-cpu; or a class --bounds declares) instead of ACTUAL's");
   c->add_option("--bounds", a->bounds,
-                "declared bounds (JSON, docs/TOLERANCES.md): precision classes of your own, and a precision per dataset");
+                "declared bounds (JSON, docs/TOLERANCES.md): precision classes of your own, and a precision per dataset")
+      ->check(non_empty());
   c->add_flag("--brief", a->brief, "print only failing datasets and the summary");
   c->add_flag("--no-attribution", a->no_attribution,
               "judge every row, also those a differing decision (a near-tie flip) reached (default: decision-aware)");

@@ -159,7 +159,7 @@ void check_args(const GenerateArgs& a) {
   if (a.backend != "reference" && a.backend != "cuda" && a.backend != "both")
     throw InputError("generate: --backend must be reference, cuda or both, not '" + a.backend + "'");
   require_fault_name(a.fault);  // a typo is unusable input (2), before "not supported" (3)
-  require_finite_nonnegative(a.expert_cache_gib, "--expert-cache-gib");
+  require_gib(a.expert_cache_gib, "--expert-cache-gib");
 }
 
 // The prompt's ids and the tokenizer: required for a text prompt; with ids, used for the text when the GGUF has one.

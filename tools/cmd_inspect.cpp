@@ -4,7 +4,8 @@
 // (name, type, shape, bytes, offset) and the validate_weights verdict; --json prints all of it as one
 // JSON document. Only headers are read (a 400 GB split model returns at once). A file that parses but
 // is not a usable glm-dsa model (missing key, shape disagreeing with the config) is still printed, then
-// the verdict goes to stderr as one error line and the exit code is 2.
+// the verdict goes to stderr as one error line and the exit code is 2. Names and strings from the file
+// are printed escaped (core/text_escape.h): a GGUF cannot put a control sequence on the terminal.
 //
 // With --tensor NAME --stats: dequantizes that tensor in bounded chunks of rows and prints min, max,
 // mean and rms (mean and rms accumulated in double); with --json exactly one object with the keys
@@ -20,6 +21,7 @@
 #include "core/gguf.h"
 #include "core/json.h"
 #include "core/model_config.h"
+#include "core/text_escape.h"
 #include "core/weight_layout.h"
 #include "reference/dequant/dequant.h"
 #include "tools/command.h"
@@ -107,7 +109,7 @@ int print_stats(const GgufFile& f, const InspectArgs& a) {
     print_line({{"name", t.name}, {"type", type_name(t.type)}, {"shape", jshape(t)}, {"min", mn}, {"max", mx},
                 {"mean", mean}, {"rms", rms}});
   } else {
-    std::printf("%s  %s  %s  %lld values\n  min %.17g  max %.17g  mean %.17g  rms %.17g\n", t.name.c_str(),
+    std::printf("%s  %s  %s  %lld values\n  min %.17g  max %.17g  mean %.17g  rms %.17g\n", escape_text(t.name).c_str(),
                 type_name(t.type), t.shape_string().c_str(), static_cast<long long>(n), mn, mx, mean, rms);
   }
   return kExitOk;
@@ -140,29 +142,29 @@ int print_json(const GgufFile& f, const InspectArgs& a, const ModelConfig* cfg, 
 }
 
 int print_text(const GgufFile& f, const InspectArgs& a, const ModelConfig* cfg, const std::string& verdict) {
-  std::printf("file      %s\n", f.path().c_str());
+  std::printf("file      %s\n", escape_text(f.path()).c_str());
   std::printf("GGUF      v%u, %zu shard(s), %llu bytes, %zu tensors, %zu metadata keys\n", f.version(),
               f.shards().size(), static_cast<unsigned long long>(f.total_file_size()), f.tensors().size(),
               f.metadata().size());
   for (const GgufShard& s : f.shards())
-    std::printf("  shard   %s: %llu bytes, v%u, alignment %llu, data at %llu, %llu tensors, %llu keys\n", s.path.c_str(),
+    std::printf("  shard   %s: %llu bytes, v%u, alignment %llu, data at %llu, %llu tensors, %llu keys\n", escape_text(s.path).c_str(),
                 static_cast<unsigned long long>(s.file_size), s.version, static_cast<unsigned long long>(s.alignment),
                 static_cast<unsigned long long>(s.data_offset), static_cast<unsigned long long>(s.n_tensors),
                 static_cast<unsigned long long>(s.n_kv));
   std::printf("\nmetadata\n");
   size_t w = 0;
-  for (const auto& kv : f.metadata()) w = std::max(w, kv.first.size());
+  for (const auto& kv : f.metadata()) w = std::max(w, escape_text(kv.first).size());
   for (const auto& [k, v] : f.metadata())
-    std::printf("  %-*s  %-6s  %s\n", static_cast<int>(w), k.c_str(), gguf_type_name(v.type),
-                v.to_string(a.max_items).c_str());
+    std::printf("  %-*s  %-6s  %s\n", static_cast<int>(w), escape_text(k).c_str(), gguf_type_name(v.type),
+                escape_text(v.to_string(a.max_items)).c_str());
   std::printf("\nconfig\n%s", cfg ? cfg->summary().c_str() : "  (none: see the verdict)\n");
   std::printf("\ntensors\n");
   size_t nw = 4;
-  for (const auto& t : f.tensors()) nw = std::max(nw, t.name.size());
+  for (const auto& t : f.tensors()) nw = std::max(nw, escape_text(t.name).size());
   std::printf("  %-*s  %-7s  %-20s  %12s  %12s  %s\n", static_cast<int>(nw), "name", "type", "shape", "bytes", "offset",
               "shard");
   for (const auto& t : f.tensors())
-    std::printf("  %-*s  %-7s  %-20s  %12llu  %12llu  %d\n", static_cast<int>(nw), t.name.c_str(), type_name(t.type),
+    std::printf("  %-*s  %-7s  %-20s  %12llu  %12llu  %d\n", static_cast<int>(nw), escape_text(t.name).c_str(), type_name(t.type),
                 t.shape_string().c_str(), static_cast<unsigned long long>(t.nbytes),
                 static_cast<unsigned long long>(t.offset), t.shard);
   std::printf("\nverdict   %s\n", verdict.empty() ? "OK: every tensor the config implies is present with its shape"
@@ -182,7 +184,7 @@ int run(const InspectArgs& a) {
       print_line({{"name", t.name}, {"type", type_name(t.type)}, {"shape", jshape(t)}, {"bytes", t.nbytes},
                   {"offset", t.offset}, {"shard", t.shard}});
     else
-      std::printf("%s  %s  %s  %llu bytes at offset %llu (shard %d)\n", t.name.c_str(), type_name(t.type),
+      std::printf("%s  %s  %s  %llu bytes at offset %llu (shard %d)\n", escape_text(t.name).c_str(), type_name(t.type),
                   t.shape_string().c_str(), static_cast<unsigned long long>(t.nbytes),
                   static_cast<unsigned long long>(t.offset), t.shard);
     return kExitOk;
@@ -192,7 +194,7 @@ int run(const InspectArgs& a) {
   const int rc = a.json ? print_json(f, a, cfg.get(), verdict) : print_text(f, a, cfg.get(), verdict);
   if (!verdict.empty()) {
     std::fflush(stdout);
-    std::fprintf(stderr, "mlaconf: error: %s\n", verdict.c_str());
+    std::fprintf(stderr, "mlaconf: error: %s\n", escape_text(verdict).c_str());  // one line, as main()'s
   }
   return rc;
 }

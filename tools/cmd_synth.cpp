@@ -71,7 +71,10 @@ void run(const SynthArgs& a) {
   o.name = a.name.empty() ? "mlaconf-synth-" + a.preset + "-seed" + std::to_string(a.seed) : a.name;
   // Before writing: the plan (config, types: the readers' rules), the output, and the room it needs.
   require_output_path(a.out, "--out", {});
-  const std::vector<synth::PlannedTensor> plan = synth::plan(o);
+  const std::vector<synth::PlannedTensor> plan = synth::plan(o);  // checks --split first
+  // Every shard's name too: a directory or a special file there is refused now, not at its rename.
+  if (o.split > 1)
+    for (const std::string& p : synth::output_paths(o, a.out)) require_output_path(p, "--out (shard)", {});
   long double total = 0;  // tensor bytes (headers and padding are small beside them)
   for (const auto& t : plan) total += static_cast<long double>(t.nbytes);
   const uint64_t free = free_bytes_for(a.out);

@@ -126,7 +126,7 @@ CommandRegistration reg(25, [](CLI::App& root) {
       "Invalid UTF-8 is read as U+FFFD.");
   cmd->add_option("--model,-m", o->model, "GGUF file (any shard of a split model)")->required();
   auto* text = cmd->add_option("--text,-t", o->text, "the text to tokenize");
-  auto* file = cmd->add_option("--text-file", o->text_file, "read the text from this file (bytes as they are)");
+  auto* file = cmd->add_option("--text-file", o->text_file, "read the text from this file (bytes as they are)")->check(non_empty());
   auto* ids = cmd->add_option("--ids", o->ids, "decode these ids instead (\"1 2 3\" or \"[1, 2, 3]\")");
   text->excludes(file)->excludes(ids);
   file->excludes(ids);

@@ -19,4 +19,12 @@ struct CommandRegistration {
 
 void set_exit_code(int code);
 
+// For options whose empty value reads as "not given" (a path, a case name): `--json ""` (an unset shell
+// variable) once wrote no report and exited 0, `--force-decisions ""` captured without forcing. Given,
+// such an option must hold something; CLI11 reports it as a usage error (exit 2, one line).
+inline const CLI::Validator& non_empty() {
+  static const CLI::Validator v([](std::string& s) { return s.empty() ? std::string("empty value") : std::string(); }, "");
+  return v;
+}
+
 }  // namespace mlaconf::cli

@@ -25,6 +25,7 @@
 #include "core/gguf.h"
 #include "core/json.h"
 #include "core/model_config.h"
+#include "core/text_escape.h"
 #include "core/trace.h"
 #include "fixtures/engine_run.h"
 #include "fixtures/logit_divergence.h"
@@ -300,7 +301,7 @@ void print_kld_json(const KldAgainstArgs& a, const EngineRun& run, const Setup& 
 void print_kld_table(const KldAgainstArgs& a, const EngineRun& run, const Setup& u, const std::vector<StepResult>& res,
                      const Summary& m) {
   std::printf("kld --against %s: %s vs %s%s, %lld generated tokens after %lld prompt tokens, top-%zu\n", a.against.c_str(),
-              u.truth.c_str(), run.shape.c_str(), run.engine.empty() ? "" : (" (" + run.engine + ")").c_str(),
+              u.truth.c_str(), run.shape.c_str(), run.engine.empty() ? "" : (" (" + escape_text(run.engine) + ")").c_str(),
               static_cast<long long>(u.n), static_cast<long long>(u.P), run.steps[0].top.size());
   std::printf("precision %s: margin %g (logit), tie gap %g; KLD over the engine's top-N + other (nats)\n", a.engine_precision.c_str(),
               u.margin, u.tie_gap);
@@ -367,8 +368,8 @@ void run_kld_against(const KldAgainstArgs& a) {
   u.truth = truth->describe();
   if (!a.json)
     std::fprintf(stderr, "%s --against: %s (%s%s), %lld prompt + %lld generated tokens, top-%zu logprobs; %s, one pass of %lld tokens\n",
-                 a.generate_report ? "generate" : "kld", a.against.c_str(), run.shape.c_str(),
-                 run.engine.empty() ? "" : (", " + run.engine).c_str(), static_cast<long long>(u.P),
+                 a.generate_report ? "generate" : "kld", escape_text(a.against).c_str(), run.shape.c_str(),
+                 run.engine.empty() ? "" : (", " + escape_text(run.engine)).c_str(), static_cast<long long>(u.P),
                  static_cast<long long>(u.n), run.steps[0].top.size(), u.truth.c_str(), static_cast<long long>(T));
   const auto t0 = std::chrono::steady_clock::now();
   truth->reset();

@@ -9,6 +9,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/text_escape.h"
 #include "tools/command.h"
 #include "tools/settings.h"
 
@@ -24,58 +25,10 @@ std::vector<Entry>& registry() {
 }
 int g_exit = kExitOk;
 
-// An error line holds paths and strings from files (GGUF keys, HDF5 names): escaped so that it stays one
-// line and no byte reaches the terminal as a control sequence. Control characters (C0, DEL, and C1 in
-// UTF-8) become \n, \t, \r, \xNN or \u00NN; bytes that are not valid UTF-8 become \xNN; a backslash stays.
-std::string escape_line(const std::string& s) {
-  std::string o;
-  char b[16];
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  for (size_t i = 0; i < n;) {
-    const unsigned char c = p[i];
-    if (c < 0x80) {
-      if (c == '\n') o += "\\n";
-      else if (c == '\r') o += "\\r";
-      else if (c == '\t') o += "\\t";
-      else if (c < 0x20 || c == 0x7f) {
-        std::snprintf(b, sizeof b, "\\x%02x", c);
-        o += b;
-      } else {
-        o += static_cast<char>(c);
-      }
-      ++i;
-      continue;
-    }
-    // A UTF-8 sequence: its length by the lead byte, continuation bytes, no overlong form or surrogate.
-    size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-    uint32_t cp = len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
-    bool ok = len > 0 && i + len <= n;
-    for (size_t k = 1; ok && k < len; ++k) {
-      ok = (p[i + k] & 0xc0) == 0x80;
-      cp = (cp << 6) | (p[i + k] & 0x3f);
-    }
-    if (ok) ok = !(len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) && !(len == 4 && (cp < 0x10000 || cp > 0x10ffff));
-    if (!ok) {
-      std::snprintf(b, sizeof b, "\\x%02x", c);
-      o += b;
-      ++i;
-      continue;
-    }
-    if (cp >= 0x80 && cp <= 0x9f) {  // C1 controls (U+009B is a CSI to some terminals)
-      std::snprintf(b, sizeof b, "\\u%04x", static_cast<unsigned>(cp));
-      o += b;
-    } else {
-      o.append(s, i, len);
-    }
-    i += len;
-  }
-  return o;
-}
-
-// One error line on stderr, escaped.
+// One error line on stderr. It holds paths and strings from files (GGUF keys, HDF5 names): escaped
+// (core/text_escape.h) so that it stays one line and no byte reaches the terminal as a control sequence.
 void error_line(const char* prefix, const std::string& what) {
-  std::fprintf(stderr, "mlaconf: %s%s\n", prefix, escape_line(what).c_str());
+  std::fprintf(stderr, "mlaconf: %s%s\n", prefix, escape_text(what).c_str());
 }
 
 // Whatever a command printed must have reached stdout: a full disk or a closed pipe behind `>` is a
@@ -114,7 +67,7 @@ int main(int argc, char** argv) {
     std::string sub;
     for (const CLI::App* s : a->get_subcommands()) sub = s->get_name();
     const std::string where = sub.empty() ? "" : sub + ": ";
-    return "mlaconf: error: " + cli::escape_line(where + e.what()) + " (see mlaconf " + (sub.empty() ? "" : sub + " ") + "--help)\n";
+    return "mlaconf: error: " + escape_text(where + e.what()) + " (see mlaconf " + (sub.empty() ? "" : sub + " ") + "--help)\n";
   });
   app.set_version_flag("--version", "mlaconf 0.1.0");
   auto& reg = cli::registry();

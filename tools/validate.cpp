@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
@@ -75,6 +76,15 @@ void require_distinct_outputs(const std::string& a, const std::string& option_a,
 
 double require_finite_nonnegative(double v, const std::string& option) {
   if (!std::isfinite(v) || v < 0) throw InputError(option + " must be a finite number >= 0, not " + std::to_string(v));
+  return v;
+}
+
+double require_gib(double v, const std::string& option) {
+  if (!std::isfinite(v) || v < 0 || v > 1e6) {
+    char t[32];
+    std::snprintf(t, sizeof t, "%g", v);
+    throw InputError(option + " must be a number of GiB in [0, 1e6], not " + t);
+  }
   return v;
 }
 

@@ -20,8 +20,12 @@ void require_output_path(const std::string& path, const std::string& option, con
 void require_distinct_outputs(const std::string& a, const std::string& option_a, const std::string& b,
                               const std::string& option_b);
 
-// A finite number >= 0 (a memory budget); returns it.
+// A finite number >= 0; returns it.
 double require_finite_nonnegative(double v, const std::string& option);
+
+// A memory budget in GiB: finite, in [0, 1e6] (plan's bound too), so that its byte count fits size_t (1e300
+// passed as finite and its conversion to bytes overflowed); returns it.
+double require_gib(double v, const std::string& option);
 
 // A count or size option in [lo, hi] (checked before any sum of counts, so that no sum can overflow:
 // hi is at most kMaxCount); returns it.

@@ -20,8 +20,10 @@ set(launcher)
 if(LAUNCHER)
   set(launcher -DCMAKE_CXX_COMPILER_LAUNCHER=${LAUNCHER})
 endif()
+# The build's own compile and link flags (empty in the default presets; -fsanitize=... in the asan one).
 run(${CMAKE_COMMAND} -S ${CONSUMER_SRC} -B ${cbuild} -G ${GENERATOR} -DCMAKE_CXX_COMPILER=${CXX} ${launcher}
-    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
+    "-DCMAKE_EXE_LINKER_FLAGS=${EXE_LINKER_FLAGS}")
 run(${CMAKE_COMMAND} --build ${cbuild})
 run(${cbuild}/consumer ${FIXTURE})
 message("${last_out}")

@@ -22,87 +22,18 @@
 #include "core/json.h"
 #include "suites/core/gguf_bytes.h"
 #include "suites/robustness/cli_trial.h"
+#include "suites/robustness/trial_setup.h"
 
 namespace mlaconf {
 namespace {
 namespace fs = std::filesystem;
 using trial::Result;
 
-// MLACONF_TRIAL_CLI runs the trials against another build (e.g. an older one, to see them fail).
-const std::string kCli = std::getenv("MLACONF_TRIAL_CLI") ? std::getenv("MLACONF_TRIAL_CLI") : MLACONF_CLI;
-
-// Made once per build folder (the first test process to get the lock): a tiny model and three
-// fixtures of the same 16 random tokens (f64 with op-level datasets, f32, f64 model-level only).
-const std::string& data_dir() {
-  static const std::string dir = [] {
-    const std::string d = std::string(MLACONF_BINARY_DIR) + "/robustness_cli_data";
-    fs::create_directories(d);
-    const int lock = open((d + "/.lock").c_str(), O_CREAT | O_RDWR, 0644);
-    flock(lock, LOCK_EX);
-    if (!fs::exists(d + "/ready")) {
-      auto must = [](const std::vector<std::string>& argv) {
-        Result r = trial::run(argv);
-        if (r.status != 0) throw std::runtime_error("setup failed: " + r.err);
-      };
-      must({kCli, "synth", "--seed", "1", "--out", d + "/m.gguf"});
-      // One forward case a file (the trials edit "the" case): no decode steps.
-      const std::vector<std::string> cap = {kCli, "capture", "--model", d + "/m.gguf", "--random-tokens", "16", "--seed", "1",
-                                            "--decode-steps", "0", "--quiet"};
-      auto with = [&](std::vector<std::string> extra) {
-        std::vector<std::string> v = cap;
-        v.insert(v.end(), extra.begin(), extra.end());
-        return v;
-      };
-      must(with({"--out", d + "/e.h5"}));
-      must(with({"--precision", "f32", "--out", d + "/f32.h5"}));
-      must(with({"--no-op-level", "--out", d + "/model_level.h5"}));
-      std::ofstream(d + "/ready") << "ok\n";
-    }
-    flock(lock, LOCK_UN);
-    close(lock);
-    return d;
-  }();
-  return dir;
-}
-
-// A fresh folder for one trial, with the shared inputs linked (or copied) in.
-struct Scratch {
-  std::string dir;
-  explicit Scratch(const std::vector<std::string>& inputs = {"m.gguf", "e.h5"}) {
-    char t[] = "/tmp/mlaconf-rel-XXXXXX";
-    dir = mkdtemp(t);
-    for (const auto& n : inputs) {
-      std::error_code ec;
-      fs::create_hard_link(data_dir() + "/" + n, dir + "/" + n, ec);
-      if (ec) fs::copy_file(data_dir() + "/" + n, dir + "/" + n);
-    }
-  }
-  ~Scratch() { fs::remove_all(dir); }
-  std::string p(const std::string& n) const { return dir + "/" + n; }
-  // Its own copy (to modify without touching the shared file).
-  std::string own(const std::string& n) const {
-    fs::remove(p(n));
-    fs::copy_file(data_dir() + "/" + n, p(n));
-    return p(n);
-  }
-};
-
-bool have_cli() { return fs::exists(kCli); }
-#define NEED_CLI() \
-  if (!have_cli()) GTEST_SKIP() << "skipped: " << kCli << " not built"
-
-// The contract for a refused trial: exit `code`, one stderr line with the right prefix that contains
-// `says`, and the folder exactly as it was.
-void expect_refused(const Result& r, int code, const std::string& says, const std::string& dir,
-                    const std::map<std::string, std::string>& before) {
-  EXPECT_EQ(r.signal, 0) << "killed by signal " << r.signal << "; stderr: " << r.err;
-  EXPECT_EQ(r.status, code) << r.err;
-  EXPECT_EQ(trial::lines(r.err), 1) << "stderr is not one line:\n" << r.err;
-  const std::string prefix = code == 3 ? "mlaconf: not supported: " : "mlaconf: error: ";
-  EXPECT_EQ(r.err.rfind(prefix, 0), 0u) << r.err;
-  EXPECT_NE(r.err.find(says), std::string::npos) << "stderr does not say '" << says << "': " << r.err;
-  EXPECT_EQ(trial::snapshot(dir), before) << "the folder changed (a file left behind, or an input overwritten)";
-}
+const std::string& kCli = trial::cli();  // MLACONF_TRIAL_CLI: another build (trial_setup.h)
+using trial::data_dir;
+using trial::expect_refused;
+using trial::h5py_edit;
+using trial::Scratch;
 
 std::vector<std::string> capture_args(const Scratch& s, const std::string& out) {
   return {kCli, "capture", "--model", s.p("m.gguf"), "--random-tokens", "16", "--seed", "1", "--quiet", "--out", out};
@@ -371,13 +302,6 @@ TEST(cli_trials, p8_nonsense_options_are_exit_2) {
     SCOPED_TRACE(t.argv[1] + " " + t.argv[t.argv.size() - 1]);
     expect_refused(trial::run(t.argv), 2, t.says, s.dir, before);
   }
-}
-
-// Rewrites one case of a fixture with h5py (python3-h5py, ci/deps.sh): the C++ writer makes only valid files.
-bool h5py_edit(const std::string& file, const std::string& code) {
-  const std::string cmd = "/usr/bin/python3 -c 'import h5py,sys; f=h5py.File(sys.argv[1],\"r+\"); c=[k for k in f.keys()][0]; " + code +
-                          "; f.close()' '" + file + "' >/dev/null 2>&1";
-  return std::system(cmd.c_str()) == 0;
 }
 
 TEST(cli_trials, p8_fixture_case_of_unknown_kind) {

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "core/text_escape.h"
 #include "fixtures/schema.h"
 #include "fixtures/tolerances.h"
 #include "tools/llama_cpp/library.h"
@@ -429,7 +430,7 @@ AnswerResult answer_fixture(const fx::FixtureFile& E, const std::string& gguf, c
       cd.int_attrs["forced_decisions"] = 0;
       if (auto it = ea.find("has_head"); it != ea.end() && !it->second.is_string) cd.int_attrs["has_head"] = static_cast<int64_t>(it->second.d);
       for (int l : layers) cd.layer_moe[l] = c.is_moe_layer(l) ? 1 : 0;
-      if (!o.quiet) std::fprintf(stderr, "answer: %s: %zu datasets from llama.cpp\n", ec.c_str(), cd.datasets.size() - 1);
+      if (!o.quiet) std::fprintf(stderr, "answer: %s: %zu datasets from llama.cpp\n", escape_text(ec).c_str(), cd.datasets.size() - 1);
       res.data.cases.push_back(std::move(cd));
     }
     unmapped.insert(col.unmapped.begin(), col.unmapped.end());
