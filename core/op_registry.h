@@ -91,6 +91,8 @@ const char* panel_title(Panel p);      // "Q PATH", ...; "" for None
 
 // The names of one of a row's list fields (replay inputs, reference functions, tests, ...): space separated.
 std::vector<std::string> row_list(const char* field);
+// The symbols of a row's shape, comma separated: "T,H,D" -> T H D.
+std::vector<std::string> shape_symbols(const char* shape);
 
 // Position in a pass: layer datasets 0, 1, ... in row order, then case-level ones from 1000; unknown: 2000.
 int forward_rank_in(std::span<const OpRow> rows, std::string_view name);

@@ -11,6 +11,13 @@ std::vector<std::string> row_list(const char* field) {
   return v;
 }
 
+std::vector<std::string> shape_symbols(const char* shape) {
+  std::vector<std::string> v;
+  std::istringstream in(shape ? shape : "");
+  for (std::string t; std::getline(in, t, ',');) v.push_back(t);
+  return v;
+}
+
 int forward_rank_in(std::span<const OpRow> rows, std::string_view name) {
   int layer_rank = 0, case_rank = 1000;
   for (const OpRow& r : rows) {

@@ -25,9 +25,9 @@ namespace mlaconf::ref {
 
 struct ModelOptions {
   size_t expert_cache_bytes = size_t(4) << 30;  // LRU budget for dequantized routed experts
-  // Routed experts run side by side, one per thread (reference/moe.h MoeRun), as many as this budget holds
-  // dequantized (at least one; f64 GLM-5 experts are 302 MB each: 13 at 16 threads). Does not change
-  // any value.
+  // With experts_in_flight other than 1, routed experts run side by side, one per thread (reference/moe.h
+  // MoeRun), at most as many as this budget holds dequantized (at least one; f64 GLM-5 experts are 302 MB
+  // each: 13 at 16 threads). Does not change any value.
   size_t experts_in_flight_bytes = size_t(4) << 30;
   // > 0: at most this many experts in flight whatever the budget; 1 (the default): the experts one after
   // another, each one's products split over the threads, which measured as fast at 2 and 16 threads with

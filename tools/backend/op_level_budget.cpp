@@ -2,7 +2,6 @@
 #include "tools/backend/op_level_budget.h"
 
 #include <cstdio>
-#include <sstream>
 
 #include "core/op_registry.h"
 #include "fixtures/collector.h"
@@ -16,8 +15,7 @@ int64_t op_level_values(const ModelConfig& c, int l, int64_t T) {
   for (const OpRow& r : op_registry()) {
     if (r.level != DatasetLevel::Layer || fx::is_model_level_layer_name(r.name) || !c.layer_is(r.kind, l)) continue;
     int64_t n = 1;
-    std::stringstream ss(r.shape);
-    for (std::string sym; std::getline(ss, sym, ',');) {
+    for (const std::string& sym : shape_symbols(r.shape)) {
       auto it = dims.d.find(sym);
       n *= sym == "T" || sym == "S" ? T : it != dims.d.end() ? it->second : 1;
     }
