@@ -39,7 +39,9 @@ void expect_no_raw_control(const std::string& s, bool allow_newlines, const std:
     if (c == '\n' && i + 1 == s.size()) continue;  // the line's own end
     EXPECT_FALSE(c < 0x20 || c == 0x7f || c == 0xff) << what << ": raw byte " << int(c) << " at " << i << ": " << s;
   }
-  if (!json) EXPECT_EQ(s.find("\xc2\x9b"), std::string::npos) << what << ": a raw C1 control (CSI): " << s;
+  if (!json) {
+    EXPECT_EQ(s.find("\xc2\x9b"), std::string::npos) << what << ": a raw C1 control (CSI): " << s;
+  }
 }
 
 // Control characters, a C1 CSI and a byte that is not UTF-8: a terminal title, a screen clear, a bell.
@@ -102,10 +104,7 @@ TEST(hostile_cli, planted_special_files_at_every_output) {
         {cli(), "compare", e, e, "--plot", out},
         {cli(), "synth", "--seed", "1", "--out", out},
     };
-    for (const auto& argv : commands) {
-      SCOPED_TRACE(argv[1] + " -> " + name);
-      expect_refused(trial::run(argv, o), 2, says, s.dir, before);
-    }
+    trial::expect_each_refused(commands, 2, says, s.dir, before, o);
   }
 }
 
@@ -164,10 +163,7 @@ TEST(hostile_cli, empty_values_are_not_absent_options) {
       {{cli(), "answer", e, "--model", m, "--quiet", "--out", ""}, "--out"},
       {{cli(), "synth", "--out", ""}, "--out"},
   };
-  for (const auto& [argv, says] : trials) {
-    SCOPED_TRACE(argv[1] + " " + says);
-    expect_refused(trial::run(argv), 2, says, s.dir, before);
-  }
+  for (const auto& [argv, says] : trials) trial::expect_each_refused({argv}, 2, says, s.dir, before);
 }
 
 // ---- planted files at inputs ------------------------------------------------------------------------------
@@ -204,14 +200,7 @@ TEST(hostile_cli, planted_special_files_at_every_input) {
         {cli(), "kld", "--model", m, "--backend", "reference", "--text-file", x, "--ctx", "80"},
         {cli(), "kld", "--model", m, "--against", x},
     };
-    for (const auto& argv : commands) {
-      std::string line;
-      for (size_t i = 1; i < argv.size(); ++i) line += argv[i] + " ";
-      SCOPED_TRACE(line);
-      const Result r = trial::run(argv, o);
-      expect_refused(r, 2, name, s.dir, before);
-      EXPECT_LT(r.seconds, 10.0);
-    }
+    trial::expect_each_refused(commands, 2, name, s.dir, before, o, 10.0);
   }
 }
 
@@ -231,14 +220,11 @@ TEST(hostile_cli, split_model_with_a_special_file_as_a_later_shard) {
     if (kind == "fifo") ASSERT_EQ(mkfifo(second.c_str(), 0644), 0);
     else fs::create_directory(second);
     const auto before = trial::snapshot(s.dir);
-    for (const auto& argv : std::vector<std::vector<std::string>>{
-             {cli(), "inspect", first},
-             {cli(), "plan", "--model", first, "--devices", "1", "--memory-per-device", "80"},
-             {cli(), "tokenize", "--model", first, "--text", "hi"},
-             {cli(), "capture", "--model", first, "--random-tokens", "4", "--quiet", "--out", s.p("x.h5")}}) {
-      SCOPED_TRACE(argv[1]);
-      expect_refused(trial::run(argv, o), 2, "x-00002-of-00003.gguf: not a regular file", s.dir, before);
-    }
+    trial::expect_each_refused({{cli(), "inspect", first},
+                                {cli(), "plan", "--model", first, "--devices", "1", "--memory-per-device", "80"},
+                                {cli(), "tokenize", "--model", first, "--text", "hi"},
+                                {cli(), "capture", "--model", first, "--random-tokens", "4", "--quiet", "--out", s.p("x.h5")}},
+                               2, "x-00002-of-00003.gguf: not a regular file", s.dir, before, o);
     fs::remove(second);
   }
 }
@@ -292,12 +278,7 @@ TEST(hostile_cli, counts_at_their_overflow_edges) {
       {{cli(), "synth", "--seed", "1", "--n-embd", i64max, "--out", s.p("x.gguf")}, ""},
       {{cli(), "synth", "--seed", "1", "--vocab", "4294967296", "--out", s.p("x.gguf")}, ""},
   };
-  for (const auto& [argv, says] : trials) {
-    SCOPED_TRACE(argv[1] + " " + argv[argv.size() - 2] + " " + argv.back());
-    const Result r = trial::run(argv, o);
-    expect_refused(r, 2, says, s.dir, before);
-    EXPECT_LT(r.seconds, 10.0);
-  }
+  for (const auto& [argv, says] : trials) trial::expect_each_refused({argv}, 2, says, s.dir, before, o, 10.0);
 }
 
 // ---- text from files reaching the terminal ------------------------------------------------------------------
@@ -410,10 +391,7 @@ TEST(hostile_cli, fixture_datasets_of_the_wrong_dtype_or_rank) {
     o.timeout_s = 30;
     std::vector<std::vector<std::string>> commands = {{cli(), "compare", s.p("e.h5"), bad}, {cli(), "compare", bad, s.p("e.h5")}};
     if (e.answer_reads) commands.push_back({cli(), "answer", bad, "--model", s.p("m.gguf"), "--quiet", "--out", s.p("a.h5")});
-    for (const auto& argv : commands) {
-      SCOPED_TRACE(argv[1] + " " + argv[2]);
-      expect_refused(trial::run(argv, o), 2, "", s.dir, before);
-    }
+    trial::expect_each_refused(commands, 2, "", s.dir, before, o);
   }
   // Dtypes the schema accepts on read (fixtures/SCHEMA.md: int64 ids, float16 storage) are judged, not refused.
   Scratch s({"e.h5"});
@@ -449,18 +427,14 @@ TEST(hostile_cli, gguf_tensor_data_past_the_end_of_the_file) {
   o.timeout_s = 20;
   for (const std::string f : {"far.gguf", "wrap.gguf", "edge.gguf", "cut.gguf"}) {
     const std::string g = s.p(f);
-    for (const auto& argv : std::vector<std::vector<std::string>>{
-             {cli(), "inspect", g},
-             {cli(), "plan", "--model", g, "--devices", "1", "--memory-per-device", "80"},
-             {cli(), "tokenize", "--model", g, "--text", "hi"},
-             {cli(), "generate", "--model", g, "--prompt-ids", "1", "-n", "1"},
-             {cli(), "bench", "--model", g, "--prompt-tokens", "2", "--decode-steps", "1", "--no-warmup"},
-             {cli(), "capture", "--model", g, "--random-tokens", "4", "--quiet", "--out", s.p("x.h5")},
-             {cli(), "answer", s.p("e.h5"), "--model", g, "--quiet", "--out", s.p("a.h5")}}) {
-      SCOPED_TRACE(f + " " + argv[1]);
-      const Result r = trial::run(argv, o);
-      expect_refused(r, 2, "past the end of the file", s.dir, before);
-    }
+    trial::expect_each_refused({{cli(), "inspect", g},
+                                {cli(), "plan", "--model", g, "--devices", "1", "--memory-per-device", "80"},
+                                {cli(), "tokenize", "--model", g, "--text", "hi"},
+                                {cli(), "generate", "--model", g, "--prompt-ids", "1", "-n", "1"},
+                                {cli(), "bench", "--model", g, "--prompt-tokens", "2", "--decode-steps", "1", "--no-warmup"},
+                                {cli(), "capture", "--model", g, "--random-tokens", "4", "--quiet", "--out", s.p("x.h5")},
+                                {cli(), "answer", s.p("e.h5"), "--model", g, "--quiet", "--out", s.p("a.h5")}},
+                               2, "past the end of the file", s.dir, before, o);
   }
 }
 

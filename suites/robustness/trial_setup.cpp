@@ -86,6 +86,21 @@ void expect_refused(const Result& r, int code, const std::string& says, const st
   EXPECT_EQ(snapshot(dir), before) << "the folder changed (a file left behind, or an input overwritten)";
 }
 
+void expect_each_refused(const std::vector<std::vector<std::string>>& commands, int code, const std::string& says,
+                         const std::string& dir, const std::map<std::string, std::string>& before,
+                         const Options& o, double max_seconds) {
+  for (const auto& argv : commands) {
+    std::string line;
+    for (size_t i = 1; i < argv.size(); ++i) line += (i > 1 ? " " : "") + argv[i];
+    SCOPED_TRACE(line);
+    const Result r = run(argv, o);
+    expect_refused(r, code, says, dir, before);
+    if (max_seconds > 0) {
+      EXPECT_LT(r.seconds, max_seconds);
+    }
+  }
+}
+
 bool h5py_edit(const std::string& file, const std::string& code) {
   const std::string cmd = "/usr/bin/python3 -c 'import h5py,sys; f=h5py.File(sys.argv[1],\"r+\"); c=[k for k in f.keys()][0]; " + code +
                           "; f.close()' '" + file + "' >/dev/null 2>&1";

@@ -36,6 +36,12 @@ struct Scratch {
 void expect_refused(const Result& r, int code, const std::string& says, const std::string& dir,
                     const std::map<std::string, std::string>& before);
 
+// Each command of `commands` run (its command line the trace), refused as expect_refused says, within
+// `max_seconds` of wall time when that is above 0.
+void expect_each_refused(const std::vector<std::vector<std::string>>& commands, int code, const std::string& says,
+                         const std::string& dir, const std::map<std::string, std::string>& before,
+                         const Options& o = {}, double max_seconds = 0);
+
 // Runs python `code` on `file` opened r+ with h5py, `c` bound to its first case group's name (python3-h5py,
 // ci/deps.sh: the C++ writer makes only valid files). False when that fails (no h5py: the caller skips).
 bool h5py_edit(const std::string& file, const std::string& code);
