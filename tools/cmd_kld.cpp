@@ -2,8 +2,8 @@
 //
 //   mlaconf kld --model M.gguf --backend reference|cuda --text-file corpus.txt [--ctx N] [--max-windows N]
 //               [--precision f32|f64] (reference under test) [--fault NAME] [--devices 0,1,...] (cuda)
-//               [--max-mean-kld X] [--min-same-top P] [--json]
-//   mlaconf kld --model M.gguf --against RUN.json [--engine-precision bf16] [--max-mean-kld X] [--min-same-top P] [--json]
+//               [--max-mean-kld X] [--max-row-kld X] [--min-same-top P] [--json]
+//   mlaconf kld --model M.gguf --against RUN.json [--engine-precision bf16] [--max-mean-kld X] [--max-row-kld X] [--min-same-top P] [--json]
 //               another engine's tokens and top-N logprobs (tools/kld_against.h)
 //
 // The text is encoded with the GGUF's own tokenizer (no special-token parsing: the corpus is plain text)
@@ -20,7 +20,7 @@
 // --fault: the backend under test runs a negative control: any of optimized/faults.h for cuda;
 // dense-attention (the one fault the reference has) for the reference. The truth never gets it.
 //
-// Exit codes: 0 measured (and any --max-mean-kld / --min-same-top holds), 1 a given bound is violated,
+// Exit codes: 0 measured (and any --max-mean-kld / --max-row-kld / --min-same-top holds), 1 a given bound is violated,
 // 2 bad input, 3 not supported (cuda without CUDA or without a device).
 #include <algorithm>
 #include <chrono>
@@ -55,7 +55,7 @@ struct KldArgs {
   std::string model, text_file, backend, precision = "f32", fault, devices, kernel_config;
   std::optional<int64_t> ctx;          // unset: the default (header)
   std::optional<int64_t> max_windows;  // unset: every whole window of the corpus
-  KldCheck check;  // --max-mean-kld, --min-same-top
+  KldCheck check;  // --max-mean-kld, --max-row-kld, --min-same-top
   bool precision_given = false;
   bool json = false;
   std::string against, engine_precision = "bf16";  // --against RUN.json: another engine's logprobs (kld_against.h)
@@ -204,7 +204,7 @@ void run(const KldArgs& a) {
   const DivergenceSummary s_all = summarize(all), s_beyond = summarize(beyond);
 
   // ---- the optional check: the bounds apply to all positions ----
-  const std::vector<std::string> violated = a.check.violations(s_all.kld.mean, s_all.same_top, "Same top p");
+  const std::vector<std::string> violated = a.check.violations(s_all.kld.mean, s_all.kld.max, s_all.same_top, "Same top p");
   const bool checked = a.check.given();
   const char* verdict = !checked ? "measured" : violated.empty() ? "pass" : "fail";
 
@@ -262,6 +262,8 @@ const CommandRegistration reg(55, [](CLI::App& root) {
   s->add_option("--devices", a->devices, "cuda: layer split over these CUDA devices, e.g. 0,1 (0,0: virtual devices)");
   add_kernel_config_option(s, &a->kernel_config);
   s->add_option("--max-mean-kld", a->check.max_mean_kld, "a check: exit 1 when the Mean KLD (all positions, nats) exceeds X");
+  s->add_option("--max-row-kld", a->check.max_row_kld,
+                "a check: exit 1 when any position's KLD exceeds X nats (--against: the report names those rows)");
   s->add_option("--min-same-top", a->check.min_same_top, "a check: exit 1 when Same top p (all positions) is below P percent");
   s->add_flag("--json", a->json, "print one JSON object (docs/KLD.md) instead of the text report");
   CLI::Option* against = s->add_option("--against", a->against,

@@ -13,7 +13,10 @@
 //     same prompt), judged as if it were the seed-1 model;
 //   - llama_cpp_server_f32_model.json: 0.3.36 on `synth --seed 1 --type-default F32` (llama.cpp in f32);
 //   - dense_llama_cpp_0.3.34_f32_model*.json: llama-cpp-python 0.3.34, whose llama.cpp ran glm-dsa dense
-//     (the real bug), on the F32 model, 96- and 60-token prompts.
+//     (the real bug), on the F32 model, 96- and 60-token prompts;
+//   - *_prompt_rows.json (`--server-shape --prompt-logprobs`): the 96-token runs of 0.3.36 (quantized and F32
+//     models) and of the dense 0.3.34 (F32 model) with the prompt's 95 rows in vLLM's prompt_logprobs shape,
+//     from llama.cpp's own logits of the prefill (llama.cpp's server returns none).
 // Bounds ~5x the measured figures (docs/KLD.md): correct llama.cpp Mean KLD 0.0107 (96-token prompt),
 // 7/8 top-1; the wrong model 0.217, 0/8.
 #include <gtest/gtest.h>
@@ -225,6 +228,168 @@ TEST(KldAgainst, DenseLlamaCppFailsBeyondTopkOnly) {
   }
 }
 
+// ---- the prompt's own rows (vLLM's prompt_logprobs, an echoed prompt): the engine's prefill judged row by row ----
+// llama.cpp's prefill on the F32 model: every prompt row's KLD against the f64 reference measured at most
+// 2.7e-7 nats (mean 3.4e-8; the 8 generated rows at most 3.5e-8). The per-row bound, ~7x that:
+constexpr double kF32ModelRowKldBound = 2e-6;
+std::string f32_model() {
+  static const std::string m = [] {
+    const std::string p = scratch() + "/tiny-f32-rows.gguf";
+    return run(cli() + " synth --seed 1 --type-default F32 -o " + q(p)).rc == 0 ? p : std::string();
+  }();
+  return m;
+}
+Kld kld_f32(const std::string& file, const std::string& extra = "") {
+  Kld k;
+  auto r = run(cli() + " kld --model " + q(f32_model()) + " --against " + q(file) + " --json " + extra + " 2>/dev/null");
+  k.rc = r.rc;
+  k.out = r.out;
+  if (r.rc == 0 || r.rc == 1) k.j = mlaconf::json_parse(r.out, "kld --against --json");
+  return k;
+}
+std::string row_bound() {
+  char b[48];
+  std::snprintf(b, sizeof b, "--max-row-kld %g", kF32ModelRowKldBound);
+  return b;
+}
+
+TEST(KldAgainst, PromptRowsOfACorrectLlamaCppPass) {
+  // The quantized model (q8 activations): every differing top-1 is a near-tie or a decision flip.
+  const Kld k = kld(kData + "llama_cpp_server_prompt_rows.json");
+  expect_correct(k, 96);
+  EXPECT_EQ(k.j.at("prompt_rows_source"), "prompt_logprobs");
+  EXPECT_EQ(k.j.at("prompt").at("positions"), 95);
+  EXPECT_EQ(k.j.at("all").at("positions"), 103);
+  EXPECT_EQ(k.j.at("prompt").at("differing_top").at("failure"), 0);
+  EXPECT_LE(mean_kld(k.j.at("prompt")), kMeanKldBound);
+  EXPECT_EQ(k.j.at("rows").at("failed"), 0);
+  EXPECT_EQ(k.j.at("steps")[0].at("kind"), "prompt");
+  EXPECT_EQ(k.j.at("steps")[0].at("position"), 0);
+  EXPECT_EQ(k.j.at("steps")[95].at("kind"), "generated");
+  // The generated rows are judged as without the prompt's rows.
+  const Kld g = kld(kData + "llama_cpp_server.json");
+  ASSERT_EQ(g.rc, 0);
+  EXPECT_NEAR(mean_kld(k.j.at("generated")), mean_kld(g.j.at("all")), 1e-6);
+  // The F32 model: every row within the per-row bound, every top-1 the same.
+  const Kld f = kld_f32(kData + "llama_cpp_server_f32_model_prompt_rows.json", row_bound() + " --min-same-top 100");
+  ASSERT_EQ(f.rc, 0) << f.out;
+  EXPECT_GT(f.j.at("prompt").at("kld").at("max").get<double>(), 0.0);
+  EXPECT_EQ(f.j.at("check").at("max_row_kld"), kF32ModelRowKldBound);
+}
+
+// The 32 prompt rows past top_k are a third of this prompt but 1.5% of a 2080-token one: the per-row bound sees
+// one row alone. One prompt row past top_k perturbed by 0.02 in its top-1 logprob fails and is named.
+TEST(KldAgainst, OnePerturbedPromptRowFailsAndIsNamed) {
+  mlaconf::Json bad = load(kData + "llama_cpp_server_f32_model_prompt_rows.json");
+  mlaconf::Json& e = bad["prompt_logprobs"][81];  // prompt token 81: row 80, 81 keys > top_k 64
+  std::string top;
+  for (const auto& [k, v] : e.items())
+    if (v.at("rank").get<int>() == 1) top = k;
+  ASSERT_FALSE(top.empty());
+  e[top]["logprob"] = e[top]["logprob"].get<double>() - 0.02;
+  const std::string p = write("perturbed-prompt-row.json", mlaconf::json_text(bad, -1));
+  const Kld k = kld_f32(p, row_bound());
+  ASSERT_EQ(k.rc, 1) << k.out;
+  EXPECT_EQ(k.j.at("rows").at("failed"), 1);
+  EXPECT_EQ(k.j.at("rows").at("positions"), mlaconf::Json::array({mlaconf::Json::array({80, 80})}));
+  EXPECT_NE(k.j.at("rows").at("diagnosis").get<std::string>().find("top_k"), std::string::npos) << k.j.at("rows");
+  // The mean over 103 rows (2.0e-7) passes the mean bound of the generated-only test above.
+  EXPECT_LT(mean_kld(k.j.at("all")), kF32ModelMeanKldBound);
+  auto t = run(cli() + " kld --model " + q(f32_model()) + " --against " + q(p) + " " + row_bound() + " 2>/dev/null");
+  EXPECT_NE(t.out.find("failing rows (positions): 80 (1 of 103)"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("(over --max-row-kld)"), std::string::npos) << t.out;
+}
+
+// The real bug on the prefill: llama.cpp 0.3.34 (dense glm-dsa) judged row by row. Its 64 rows with at most
+// index_topk keys are as clean as 0.3.36's (sparse = dense there); every one of the 39 rows past top_k (31
+// prompt rows and the 8 generated) is over the per-row bound, and the report names exactly those rows. At the
+// default bf16 class every differing top-1 on this random model is excused (near-tie or a router near-tie):
+// the per-row KLD bound is what fails it there; at the f32 class the top-1s fail too, past top_k only.
+TEST(KldAgainst, DenseLlamaCppPrefillFailsOnExactlyTheRowsPastTopk) {
+  const std::string f = kData + "dense_llama_cpp_0.3.34_f32_model_prompt_rows.json";
+  const Kld k = kld_f32(f, row_bound());
+  ASSERT_EQ(k.rc, 1) << k.out;
+  EXPECT_EQ(k.j.at("rows").at("positions"), mlaconf::Json::array({mlaconf::Json::array({64, 102})})) << k.j.at("rows");
+  EXPECT_NE(k.j.at("rows").at("diagnosis").get<std::string>().find("every row with at most top_k keys passes"), std::string::npos)
+      << k.j.at("rows");
+  EXPECT_LE(k.j.at("within_topk").at("kld").at("max").get<double>(), kF32ModelRowKldBound);
+  EXPECT_GT(k.j.at("beyond_topk").at("kld").at("min").get<double>(), 100 * kF32ModelRowKldBound);
+  const Kld c = kld_f32(f, "--engine-precision f32");
+  ASSERT_EQ(c.rc, 1) << c.out;
+  EXPECT_GT(c.j.at("prompt").at("differing_top").at("failure").get<int>(), 10);
+  EXPECT_EQ(c.j.at("within_topk").at("differing_top").at("failure"), 0);
+  // The correct release on the same rows and bounds passes.
+  EXPECT_EQ(kld_f32(kData + "llama_cpp_server_f32_model_prompt_rows.json", row_bound() + " --engine-precision f32").rc, 0);
+}
+
+// An engine that reports row p's distribution for prompt token p (one row late: an echo off by one) fails,
+// and the report says the rows agree one row later.
+TEST(KldAgainst, PromptRowsOneRowLateAreNamedAsShifted) {
+  mlaconf::Json j = load(kData + "llama_cpp_server_f32_model_prompt_rows.json");
+  mlaconf::Json& pl = j["prompt_logprobs"];
+  for (size_t p = 1; p + 1 < pl.size(); ++p) pl[p] = pl[p + 1];
+  mlaconf::Json last = mlaconf::Json::object();  // row 95's top-N: the first generated step's
+  for (const auto& t : j["completion_probabilities"][0]["top_logprobs"]) last[std::to_string(t.at("id").get<int>())] = {{"logprob", t.at("logprob")}};
+  pl[pl.size() - 1] = last;
+  const std::string p = write("shifted-prompt-rows.json", mlaconf::json_text(j, -1));
+  const Kld k = kld_f32(p, row_bound());
+  ASSERT_EQ(k.rc, 1) << k.out;
+  const mlaconf::Json& sh = k.j.at("rows").at("prompt_shift");
+  EXPECT_TRUE(sh.at("looks_shifted").get<bool>()) << sh;
+  EXPECT_EQ(sh.at("same_top_one_row_later"), 95) << sh;
+  auto t = run(cli() + " kld --model " + q(f32_model()) + " --against " + q(p) + " 2>/dev/null");
+  EXPECT_NE(t.out.find("ONE ROW LATER"), std::string::npos) << t.out;
+  // The correct file does not look shifted.
+  const Kld c = kld_f32(kData + "llama_cpp_server_f32_model_prompt_rows.json");
+  EXPECT_FALSE(c.j.at("rows").at("prompt_shift").at("looks_shifted").get<bool>());
+}
+
+// The same rows as an echoed prompt in the completions shape (vLLM with echo and return_tokens_as_token_ids):
+// the same figures as prompt_logprobs.
+TEST(KldAgainst, EchoedPromptIsJudgedLikePromptLogprobs) {
+  const mlaconf::Json src = load(kData + "llama_cpp_server_f32_model_prompt_rows.json");
+  const mlaconf::Json& ids = src.at("prompt_token_ids");
+  mlaconf::Json tokens = mlaconf::Json::array(), lps = mlaconf::Json::array(), tops = mlaconf::Json::array();
+  auto tid = [](const mlaconf::Json& id) { return "token_id:" + std::to_string(id.get<int>()); };
+  for (size_t p = 0; p < ids.size(); ++p) {
+    tokens.push_back(tid(ids[p]));
+    if (p == 0) {
+      lps.push_back(nullptr);
+      tops.push_back(nullptr);
+      continue;
+    }
+    mlaconf::Json top = mlaconf::Json::object();
+    for (const auto& [k, v] : src.at("prompt_logprobs")[p].items()) top["token_id:" + k] = v.at("logprob");
+    lps.push_back(src.at("prompt_logprobs")[p].at(std::to_string(ids[p].get<int>())).at("logprob"));
+    tops.push_back(top);
+  }
+  for (const auto& s : src.at("completion_probabilities")) {
+    tokens.push_back(tid(s.at("id")));
+    lps.push_back(s.at("logprob"));
+    mlaconf::Json top = mlaconf::Json::object();
+    for (const auto& t : s.at("top_logprobs")) top[tid(t.at("id"))] = t.at("logprob");
+    tops.push_back(top);
+  }
+  mlaconf::Json echo = {{"object", "text_completion"}, {"prompt_token_ids", ids},
+                        {"choices", {{{"index", 0}, {"logprobs", {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}}}}}}};
+  const Kld e = kld_f32(write("echo.json", mlaconf::json_text(echo, -1)), row_bound());
+  ASSERT_EQ(e.rc, 0) << e.out;
+  EXPECT_EQ(e.j.at("prompt_rows_source"), "echo");
+  EXPECT_EQ(e.j.at("generated_tokens"), 8);
+  const Kld r = kld_f32(kData + "llama_cpp_server_f32_model_prompt_rows.json");
+  ASSERT_EQ(r.rc, 0);
+  EXPECT_NEAR(mean_kld(e.j.at("prompt")), mean_kld(r.j.at("prompt")), 1e-12);
+  EXPECT_NEAR(mean_kld(e.j.at("all")), mean_kld(r.j.at("all")), 1e-12);
+  // An echoed prompt that is not the prompt sent is refused.
+  mlaconf::Json wrong = echo;
+  wrong["choices"][0]["logprobs"]["tokens"][5] = "token_id:7";
+  if (ids[5].get<int>() != 7) {
+    auto w = run(cli() + " kld --model " + q(f32_model()) + " --against " + q(write("echo-wrong.json", mlaconf::json_text(wrong, -1))));
+    EXPECT_EQ(w.rc, 2) << w.out;
+    EXPECT_NE(w.out.find("not the prompt's token"), std::string::npos) << w.out;
+  }
+}
+
 TEST(KldAgainst, LiveLlamaCpp) {
   const std::string out = scratch() + "/live.json";
   auto g = run("/usr/bin/python3 " + q(std::string(MLACONF_SOURCE_DIR) + "/suites/kld_against/llama_cpp_run.py") + " " + q(model()) +
@@ -283,8 +448,22 @@ TEST(KldAgainst, MalformedFilesAreExit2OneLine) {
              }),
              "sum to");
   expect_bad("echo.json", mutate([](mlaconf::Json& j) { j["choices"][0]["logprobs"]["token_logprobs"][0] = nullptr; }), "echoed");
-  expect_bad("ids-mismatch.json", mutate([](mlaconf::Json& j) { j["choices"][0]["token_ids"] = {1, 2, 3}; }), "3 ids for 8 tokens");
+  expect_bad("ids-mismatch.json", mutate([](mlaconf::Json& j) { j["choices"][0]["token_ids"] = {1, 2, 3}; }), "3 ids for 8 generated tokens");
   expect_bad("not-a-run.json", "[1, 2, 3]", "expected a JSON object");
+  const mlaconf::Json rows = load(kData + "llama_cpp_server_prompt_rows.json");
+  auto mutate_rows = [&](auto f) {
+    mlaconf::Json j = rows;
+    f(j);
+    return mlaconf::json_text(j, -1);
+  };
+  expect_bad("prompt-logprobs-short.json", mutate_rows([](mlaconf::Json& j) { j["prompt_logprobs"].erase(4); }), "95 entries for 96 prompt tokens");
+  expect_bad("prompt-logprobs-first.json", mutate_rows([](mlaconf::Json& j) { j["prompt_logprobs"][0] = j["prompt_logprobs"][1]; }),
+             "expected null");
+  expect_bad("prompt-logprobs-null.json", mutate_rows([](mlaconf::Json& j) { j["prompt_logprobs"][7] = nullptr; }), "prompt_logprobs[7]");
+  expect_bad("prompt-logprobs-key.json", mutate_rows([](mlaconf::Json& j) { j["prompt_logprobs"][3] = {{"abc", {{"logprob", -1.0}}}}; }),
+             "must be a token id");
+  expect_bad("prompt-logprobs-value.json",
+             mutate_rows([](mlaconf::Json& j) { j["prompt_logprobs"][3] = {{"5", {{"logprob", 0.5}}}}; }), "not a finite log probability");
   expect_bad("server-missing-id.json",
              R"({"prompt_token_ids": [1, 2], "completion_probabilities": [{"logprob": -1.0, "top_logprobs": [{"id": 3, "logprob": -1.0}]}]})",
              "missing field 'token'");
