@@ -22,11 +22,10 @@ void KldCheck::validate() const {
     throw InputError("kld: --min-same-top is a percentage in [0, 100]");
 }
 
-std::vector<std::string> KldCheck::violations(double mean_kld, double max_kld, double same_top, const std::string& same_top_label) const {
+std::vector<std::string> KldCheck::violations(double mean_kld, double same_top, const std::string& same_top_label) const {
   std::vector<std::string> v;
   if (max_mean_kld && !(mean_kld <= *max_mean_kld))  // NaN / inf violate too
     v.push_back("Mean KLD " + g(mean_kld) + " > --max-mean-kld " + g(*max_mean_kld));
-  if (max_row_kld && !(max_kld <= *max_row_kld)) v.push_back("Max KLD " + g(max_kld) + " > --max-row-kld " + g(*max_row_kld));
   if (min_same_top && !(100 * same_top >= *min_same_top))
     v.push_back(same_top_label + " " + g(100 * same_top) + "% < --min-same-top " + g(*min_same_top) + "%");
   return v;
