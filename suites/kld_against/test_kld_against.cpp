@@ -157,6 +157,17 @@ TEST(KldAgainst, HandMadeVllmFilesWithTokenIdStrings) {
     EXPECT_EQ(k.j.at("first_divergence").at("step"), ref.j.at("first_divergence").at("step")) << f;
     EXPECT_EQ(k.j.at("first_divergence").at("class"), ref.j.at("first_divergence").at("class")) << f;
   }
+  // vLLM's completions response with "prompt_logprobs": N carries them in choices[0] (chat: at the top level).
+  mlaconf::Json v = load(kData + "vllm_completion_token_ids.json");
+  const mlaconf::Json rows = load(kData + "llama_cpp_server_prompt_rows.json");
+  ASSERT_EQ(v.at("choices")[0].at("prompt_token_ids"), rows.at("prompt_token_ids"));
+  v["choices"][0]["prompt_logprobs"] = rows.at("prompt_logprobs");
+  const Kld k = kld(write("vllm-prompt-logprobs.json", mlaconf::json_text(v, -1)));
+  expect_correct(k, 96);
+  EXPECT_EQ(k.j.at("prompt_rows_source"), "prompt_logprobs");
+  const Kld r = kld(kData + "llama_cpp_server_prompt_rows.json");
+  ASSERT_EQ(r.rc, 0);
+  EXPECT_NEAR(mean_kld(k.j.at("prompt")), mean_kld(r.j.at("prompt")), 1e-12);
 }
 
 TEST(KldAgainst, WrongModelLogprobsFail) {
