@@ -4,7 +4,7 @@
 //                    [--precision f32|f64] [--ignore-eos] [--verbose] [--json] [--fault NAME]
 //                    [--devices 0,1,...]   (the CUDA pipeline's layer split, tools/cli_devices.h)
 //   mlaconf generate --model M.gguf --prompt-ids 1,2,3 ...        (ids instead of text)
-//   mlaconf generate --model M.gguf --against RUN.json [--engine-precision bf16] [--json]
+//   mlaconf generate --model M.gguf --against RUN.json [--engine-precision bf16] [--max-row-kld X] [--json]
 //                    another engine's tokens and logprobs (tools/kld_against.h: the same run as kld --against)
 //
 // The prompt text is encoded with the GGUF's own tokenizer (tokenizer.ggml.*, no bos: GLM's
@@ -425,7 +425,10 @@ const CommandRegistration reg(30, [](CLI::App& root) {
                                             "the reference f64 on the same prefix; replaces --prompt and --backend");
   CLI::Option* eprec = s->add_option("--engine-precision", against->engine_precision,
                                      "--against: the engine's precision class (default bf16) for the classes");
-  s->callback([a, s, text, text_opt, against, against_opt, eprec] {
+  CLI::Option* row_kld = s->add_option("--max-row-kld", against->check.max_row_kld,
+                                       "--against: exit 1 when a row's KLD exceeds X nats and its row holds no decision near-tie "
+                                       "(the prompt's rows too, where the run gives them; docs/KLD.md)");
+  s->callback([a, s, text, text_opt, against, against_opt, eprec, row_kld] {
     if (against_opt->count()) {
       for (const char* o : {"--prompt", "--prompt-ids", "--n-new", "--precision", "--backend", "--fault", "--devices", "--kernel-config", "--force-decisions",
                             "--no-attribution", "--ignore-eos"})
@@ -436,6 +439,7 @@ const CommandRegistration reg(30, [](CLI::App& root) {
       return;
     }
     if (eprec->count()) throw InputError("generate: --engine-precision needs --against");
+    if (row_kld->count()) throw InputError("generate: --max-row-kld needs --against");
     if (text_opt->count()) a->prompt = *text;
     run(*a);
   });

@@ -510,6 +510,18 @@ TEST(KldAgainst, GenerateReportsTheSameRun) {
                " --engine-precision f16");
   EXPECT_EQ(w.rc, 1) << w.out;
   EXPECT_NE(w.out.find("first divergence at step 0"), std::string::npos) << w.out;
+  // The prompt's rows are judged too: the dense release's prefill fails, its rows named on stderr and in "rows".
+  const std::string dense = kData + "dense_llama_cpp_0.3.34_f32_model_prompt_rows.json";
+  auto d = run("(" + cli() + " generate --model " + q(f32_model()) + " --against " + q(dense) + " " + row_bound() + " >/dev/null)");  // stderr
+  EXPECT_EQ(d.rc, 1) << d.out;
+  EXPECT_NE(d.out.find("generate: failing rows (positions): 64-79, 81-102"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("generate: the prompt's 95 rows (prompt_logprobs)"), std::string::npos) << d.out;
+  auto dj = run(cli() + " generate --model " + q(f32_model()) + " --against " + q(dense) + " " + row_bound() + " --json 2>/dev/null");
+  ASSERT_EQ(dj.rc, 1) << dj.out;
+  const mlaconf::Json jd = mlaconf::json_parse(dj.out, "generate --against --json");
+  EXPECT_EQ(jd.at("engine").at("tokens").size(), 8u);  // the token streams stay the generated ones
+  EXPECT_EQ(jd.at("prompt_rows").at("positions"), 95);
+  EXPECT_EQ(jd.at("rows").at("failed"), 38);
   auto b = run(cli() + " generate --model " + q(model()) + " --against " + q(kData + "llama_cpp_server.json") + " --backend both");
   EXPECT_EQ(b.rc, 2) << b.out;
   EXPECT_EQ(std::count(b.out.begin(), b.out.end(), '\n'), 1) << b.out;
