@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The fuzzers (clang, libFuzzer, ASan, UBSan): fuzz/fuzz_gguf.cpp (the GGUF parser) and
-# fuzz/fuzz_fixture.cpp (the fixture reader, the HDF5 probe and the judge).
+# The fuzzers (clang, libFuzzer, ASan, UBSan): fuzz/fuzz_gguf.cpp (the GGUF parser),
+# fuzz/fuzz_fixture.cpp (the fixture reader, the HDF5 probe and the judge) and fuzz/fuzz_engine_run.cpp
+# (another engine's run, `kld --against`).
 #   ci/fuzz.sh                builds them and runs their seeds through them once
 #   ci/fuzz.sh --short        ... then fuzzes each for about 60 s (CI: ci/test.sh calls this)
 #   ci/fuzz.sh --long SECONDS ... then fuzzes each for SECONDS
-#   --target gguf|fixture     (after the above) only that one
+#   --target gguf|fixture|engine_run   (after the above) only that one
 # Exits non-zero when an input crashes a target (the input is kept under build-fuzz/fuzz-artifacts/).
 # A crash inside libhdf5 is not one: the probe (fixtures/h5_probe.h) turns it into a refusal. When libhdf5
 # asks for more than -malloc_limit_mb in the probe's child, libFuzzer's hook in that child still writes an
@@ -15,16 +16,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=0
-targets="gguf fixture"
+targets="gguf fixture engine_run"
 while [ $# -gt 0 ]; do
   case "$1" in
     --short) secs=60; shift ;;
     --long) secs="${2:?ci/fuzz.sh: --long needs SECONDS}"; shift 2 ;;
     --target) targets="${2:?ci/fuzz.sh: --target needs gguf or fixture}"; shift 2 ;;
-    *) echo "usage: ci/fuzz.sh [--short | --long SECONDS] [--target gguf|fixture]" >&2; exit 2 ;;
+    *) echo "usage: ci/fuzz.sh [--short | --long SECONDS] [--target gguf|fixture|engine_run]" >&2; exit 2 ;;
   esac
 done
-case "$targets" in "gguf fixture" | gguf | fixture) ;; *) echo "ci/fuzz.sh: unknown target '$targets'" >&2; exit 2 ;; esac
+case "$targets" in "gguf fixture engine_run" | gguf | fixture | engine_run) ;; *) echo "ci/fuzz.sh: unknown target '$targets'" >&2; exit 2 ;; esac
 B=build-fuzz
 probe=$(mktemp -d)
 trap 'rm -rf "$probe"' EXIT
@@ -77,6 +78,10 @@ if [[ " $targets " == *" fixture "* ]]; then
   # limits (20 s of CPU, 60 s of wall time), so that a loop inside libhdf5 is the probe's refusal, not
   # a finding; libhdf5 leaks on damaged files (not ours to fix), so leaks are not findings here.
   fuzz_one fixture fuzz/fixture_seeds -timeout=90 -rss_limit_mb=2048 -malloc_limit_mb=1024 -detect_leaks=0 || status=1
+fi
+if [[ " $targets " == *" engine_run "* ]]; then
+  # Seeds: the committed engine runs (real llama.cpp output, hand-made vLLM responses, prompt rows).
+  fuzz_one engine_run suites/kld_against/data -timeout=20 -rss_limit_mb=2048 || status=1
 fi
 [ $status -eq 0 ] && echo "ci/fuzz.sh: OK"
 exit $status
