@@ -52,14 +52,15 @@ struct Kld {
   std::string out;
   mlaconf::Json j;
 };
-Kld kld(const std::string& file, const std::string& extra = "") {
+Kld kld_on(const std::string& gguf, const std::string& file, const std::string& extra) {
   Kld k;
-  auto r = run(cli() + " kld --model " + q(model()) + " --against " + q(file) + " --json " + extra + " 2>/dev/null");
+  auto r = run(cli() + " kld --model " + q(gguf) + " --against " + q(file) + " --json " + extra + " 2>/dev/null");
   k.rc = r.rc;
   k.out = r.out;
   if (r.rc == 0 || r.rc == 1) k.j = mlaconf::json_parse(r.out, "kld --against --json");
   return k;
 }
+Kld kld(const std::string& file, const std::string& extra = "") { return kld_on(model(), file, extra); }
 double mean_kld(const mlaconf::Json& g) { return g.at("kld").at("mean").get<double>(); }
 
 mlaconf::Json load(const std::string& path) {
@@ -250,14 +251,7 @@ std::string f32_model() {
   }();
   return m;
 }
-Kld kld_f32(const std::string& file, const std::string& extra = "") {
-  Kld k;
-  auto r = run(cli() + " kld --model " + q(f32_model()) + " --against " + q(file) + " --json " + extra + " 2>/dev/null");
-  k.rc = r.rc;
-  k.out = r.out;
-  if (r.rc == 0 || r.rc == 1) k.j = mlaconf::json_parse(r.out, "kld --against --json");
-  return k;
-}
+Kld kld_f32(const std::string& file, const std::string& extra = "") { return kld_on(f32_model(), file, extra); }
 // llama.cpp computes the F32 model in f32: it is judged at the f32 class (margin 1e-3 logit, tie gap 1e-4), where
 // a row over the bound is excused only when the reference's row holds a decision within 1e-4 (rows 52 and 80 here).
 // At bf16 (tie gap 0.02) every row of this random model holds a router near-tie, and no row could fail.
