@@ -133,8 +133,8 @@ void run(const KldArgs& a) {
   if (a.max_windows && *a.max_windows < 1) throw InputError("kld: --max-windows must be >= 1");
   a.check.validate();
   if (a.check.max_row_kld)
-    throw InputError("kld: --max-row-kld needs --against: a row is judged there with its own decisions (a correct backend may "
-                     "flip one at a near-tie); on a corpus, bound the mean or the top-1 agreement");
+    throw InputError("kld: --max-row-kld needs --against: on a corpus a correct backend's flip at a near-tie reaches every later "
+                     "row of its window through the cache, and no row of those could be attributed; bound the mean or the top-1 agreement");
   require_regular_file(a.text_file, "--text-file");
 
   const auto [f, c, tk] = open_kld_model(a.model);

@@ -19,7 +19,6 @@
 #include <map>
 #include <memory>
 #include <string_view>
-#include <tuple>
 #include <vector>
 
 #include "core/argmax.h"
@@ -28,12 +27,12 @@
 #include "core/json.h"
 #include "core/model_config.h"
 #include "core/text_escape.h"
-#include "core/trace.h"
 #include "fixtures/engine_run.h"
 #include "fixtures/logit_divergence.h"
 #include "fixtures/row_verdict.h"
 #include "fixtures/tolerances.h"
 #include "tokenizer/tokenizer.h"
+#include "tools/backend/all_logits.h"
 #include "tools/backend/backend.h"
 #include "tools/command.h"
 #include "tools/kld_model.h"
@@ -44,40 +43,6 @@ namespace mlaconf::cli {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// The logits [T, vocab] and, per row, the smallest gap of any discrete decision in any layer (indexer top-k,
-// router top-k, router group): the row's nearest tie.
-class AgainstTrace : public Trace {
- public:
-  bool wants(int layer, std::string_view name) const override {
-    if (layer < 0) return name == op::kLogits;
-    return name == op::kIndexerTopkGap || name == op::kRouterTopkGap || name == "router_group_gap";
-  }
-  void record(int layer, std::string_view name, const double* data, const std::vector<int64_t>& shape) override {
-    if (!wants(layer, name)) return;
-    int64_t n = 1;
-    for (int64_t s : shape) n *= s;
-    if (layer < 0) {
-      logits_shape = shape;
-      logits.assign(data, data + n);
-      return;
-    }
-    if (shape.size() != 1) return;
-    if (min_gap.size() < static_cast<size_t>(n)) {
-      min_gap.resize(static_cast<size_t>(n), kInf);
-      nearest.resize(static_cast<size_t>(n));
-    }
-    for (int64_t t = 0; t < n; ++t)
-      if (std::isfinite(data[t]) && data[t] < min_gap[static_cast<size_t>(t)]) {
-        min_gap[static_cast<size_t>(t)] = data[t];
-        nearest[static_cast<size_t>(t)] = {layer, std::string(name)};
-      }
-  }
-  void record_i32(int, std::string_view, const int32_t*, const std::vector<int64_t>&) override {}
-  std::vector<int64_t> logits_shape;
-  std::vector<double> logits, min_gap;
-  std::vector<std::pair<int, std::string>> nearest;  // [T] the layer and dataset of min_gap
-};
 
 struct StepResult {
   bool prompt = false;  // a prompt row (step = the prompt token it predicts) or a generated step
@@ -171,7 +136,7 @@ struct Setup {
 
 // One row: the top-N KLD and the truth's logprob of the engine's id at the row that predicts it, and the class
 // of a differing top-1.
-StepResult judge_row(const EngineStep& s, bool prompt, int64_t step, int64_t position, const AgainstTrace& tr, const Setup& u,
+StepResult judge_row(const EngineStep& s, bool prompt, int64_t step, int64_t position, const be::LogitsAndGaps& tr, const Setup& u,
                      const KldCheck& check) {
   StepResult r;
   r.prompt = prompt;
@@ -187,10 +152,10 @@ StepResult judge_row(const EngineStep& s, bool prompt, int64_t step, int64_t pos
   for (int64_t v = 0; v < u.V; ++v) sum += std::exp(row[v] - m);
   r.truth_logprob = row[s.id] - m - std::log(sum);
   r.engine_logprob = s.logprob;
-  if (static_cast<size_t>(r.position) < tr.min_gap.size()) {
-    r.min_decision_gap = tr.min_gap[static_cast<size_t>(r.position)];
-    std::tie(r.nearest_layer, r.nearest_kind) = tr.nearest[static_cast<size_t>(r.position)];
-  }
+  const be::RowDecisionGap& g = tr.nearest[static_cast<size_t>(r.position)];
+  r.min_decision_gap = g.gap;
+  r.nearest_layer = g.layer;
+  r.nearest_kind = g.dataset;
   if (!r.d.same_top)
     r.cls = r.d.truth_gap <= u.margin ? "near-tie" : r.min_decision_gap <= u.tie_gap ? "decision-flip" : "failure";
   r.over_row_kld = check.max_row_kld && !(r.d.kld <= *check.max_row_kld);
@@ -199,7 +164,7 @@ StepResult judge_row(const EngineStep& s, bool prompt, int64_t step, int64_t pos
 }
 
 // Every judged row in position order: the prompt's rows (where the run gives them), then the generated steps.
-std::vector<StepResult> judge_steps(const EngineRun& run, const AgainstTrace& tr, const Setup& u, const KldCheck& check) {
+std::vector<StepResult> judge_steps(const EngineRun& run, const be::LogitsAndGaps& tr, const Setup& u, const KldCheck& check) {
   std::vector<StepResult> res;
   for (size_t i = 0; i < run.prompt_steps.size(); ++i)
     res.push_back(judge_row(run.prompt_steps[i], true, static_cast<int64_t>(i) + 1, static_cast<int64_t>(i), tr, u, check));
@@ -213,7 +178,7 @@ struct ShiftCheck {
   int64_t rows = 0, in_place = 0, one_later = 0;
   bool looks_shifted() const { return rows >= 4 && one_later > in_place && 2 * one_later >= rows; }
 };
-ShiftCheck shift_check(const std::vector<StepResult>& res, const AgainstTrace& tr, const Setup& u, int64_t T) {
+ShiftCheck shift_check(const std::vector<StepResult>& res, const be::LogitsAndGaps& tr, const Setup& u, int64_t T) {
   ShiftCheck c;
   for (const StepResult& r : res) {
     if (!r.prompt || r.position + 1 >= T) continue;
@@ -484,14 +449,8 @@ void run_kld_against(const KldAgainstArgs& a) {
                  run.engine.empty() ? "" : (", " + escape_text(run.engine)).c_str(), static_cast<long long>(u.P),
                  static_cast<long long>(u.n), run.steps[0].top.size(), u.truth.c_str(), static_cast<long long>(T));
   const auto t0 = std::chrono::steady_clock::now();
-  truth->reset();
-  be::LayerRange whole;
-  whole.head_all_rows = true;
-  truth->set_range(whole);
-  AgainstTrace tr;
-  truth->forward(ids, &tr);
+  const be::LogitsAndGaps tr = be::forward_all_logits_and_gaps(*truth, ids, u.V);
   u.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (tr.logits_shape != std::vector<int64_t>{T, u.V}) throw std::runtime_error("kld --against: the reference reported no logits [T, vocab]");
 
   const std::vector<StepResult> res = judge_steps(run, tr, u, a.check);
   const Summary m = summarize(res, a.check, shift_check(res, tr, u, T), u, T);
