@@ -173,18 +173,20 @@ std::vector<StepResult> judge_steps(const EngineRun& run, const be::LogitsAndGap
 }
 
 // An engine that reports row p's distribution as prompt token p's (one row late: an echo off by one) agrees
-// with the truth's NEXT row. The prompt rows' top-1 against the truth's top-1 in place and one row later.
+// with the truth's NEXT row. The prompt rows' top-1 against the truth's top-1 in place and one row later (the
+// next judged row's: the rows are in position order, and a generated step follows the last prompt row).
 struct ShiftCheck {
   int64_t rows = 0, in_place = 0, one_later = 0;
   bool looks_shifted() const { return rows >= 4 && one_later > in_place && 2 * one_later >= rows; }
 };
-ShiftCheck shift_check(const std::vector<StepResult>& res, const be::LogitsAndGaps& tr, const Setup& u, int64_t T) {
+ShiftCheck shift_check(const std::vector<StepResult>& res) {
   ShiftCheck c;
-  for (const StepResult& r : res) {
-    if (!r.prompt || r.position + 1 >= T) continue;
+  for (size_t k = 0; k + 1 < res.size(); ++k) {
+    const StepResult& r = res[k];
+    if (!r.prompt || res[k + 1].position != r.position + 1) continue;
     ++c.rows;
     c.in_place += r.d.same_top;
-    c.one_later += argmax_lower(tr.logits.data() + (r.position + 1) * u.V, static_cast<size_t>(u.V), nullptr) == r.d.engine_top;
+    c.one_later += res[k + 1].d.truth_top == r.d.engine_top;
   }
   return c;
 }
@@ -453,7 +455,7 @@ void run_kld_against(const KldAgainstArgs& a) {
   u.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   const std::vector<StepResult> res = judge_steps(run, tr, u, a.check);
-  const Summary m = summarize(res, a.check, shift_check(res, tr, u, T), u, T);
+  const Summary m = summarize(res, a.check, shift_check(res), u, T);
   if (a.generate_report) print_generate_report(a, run, tk, u, res, m);
   else if (a.json) print_kld_json(a, run, u, res, m);
   else print_kld_table(a, run, u, res, m);

@@ -69,9 +69,7 @@ if args.server_shape:
             prompt_logprobs.append(entry)
     steps = []
     for _ in range(args.max_tokens):
-        row = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
-        lp = row - row.max()
-        lp = lp - np.log(np.exp(lp).sum())
+        lp = logprobs_of(llm.scores[llm.n_tokens - 1])
         order = sorted(range(len(lp)), key=lambda v: (-lp[v], v))[:args.logprobs]
         tid = order[0]
         text = llm.detokenize([tid]).decode("utf-8", errors="replace")

@@ -47,6 +47,15 @@ void expect_no_raw_control(const std::string& s, bool allow_newlines, const std:
 // Control characters, a C1 CSI and a byte that is not UTF-8: a terminal title, a screen clear, a bell.
 const std::string kNasty = "\x1b]0;pwned\x07\x1b[2J\nnext\r\xc2\x9bX\xff";
 
+// A FIFO, a directory and a link to each, as "fifo", "dir", "fifo_link", "dir_link" in the scratch folder.
+bool plant_special_files(const Scratch& s) {
+  if (mkfifo(s.p("fifo").c_str(), 0644) != 0) return false;
+  fs::create_directory(s.p("dir"));
+  fs::create_symlink(s.p("fifo"), s.p("fifo_link"));
+  fs::create_symlink(s.p("dir"), s.p("dir_link"));
+  return true;
+}
+
 // ---- planted files at outputs -----------------------------------------------------------------------------
 // synth --split checked only --out: a directory planted at shard 2's name was found at its rename, after
 // the work, and shard 1 had by then replaced the file of its name and was removed again (a file the
@@ -86,10 +95,7 @@ TEST(hostile_cli, synth_split_checks_every_shard_name_first) {
 TEST(hostile_cli, planted_special_files_at_every_output) {
   NEED_CLI();
   Scratch s({"m.gguf", "e.h5"});
-  ASSERT_EQ(mkfifo(s.p("fifo").c_str(), 0644), 0);
-  fs::create_directory(s.p("dir"));
-  fs::create_symlink(s.p("fifo"), s.p("fifo_link"));
-  fs::create_symlink(s.p("dir"), s.p("dir_link"));
+  ASSERT_TRUE(plant_special_files(s));
   const auto before = trial::snapshot(s.dir);
   const std::string m = s.p("m.gguf"), e = s.p("e.h5");
   trial::Options o;
@@ -172,10 +178,7 @@ TEST(hostile_cli, empty_values_are_not_absent_options) {
 TEST(hostile_cli, planted_special_files_at_every_input) {
   NEED_CLI();
   Scratch s({"m.gguf", "e.h5"});
-  ASSERT_EQ(mkfifo(s.p("fifo").c_str(), 0644), 0);
-  fs::create_directory(s.p("dir"));
-  fs::create_symlink(s.p("fifo"), s.p("fifo_link"));
-  fs::create_symlink(s.p("dir"), s.p("dir_link"));
+  ASSERT_TRUE(plant_special_files(s));
   fs::create_symlink(s.p("nowhere/x"), s.p("dangling"));
   {
     std::ofstream t(s.p("t.txt"));
