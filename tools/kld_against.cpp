@@ -49,9 +49,8 @@ struct StepResult {
   int64_t step = 0, position = 0;
   int32_t id = -1;
   TopNDivergence d;
-  double truth_logprob = 0, engine_logprob = 0, min_decision_gap = kInf;
-  int nearest_layer = -1;
-  std::string nearest_kind;  // indexer_topk_gap | router_topk_gap | router_group_gap
+  double truth_logprob = 0, engine_logprob = 0;
+  be::RowDecisionGap nearest;  // the reference row's nearest discrete decision
   double truth_margin = 0;   // the truth's top-1 minus top-2 logit
   std::string cls;  // "" (same top-1), "near-tie", "decision-flip", "failure"
   bool beyond = false;
@@ -99,8 +98,8 @@ Json step_json(const StepResult& r) {
           {"engine_topn_mass", r.d.engine_mass},
           {"truth_logprob", r.truth_logprob},
           {"engine_logprob", r.engine_logprob},
-          {"min_decision_gap", r.min_decision_gap},
-          {"nearest_decision", r.nearest_layer < 0 ? Json(nullptr) : Json({{"layer", r.nearest_layer}, {"dataset", r.nearest_kind}})},
+          {"min_decision_gap", r.nearest.gap},
+          {"nearest_decision", r.nearest.layer < 0 ? Json(nullptr) : Json({{"layer", r.nearest.layer}, {"dataset", r.nearest.dataset}})},
           {"class", r.cls.empty() ? Json(nullptr) : Json(r.cls)},
           {"over_row_kld", r.over_row_kld},
           {"row_kld_excused", r.row_kld_excused}};
@@ -152,14 +151,11 @@ StepResult judge_row(const EngineStep& s, bool prompt, int64_t step, int64_t pos
   for (int64_t v = 0; v < u.V; ++v) sum += std::exp(row[v] - m);
   r.truth_logprob = row[s.id] - m - std::log(sum);
   r.engine_logprob = s.logprob;
-  const be::RowDecisionGap& g = tr.nearest[static_cast<size_t>(r.position)];
-  r.min_decision_gap = g.gap;
-  r.nearest_layer = g.layer;
-  r.nearest_kind = g.dataset;
+  r.nearest = tr.nearest[static_cast<size_t>(r.position)];
   if (!r.d.same_top)
-    r.cls = r.d.truth_gap <= u.margin ? "near-tie" : r.min_decision_gap <= u.tie_gap ? "decision-flip" : "failure";
+    r.cls = r.d.truth_gap <= u.margin ? "near-tie" : r.nearest.gap <= u.tie_gap ? "decision-flip" : "failure";
   r.over_row_kld = check.max_row_kld && !(r.d.kld <= *check.max_row_kld);
-  r.row_kld_excused = r.over_row_kld && r.cls != "failure" && r.min_decision_gap <= u.tie_gap;
+  r.row_kld_excused = r.over_row_kld && r.cls != "failure" && r.nearest.gap <= u.tie_gap;
   return r;
 }
 
@@ -404,8 +400,8 @@ void print_kld_table(const KldAgainstArgs& a, const EngineRun& run, const Setup&
                 "(the row's nearest decision tie: %.3g, layer %d %s)\n",
                 first->prompt ? "prompt token" : "step", static_cast<long long>(first->step), static_cast<long long>(first->position),
                 first->beyond ? "more than" : "at most",
-                first->d.truth_top, first->d.engine_top, first->d.truth_gap, first->cls.c_str(), first->min_decision_gap,
-                first->nearest_layer, first->nearest_kind.c_str());
+                first->d.truth_top, first->d.engine_top, first->d.truth_gap, first->cls.c_str(), first->nearest.gap,
+                first->nearest.layer, first->nearest.dataset.c_str());
   else
     std::printf("first divergence: none (every top-1 agrees)\n");
   if (const std::string rl = rows_line(m); !rl.empty()) std::printf("%s\n", rl.c_str());
